@@ -1,0 +1,168 @@
+"""Typed configuration of the kermt library.
+
+Frozen dataclasses, JSON-serialisable through :func:`to_dict` / :func:`from_dict`. Names reuse upstream's
+snake_case flag names where the concept is the same, so upstream users recognise them.
+
+Architecture (``EncoderConfig``, the shape-defining parts of ``ReadoutConfig`` and ``HeadConfig``) comes from a
+checkpoint when one is loaded; training settings (dropout, dist_coff, bond_drop_rate, ...) stay the user's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+ACTIVATIONS = ("ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU")
+DatasetType = Literal["regression", "classification"]
+EmbeddingOutputType = Literal["atom", "bond", "both"]
+PaddingMode = Literal["upstream", "zero"]
+
+ATOM_FDIM = 151
+BOND_FDIM = 165  # source atom features (151) + bond features (14)
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """GTransEncoder architecture (spec §4.1–4.4).
+
+    ``embedding_output_type`` selects which output branches are *built*: a finetune model builds only the two
+    atom-level branches ("atom"), so DDP never sees parameters without gradients. Pretraining uses "both".
+
+    ``padding``: "upstream" reproduces upstream exactly: the padding row 0 takes part in every neighbour sum, so
+    embeddings depend on the batch's maximum atom degree (spec §3.4). "zero" keeps row 0 at zero after every
+    transform, which makes each molecule's output independent of the rest of its batch.
+    """
+
+    hidden_size: int = 800
+    depth: int = 6
+    num_attn_head: int = 4
+    num_mt_block: int = 1
+    activation: str = "PReLU"
+    bias: bool = False
+    undirected: bool = False
+    dropout: float = 0.0
+    embedding_output_type: EmbeddingOutputType = "both"
+    padding: PaddingMode = "upstream"
+    atom_fdim: int = ATOM_FDIM
+    bond_fdim: int = BOND_FDIM
+
+    def __post_init__(self) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
+        if self.hidden_size % self.num_attn_head:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} must be divisible by num_attn_head {self.num_attn_head}"
+            )
+
+
+@dataclass(frozen=True)
+class ReadoutConfig:
+    """Molecule readout: mean over atoms, or structured self-attention (spec §4.5)."""
+
+    self_attention: bool = False
+    attn_hidden: int = 4
+    attn_out: int = 8
+
+    def output_size(self, hidden_size: int) -> int:
+        return hidden_size * self.attn_out if self.self_attention else hidden_size
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Finetune FFN heads (spec §4.6). ``ffn_hidden_size`` None means "equal to the encoder's hidden size"."""
+
+    num_tasks: int
+    dataset_type: DatasetType
+    features_size: int = 0
+    ffn_hidden_size: int | None = None
+    ffn_num_layers: int = 2
+    ffn_num_task_specific_layers: int = 0
+    ffn_task_specific_hidden_size: int | None = None
+    dropout: float = 0.0
+    activation: str = "PReLU"
+
+    def __post_init__(self) -> None:
+        if self.dataset_type not in ("regression", "classification"):
+            raise ValueError(f"dataset_type {self.dataset_type!r} must be 'regression' or 'classification'")
+        if self.num_tasks < 1:
+            raise ValueError(f"num_tasks must be >= 1, got {self.num_tasks}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
+
+
+@dataclass(frozen=True)
+class FinetuneModelConfig:
+    """Everything needed to build a finetune model. ``use_mtl_loss`` adds learned per-task ``log_sigma``."""
+
+    encoder: EncoderConfig
+    readout: ReadoutConfig
+    head: HeadConfig
+    use_mtl_loss: bool = False
+
+
+FEATURE_GENERATORS = ("rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_count", "fgtasklabel")
+
+
+@dataclass(frozen=True)
+class FeaturizerConfig:
+    """Molecule-level features added next to the graph. Widths: rdkit_2d* 200, morgan* 2048, fgtasklabel 85."""
+
+    features_generator: tuple[str, ...] = ()
+    features_scaling: bool = True
+
+    def __post_init__(self) -> None:
+        for name in self.features_generator:
+            if name not in FEATURE_GENERATORS:
+                raise ValueError(f"unknown features_generator {name!r}{_did_you_mean(name, FEATURE_GENERATORS)}")
+
+
+T = TypeVar("T")
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A plain JSON-ready dict (tuples become lists)."""
+    return dataclasses.asdict(config)
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build ``cls`` from a dict, recursing into nested dataclasses. Unknown keys are an error naming the key."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = unknown[0]
+        raise ValueError(f"unknown key {key!r} for {cls.__name__}{_did_you_mean(key, fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(fields[name], value)
+    return cls(**kwargs)
+
+
+def _coerce(f: dataclasses.Field, value: Any) -> Any:
+    nested = {"encoder": EncoderConfig, "readout": ReadoutConfig, "head": HeadConfig}
+    if f.name in nested and isinstance(value, dict):
+        return from_dict(nested[f.name], value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _did_you_mean(key: str, valid: Any) -> str:
+    close = difflib.get_close_matches(key, list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+__all__ = [
+    "ACTIVATIONS",
+    "ATOM_FDIM",
+    "BOND_FDIM",
+    "EncoderConfig",
+    "FeaturizerConfig",
+    "FEATURE_GENERATORS",
+    "FinetuneModelConfig",
+    "HeadConfig",
+    "ReadoutConfig",
+    "from_dict",
+    "to_dict",
+]

@@ -1,0 +1,1 @@
+"""Ray Train / Data / Tune application built on the ``kermt`` library."""
