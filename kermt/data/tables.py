@@ -1,0 +1,111 @@
+"""Reading molecule tables (CSV or Parquet): a SMILES column, target columns, clear errors.
+
+Upstream's contract is kept: the SMILES column is the first column unless named, every other column is a target
+unless ``target_columns`` are given, and an empty cell is a missing label. Unlike upstream, a non-numeric label is
+an error naming the file, row and column instead of a crash deep inside training.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class MoleculeTable:
+    """smiles [N]; targets float64 [N, T] with NaN for a missing label; rows are the file's data rows (0-based)."""
+
+    path: str
+    smiles: list[str]
+    target_names: list[str]
+    targets: np.ndarray
+    extra_columns: dict[str, list]
+
+    def __len__(self) -> int:
+        return len(self.smiles)
+
+
+def read_table(path: str | Path, max_rows: int | None = None) -> pd.DataFrame:
+    """CSV (every cell read as text, so labels are parsed by us) or Parquet, by suffix."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"data file not found: {path}")
+    if path.suffix.lower() in (".parquet", ".pq"):
+        frame = pd.read_parquet(path)
+        return frame.head(max_rows) if max_rows is not None else frame
+    return pd.read_csv(path, dtype=str, keep_default_na=False, nrows=max_rows)
+
+
+def load_molecule_table(
+    path: str | Path,
+    smiles_column: str | None = None,
+    target_columns: Sequence[str] | None = None,
+    keep_columns: Sequence[str] = (),
+    require_targets: bool = True,
+    max_rows: int | None = None,
+) -> MoleculeTable:
+    """Read ``path`` and parse its labels. ``keep_columns`` are carried through untouched (ids, names)."""
+    frame = read_table(path, max_rows)
+    if frame.shape[1] == 0:
+        raise ValueError(f"{path}: the file has no columns")
+    smiles_column = smiles_column or str(frame.columns[0])
+    _require_columns(path, frame, [smiles_column, *keep_columns, *(target_columns or [])])
+    if target_columns is None:
+        target_columns = [c for c in frame.columns if c != smiles_column and c not in keep_columns]
+    if require_targets and not target_columns:
+        raise ValueError(f"{path}: no target columns (the file has only {list(frame.columns)})")
+    smiles = ["" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in frame[smiles_column]]
+    targets = np.stack([_parse_labels(path, frame, c) for c in target_columns], axis=1) if target_columns else (
+        np.zeros((len(frame), 0))
+    )
+    extra = {c: frame[c].tolist() for c in keep_columns}
+    return MoleculeTable(str(path), smiles, list(target_columns), targets, extra)
+
+
+def _require_columns(path: str | Path, frame: pd.DataFrame, columns: Sequence[str]) -> None:
+    for column in columns:
+        if column not in frame.columns:
+            close = difflib.get_close_matches(column, [str(c) for c in frame.columns], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{path}: no column {column!r}{hint}; columns are {list(frame.columns)}")
+
+
+def _parse_labels(path: str | Path, frame: pd.DataFrame, column: str) -> np.ndarray:
+    """Float labels; '' / None / NaN are missing. Anything else non-numeric is an error naming its row."""
+    raw = frame[column]
+    if pd.api.types.is_numeric_dtype(raw):
+        return raw.to_numpy(dtype=np.float64)
+    text = raw.fillna("").astype(str).str.strip()
+    values = pd.to_numeric(text.where(text != "", None), errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(np.isnan(values) & (text != "").to_numpy() & (text.str.lower() != "nan").to_numpy())
+    if len(bad):
+        row = int(bad[0])
+        raise ValueError(
+            f"{path}: row {row + 1} (data row {row}), column {column!r}: label {text.iloc[row]!r} is not a number. "
+            "Leave the cell empty for a missing label, or choose the target columns with --target_columns."
+        )
+    return values
+
+
+def infer_dataset_type(targets: np.ndarray) -> str:
+    """classification when every present label is 0 or 1, else regression."""
+    present = targets[~np.isnan(targets)]
+    if present.size and np.isin(present, (0.0, 1.0)).all():
+        return "classification"
+    return "regression"
+
+
+def check_classification_labels(path: str, targets: np.ndarray, target_names: Sequence[str]) -> None:
+    """Classification labels must be exactly 0 or 1 (upstream asserts this late; we say where)."""
+    bad = np.argwhere(~np.isnan(targets) & ~np.isin(targets, (0.0, 1.0)))
+    if len(bad):
+        row, col = (int(i) for i in bad[0])
+        raise ValueError(
+            f"{path}: data row {row}, column {target_names[col]!r}: label {targets[row, col]:g} is not 0 or 1, "
+            "but dataset_type is classification. Use --dataset_type regression or fix the label."
+        )
