@@ -1,0 +1,98 @@
+"""What a checkpoint holds, independent of its file format: kind, architecture, tasks, scalers, feature settings.
+
+Upstream ``.pt`` files and our native directories both describe themselves with a :class:`CheckpointSpec`, so
+inspection, loading and export do not care where a model came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig, from_dict, to_dict
+from kermt.data.scalers import StandardScaler
+
+CheckpointKind = Literal["grover_base", "vocab", "cmim", "hybrid", "finetuned"]
+CHECKPOINT_KINDS: tuple[str, ...] = ("grover_base", "vocab", "cmim", "hybrid", "finetuned")
+PRETRAIN_KINDS: tuple[str, ...] = ("grover_base", "vocab", "cmim", "hybrid")
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """Molecule-level features a finetuned model was trained with (prediction must use the same)."""
+
+    features_generator: tuple[str, ...] = ()
+    features_scaling: bool = True
+    rdkit2D_normalization_type: str | None = None
+    use_cuikmolmaker_featurization: bool = False
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Everything needed to rebuild and use the model in a checkpoint.
+
+    ``readout``/``head`` are set for finetuned checkpoints only: a pretrain checkpoint has no finetune head, so the
+    user's settings decide it. ``pretrain`` keeps the pretraining-only settings (latent_dim, decoder_*, vocab
+    sizes) as plain JSON values. ``notes`` say which values were inferred from tensor shapes or defaulted.
+    """
+
+    kind: CheckpointKind
+    encoder: EncoderConfig
+    readout: ReadoutConfig | None = None
+    head: HeadConfig | None = None
+    use_mtl_loss: bool = False
+    task_names: tuple[str, ...] | None = None
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    data_scaler: StandardScaler | None = None
+    features_scaler: StandardScaler | None = None
+    pretrain: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in CHECKPOINT_KINDS:
+            raise ValueError(f"checkpoint kind {self.kind!r} is not one of {CHECKPOINT_KINDS}")
+        if self.kind == "finetuned" and (self.readout is None or self.head is None):
+            raise ValueError("a finetuned checkpoint spec needs readout and head")
+
+    def finetune_model_config(self) -> FinetuneModelConfig:
+        """The config that rebuilds this finetuned model (atom-output branches only, as the finetune model builds)."""
+        if self.kind != "finetuned":
+            raise ValueError(f"a {self.kind} checkpoint has no finetune head; merge it with user settings instead")
+        encoder = dataclasses.replace(self.encoder, embedding_output_type="atom")
+        return FinetuneModelConfig(encoder, self.readout, self.head, self.use_mtl_loss)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (scalers as lists, tuples as lists)."""
+        return {
+            "kind": self.kind,
+            "encoder": to_dict(self.encoder),
+            "readout": to_dict(self.readout) if self.readout else None,
+            "head": to_dict(self.head) if self.head else None,
+            "use_mtl_loss": self.use_mtl_loss,
+            "task_names": list(self.task_names) if self.task_names is not None else None,
+            "features": to_dict(self.features),
+            "data_scaler": self.data_scaler.to_dict() if self.data_scaler else None,
+            "features_scaler": self.features_scaler.to_dict() if self.features_scaler else None,
+            "pretrain": dict(self.pretrain),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CheckpointSpec":
+        return cls(
+            kind=data["kind"],
+            encoder=from_dict(EncoderConfig, data["encoder"]),
+            readout=from_dict(ReadoutConfig, data["readout"]) if data.get("readout") else None,
+            head=from_dict(HeadConfig, data["head"]) if data.get("head") else None,
+            use_mtl_loss=bool(data.get("use_mtl_loss", False)),
+            task_names=tuple(data["task_names"]) if data.get("task_names") is not None else None,
+            features=from_dict(FeatureSettings, data.get("features") or {}),
+            data_scaler=StandardScaler.from_dict(data.get("data_scaler")),
+            features_scaler=StandardScaler.from_dict(data.get("features_scaler")),
+            pretrain=dict(data.get("pretrain") or {}),
+            notes=tuple(data.get("notes") or ()),
+        )
+
+
+__all__ = ["CHECKPOINT_KINDS", "CheckpointKind", "CheckpointSpec", "FeatureSettings", "PRETRAIN_KINDS"]
