@@ -1,0 +1,33 @@
+"""Dynamic message-passing depth ("dyMPN", spec §4.3).
+
+In train mode every q/k/v MPN encoder runs ``int(x) - 1`` iterations, where ``x`` is drawn from a normal
+distribution with mean ``depth`` and sd 1 truncated to ``[depth - 3, depth + 3]``; in eval mode it runs
+``depth - 1``. Upstream draws one value per encoder per forward from numpy's global RNG (through scipy) in
+forward order: node blocks, then edge blocks; in each block head 0's q, k, v, then head 1's, ...
+
+:func:`draw_depths` draws a whole forward's depths at once, in that order. With ``rng=None`` it consumes numpy's
+global RNG exactly as upstream does (scipy draws ``size=n`` values identically to n scalar draws), so a seeded
+run reproduces upstream's depths. With a ``numpy.random.Generator`` the draws are reproducible on their own:
+:func:`depth_rng` derives one from (run seed, global step), so every data-parallel rank draws the same depths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+TRUNCATION_SDS = 3.0
+
+
+def draw_depths(depth: int, count: int, rng: np.random.Generator | None = None) -> list[int]:
+    """``count`` train-mode depths for encoders of nominal ``depth`` (each in [depth-3, depth+3])."""
+    if count == 0:
+        return []
+    dist = stats.truncnorm(-TRUNCATION_SDS, TRUNCATION_SDS, loc=depth, scale=1.0)
+    samples = np.atleast_1d(dist.rvs(size=count, random_state=rng))
+    return [int(value) for value in samples]
+
+
+def depth_rng(seed: int, global_step: int) -> np.random.Generator:
+    """A generator that depends only on (seed, global_step): identical on every rank of a distributed run."""
+    return np.random.default_rng([seed, global_step])

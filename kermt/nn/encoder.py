@@ -1,0 +1,114 @@
+"""GTransEncoder and its wrapper KermtEmbedding (spec §4.1–4.4).
+
+``KermtEmbedding(config).encoders`` is the GTransEncoder, so keys read ``encoders.node_blocks.0...``; a finetune
+model holds the embedding as ``kermt`` (``kermt.encoders...``), exactly as upstream.
+
+Only the output branches that ``embedding_output_type`` asks for are built ("atom": atom_from_atom and
+atom_from_bond; "bond": bond_from_atom and bond_from_bond; "both": all four), so every parameter takes part in
+the forward and DDP needs no ``find_unused_parameters``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from kermt.config import EncoderConfig
+from kermt.data.batch import BatchMolGraph
+from kermt.nn.aggregate import GraphIndex
+from kermt.nn.depth import draw_depths
+from kermt.nn.layers import PositionwiseFeedForward, SublayerConnection
+from kermt.nn.mtblock import MTBlock
+
+ATOM_BRANCHES = ("atom_from_atom", "atom_from_bond")
+BOND_BRANCHES = ("bond_from_atom", "bond_from_bond")
+BRANCHES_BY_OUTPUT_TYPE = {"atom": ATOM_BRANCHES, "bond": BOND_BRANCHES, "both": ATOM_BRANCHES + BOND_BRANCHES}
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    """Encoder embeddings; branches that were not built are None.
+
+    atom_from_atom, atom_from_bond: [A, hidden] (row 0 = padding row)
+    bond_from_atom, bond_from_bond: [E, hidden]
+    """
+
+    atom_from_atom: torch.Tensor | None = None
+    atom_from_bond: torch.Tensor | None = None
+    bond_from_atom: torch.Tensor | None = None
+    bond_from_bond: torch.Tensor | None = None
+
+
+class GTransEncoder(nn.Module):
+    """Node and edge MTBlock stacks followed by the output transforms (``atom_bond_transform`` upstream)."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        hidden = config.hidden_size
+        self.edge_blocks = nn.ModuleList(
+            MTBlock(config, config.bond_fdim if i == 0 else hidden, atom_messages=False)
+            for i in range(config.num_mt_block)
+        )
+        self.node_blocks = nn.ModuleList(
+            MTBlock(config, config.atom_fdim if i == 0 else hidden, atom_messages=True)
+            for i in range(config.num_mt_block)
+        )
+        self.branches = BRANCHES_BY_OUTPUT_TYPE[config.embedding_output_type]
+        for name in self.branches:
+            raw_dim = config.atom_fdim if name.startswith("atom") else config.bond_fdim
+            ffn = PositionwiseFeedForward(hidden + raw_dim, 4 * hidden, hidden, config.activation, config.dropout)
+            self.add_module(f"ffn_{name}", ffn)
+        for name in self.branches:
+            self.add_module(f"{name}_sublayer", SublayerConnection(hidden, config.dropout))
+
+    def draw_depths(self, rng: np.random.Generator | None) -> list[list[int]] | None:
+        """Per block (node blocks first, then edge blocks) the sampled depth of each encoder; None in eval mode."""
+        if not self.training:
+            return None
+        blocks = [*self.node_blocks, *self.edge_blocks]
+        flat = draw_depths(self.config.depth, sum(b.num_encoders for b in blocks), rng)
+        per_block, start = [], 0
+        for block in blocks:
+            per_block.append(flat[start : start + block.num_encoders])
+            start += block.num_encoders
+        return per_block
+
+    def forward(self, graph: BatchMolGraph, depth_rng: np.random.Generator | None = None) -> EncoderOutput:
+        """Embeddings of a batch. ``depth_rng`` seeds the train-mode depth draws (None: numpy's global RNG)."""
+        index = GraphIndex.from_batch(graph, self.config.padding, graph.f_atoms.dtype)
+        depths = self.draw_depths(depth_rng)
+        node_depths = depths[: len(self.node_blocks)] if depths else [None] * len(self.node_blocks)
+        edge_depths = depths[len(self.node_blocks) :] if depths else [None] * len(self.edge_blocks)
+        atoms, bonds = graph.f_atoms, graph.f_bonds
+        for block, block_depths in zip(self.node_blocks, node_depths):
+            atoms = block(atoms, index, block_depths)
+        for block, block_depths in zip(self.edge_blocks, edge_depths):
+            bonds = block(bonds, index, block_depths)
+        aggregated = {
+            "atom_from_atom": lambda: index.sum_neighbour_atoms(atoms),
+            "atom_from_bond": lambda: index.sum_incoming_bonds(bonds),
+            "bond_from_atom": lambda: index.atom_to_bond_messages(atoms),
+            "bond_from_bond": lambda: index.bond_messages(bonds),
+        }
+        outputs = {}
+        for name in self.branches:
+            raw = graph.f_atoms if name.startswith("atom") else graph.f_bonds
+            ffn_out = getattr(self, f"ffn_{name}")(torch.cat([raw, aggregated[name]()], dim=1))
+            outputs[name] = index.zero_padding_row(getattr(self, f"{name}_sublayer")(ffn_out))
+        return EncoderOutput(**outputs)
+
+
+class KermtEmbedding(nn.Module):
+    """Upstream's ``KERMTEmbedding``: holds the GTransEncoder as ``encoders``."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoders = GTransEncoder(config)
+
+    def forward(self, graph: BatchMolGraph, depth_rng: np.random.Generator | None = None) -> EncoderOutput:
+        return self.encoders(graph, depth_rng)

@@ -1,0 +1,136 @@
+"""KermtFinetuneModel: encoder + shared readout + one FFN per view (spec §4.6).
+
+The "atom view" reads out ``atom_from_atom``, the "bond view" ``atom_from_bond`` (both atom-level). Training uses
+both views' raw outputs (logits for classification); prediction is their mean (mean of sigmoids for
+classification). The encoder is built with ``embedding_output_type="atom"``: the bond-output branches that a
+pretrained checkpoint may hold are never used by finetuning, so they are not built (their keys are reported as
+ignored by the checkpoint loader) and every parameter gets a gradient — no ``find_unused_parameters`` under DDP.
+
+``use_mtl_loss`` adds ``mtl_log_sigma`` [num_tasks] (upstream keeps it in a separate ``MTLLoss`` module; inside the
+model it is reduced by DDP like any other parameter and lands in the heads' parameter group).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from kermt.config import FinetuneModelConfig
+from kermt.data.batch import BatchMolGraph
+from kermt.nn.encoder import EncoderOutput, KermtEmbedding
+from kermt.nn.heads import build_ffn, build_task_head
+from kermt.nn.readout import Readout
+
+
+@dataclass(frozen=True)
+class FinetuneOutput:
+    """Everything one forward computes. Shapes: M molecules, T tasks, F = FFN output width.
+
+    encoder                        EncoderOutput (atom_from_atom, atom_from_bond: [A, hidden])
+    readout_atom_view/_bond_view   [M, readout size]  molecule vectors before the extra features are appended
+    ffn_atom_view/_bond_view       [M, F]             output of the shared FFN
+    atom_view, bond_view           [M, T]             per-view outputs (logits for classification)
+    """
+
+    encoder: EncoderOutput
+    readout_atom_view: torch.Tensor
+    readout_bond_view: torch.Tensor
+    ffn_atom_view: torch.Tensor
+    ffn_bond_view: torch.Tensor
+    atom_view: torch.Tensor
+    bond_view: torch.Tensor
+    classification: bool
+
+    @property
+    def view_predictions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-view predictions: probabilities for classification, raw values for regression."""
+        if self.classification:
+            return torch.sigmoid(self.atom_view), torch.sigmoid(self.bond_view)
+        return self.atom_view, self.bond_view
+
+    @property
+    def prediction(self) -> torch.Tensor:
+        """Upstream's eval-mode output [M, T]: the mean of the two views' predictions."""
+        atom, bond = self.view_predictions
+        return (atom + bond) / 2
+
+
+class KermtFinetuneModel(nn.Module):
+    """Finetune model with upstream's state_dict keys (``kermt.*``, ``readout.*``, ``mol_atom_from_*_ffn*``)."""
+
+    def __init__(self, config: FinetuneModelConfig) -> None:
+        super().__init__()
+        head = config.head
+        encoder_config = dataclasses.replace(config.encoder, embedding_output_type="atom")
+        self.config = dataclasses.replace(config, encoder=encoder_config)
+        hidden = encoder_config.hidden_size
+        self.kermt = KermtEmbedding(encoder_config)
+        self.readout = Readout(hidden, config.readout)
+        task_layers = head.ffn_num_task_specific_layers
+        if task_layers > 0 and head.ffn_task_specific_hidden_size is None:
+            raise ValueError("ffn_task_specific_hidden_size is required when ffn_num_task_specific_layers > 0")
+        ffn_out = head.ffn_task_specific_hidden_size if task_layers > 0 else head.num_tasks
+        ffn_in = self.readout.output_size + head.features_size
+        ffn_hidden = head.ffn_hidden_size if head.ffn_hidden_size is not None else hidden
+        for view in ("atom", "bond"):
+            ffn = build_ffn(ffn_in, ffn_hidden, ffn_out, head.ffn_num_layers, head.dropout, head.activation)
+            self.add_module(f"mol_atom_from_{view}_ffn", ffn)
+        if task_layers > 0:
+            for view in ("atom", "bond"):
+                tasks = nn.ModuleList(
+                    build_task_head(ffn_out, task_layers, head.dropout, head.activation)
+                    for _ in range(head.num_tasks)
+                )
+                self.add_module(f"mol_atom_from_{view}_ffn_task_specific", tasks)
+        if config.use_mtl_loss:
+            if head.num_tasks < 2:
+                raise ValueError("use_mtl_loss needs at least 2 tasks")
+            self.mtl_log_sigma = nn.Parameter(torch.zeros(head.num_tasks))
+
+    @property
+    def classification(self) -> bool:
+        return self.config.head.dataset_type == "classification"
+
+    def _view_output(self, view: str, mol_vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shared FFN output and per-task outputs [M, T] for one view."""
+        shared = getattr(self, f"mol_atom_from_{view}_ffn")(mol_vectors)
+        task_heads = getattr(self, f"mol_atom_from_{view}_ffn_task_specific", None)
+        if task_heads is None:
+            return shared, shared
+        return shared, torch.cat([task_head(shared) for task_head in task_heads], dim=1)
+
+    def forward(
+        self,
+        graph: BatchMolGraph,
+        features: torch.Tensor | None = None,
+        depth_rng: np.random.Generator | None = None,
+    ) -> FinetuneOutput:
+        """graph: a batch of M molecules; features: [M, features_size] or None. ``depth_rng``: see
+        :func:`kermt.nn.depth.draw_depths` (train mode only)."""
+        encoded = self.kermt(graph, depth_rng)
+        readout_bond = self.readout(encoded.atom_from_bond, graph.a_scope)
+        readout_atom = self.readout(encoded.atom_from_atom, graph.a_scope)
+        inputs = {"atom": readout_atom, "bond": readout_bond}
+        if features is not None:
+            features = features.to(readout_atom.dtype).reshape(readout_atom.shape[0], -1)
+            inputs = {view: torch.cat([vec, features], dim=1) for view, vec in inputs.items()}
+        ffn_atom, atom_view = self._view_output("atom", inputs["atom"])
+        ffn_bond, bond_view = self._view_output("bond", inputs["bond"])
+        return FinetuneOutput(
+            encoder=encoded,
+            readout_atom_view=readout_atom,
+            readout_bond_view=readout_bond,
+            ffn_atom_view=ffn_atom,
+            ffn_bond_view=ffn_bond,
+            atom_view=atom_view,
+            bond_view=bond_view,
+            classification=self.classification,
+        )
+
+    def encoder_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """Named parameters of the encoder (``kermt.*``): upstream's parameter group 0."""
+        return [(name, p) for name, p in self.named_parameters() if name.startswith("kermt.")]

@@ -1,0 +1,79 @@
+"""MTBlock: multi-head message passing plus attention across the heads (spec §4.2).
+
+Keys (upstream order): ``heads.{h}.mpn_{q,k,v}.*``, ``act_func``, ``layernorm``, ``W_i``, ``attn.*``, ``W_o``,
+``sublayer.norm``. A node block passes atom messages (neighbours via a2a), an edge block directed-bond messages.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from kermt.config import EncoderConfig
+from kermt.nn.aggregate import GraphIndex
+from kermt.nn.layers import MultiHeadedAttention, SublayerConnection, make_activation
+from kermt.nn.mpn import MPNEncoder, run_encoders
+
+
+class Head(nn.Module):
+    """Three independent MPN encoders producing one head's query, key and value."""
+
+    def __init__(self, hidden_size: int, bias: bool, activation: str) -> None:
+        super().__init__()
+        self.mpn_q = MPNEncoder(hidden_size, bias, activation)
+        self.mpn_k = MPNEncoder(hidden_size, bias, activation)
+        self.mpn_v = MPNEncoder(hidden_size, bias, activation)
+
+    def encoders(self) -> list[MPNEncoder]:
+        return [self.mpn_q, self.mpn_k, self.mpn_v]
+
+
+class MTBlock(nn.Module):
+    """One block of the node (``atom_messages``) or edge stack.
+
+    ``W_i`` projects raw features ([R, input_dim]) to ``hidden``; it is only applied when the input width differs
+    from ``hidden`` (so blocks after the first hold an unused ``W_i``, as upstream's checkpoints do).
+    """
+
+    def __init__(self, config: EncoderConfig, input_dim: int, atom_messages: bool) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.atom_messages = atom_messages
+        self.hidden_size = hidden
+        self.depth = config.depth
+        self.undirected = config.undirected
+        self.dropout = config.dropout
+        self.heads = nn.ModuleList(
+            Head(hidden, config.bias, config.activation) for _ in range(config.num_attn_head)
+        )
+        self.act_func = make_activation(config.activation)
+        self.layernorm = nn.LayerNorm(hidden, elementwise_affine=True)
+        self.W_i = nn.Linear(input_dim, hidden, bias=config.bias)
+        self.attn = MultiHeadedAttention(config.num_attn_head, hidden, config.dropout, config.bias)
+        self.W_o = nn.Linear(hidden * config.num_attn_head, hidden, bias=config.bias)
+        self.sublayer = SublayerConnection(hidden, config.dropout)
+
+    @property
+    def num_encoders(self) -> int:
+        return 3 * len(self.heads)
+
+    def forward(self, x: torch.Tensor, index: GraphIndex, depths: list[int] | None) -> torch.Tensor:
+        """x: [R, input_dim or hidden] -> [R, hidden].
+
+        ``depths``: one sampled depth per encoder (head 0's q, k, v, head 1's, ...) or None for the nominal depth.
+        """
+        if x.shape[1] != self.hidden_size:
+            x = self.W_i(x)
+            x = F.dropout(self.layernorm(self.act_func(x)), self.dropout, self.training)
+            x = index.zero_padding_row(x)
+        encoders = [enc for head in self.heads for enc in head.encoders()]
+        depths = depths if depths is not None else [self.depth] * len(encoders)
+        iterations = [max(d - 1, 0) for d in depths]
+        qkv = run_encoders(
+            encoders, x, iterations, index, self.atom_messages, self.undirected, self.dropout, self.training
+        )  # [3H, R, h]
+        rows, num_heads = x.shape[0], len(self.heads)
+        qkv = qkv.view(num_heads, 3, rows, self.hidden_size).permute(1, 2, 0, 3)  # [3, R, H, h]
+        mixed = self.attn(qkv[0], qkv[1], qkv[2]).reshape(rows, -1)
+        return index.zero_padding_row(self.sublayer(self.W_o(mixed)))

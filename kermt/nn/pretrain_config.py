@@ -1,0 +1,99 @@
+"""Typed configuration of the pretraining heads and losses (spec §8.3–8.5).
+
+Field names reuse upstream's ``pretrain_ddp.py`` flag names, so an upstream checkpoint's saved ``args`` map onto
+these dataclasses key for key. Defaults are the released NV-KERMT-70M-v2 hybrid configuration (latent 512, 3 × 8-head
+RoPE decoder layers with FFN 2048, no gates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+PretrainMode = Literal["vocab", "cmim", "hybrid"]
+PositionalEncoding = Literal["rope", "sinusoidal"]
+FG_SIZE = 85  # RDKit fragment counts used as functional-group labels (kermt.chem fgtasklabel)
+
+
+@dataclass(frozen=True)
+class PretrainHeadsConfig:
+    """Architecture of everything a pretraining model adds on top of the encoder.
+
+    ``pretrain_mode``: "vocab" (GROVER contextual-vocab + functional-group heads), "cmim" (latent head + SMILES
+    decoder), or "hybrid" (both, sharing one encoder). Vocab sizes are required by the modes that use them:
+    atom/bond for vocab and hybrid, smiles for cmim and hybrid.
+
+    ``hybrid_single_encoder_pass``: upstream's hybrid forward runs the shared encoder twice (once for the vocab heads,
+    once for the latent head), so in train mode the two paths see different depth and dropout draws. True runs it
+    once and feeds both paths (half the encoder compute; eval-mode numbers are identical either way).
+    """
+
+    pretrain_mode: PretrainMode = "hybrid"
+    atom_vocab_size: int | None = None
+    bond_vocab_size: int | None = None
+    smiles_vocab_size: int | None = None
+    fg_size: int = FG_SIZE
+    latent_dim: int = 512
+    decoder_num_layers: int = 3
+    decoder_num_attention_heads: int = 8
+    decoder_ffn_hidden_size: int = 2048
+    decoder_dropout: float = 0.1
+    decoder_max_seq_len: int = 512
+    decoder_positional_encoding: PositionalEncoding = "rope"
+    decoder_gate_self_attn: bool = False
+    decoder_gate_cross_attn: bool = False
+    contrastive_temperature: float = 0.1
+    min_log_scale: float = -6.0
+    hybrid_single_encoder_pass: bool = False
+
+    def __post_init__(self) -> None:
+        if self.pretrain_mode not in ("vocab", "cmim", "hybrid"):
+            raise ValueError(f"pretrain_mode {self.pretrain_mode!r} must be 'vocab', 'cmim' or 'hybrid'")
+        if self.decoder_positional_encoding not in ("rope", "sinusoidal"):
+            raise ValueError(
+                f"decoder_positional_encoding {self.decoder_positional_encoding!r} must be 'rope' or 'sinusoidal'"
+            )
+        if self.uses_vocab and (self.atom_vocab_size is None or self.bond_vocab_size is None):
+            raise ValueError(f"pretrain_mode {self.pretrain_mode!r} needs atom_vocab_size and bond_vocab_size")
+        if self.uses_decoder:
+            self._check_decoder()
+
+    def _check_decoder(self) -> None:
+        if self.smiles_vocab_size is None:
+            raise ValueError(f"pretrain_mode {self.pretrain_mode!r} needs smiles_vocab_size")
+        if self.latent_dim % self.decoder_num_attention_heads:
+            raise ValueError(
+                f"latent_dim {self.latent_dim} (the decoder width) must be divisible by "
+                f"decoder_num_attention_heads {self.decoder_num_attention_heads}"
+            )
+        head_dim = self.latent_dim // self.decoder_num_attention_heads
+        if self.decoder_positional_encoding == "rope" and head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
+        if self.decoder_positional_encoding == "sinusoidal" and (
+            self.decoder_gate_self_attn or self.decoder_gate_cross_attn
+        ):
+            raise ValueError("decoder gates exist only with decoder_positional_encoding 'rope'")
+
+    @property
+    def uses_vocab(self) -> bool:
+        return self.pretrain_mode in ("vocab", "hybrid")
+
+    @property
+    def uses_decoder(self) -> bool:
+        return self.pretrain_mode in ("cmim", "hybrid")
+
+
+@dataclass(frozen=True)
+class PretrainLossConfig:
+    """Loss weights. ``dist_coff`` scales the atom/bond vocab disagreement terms (not the fg one, as upstream);
+    ``normalize_loss`` / ``normalize_gradient`` scale the Gaussian log-density terms' value / gradient by
+    1 / latent_dim."""
+
+    dist_coff: float = 0.1
+    reconstruction_loss_weight: float = 1.0
+    vocab_loss_weight: float = 1.0
+    normalize_loss: bool = False
+    normalize_gradient: bool = False
+
+
+__all__ = ["FG_SIZE", "PositionalEncoding", "PretrainHeadsConfig", "PretrainLossConfig", "PretrainMode"]
