@@ -34,6 +34,16 @@ class MolGraph:
     bond_feats: np.ndarray
     bond_rdkit_idx: np.ndarray
 
+    @classmethod
+    def empty(cls) -> "MolGraph":
+        """The record of an invalid row: no atoms, no bonds."""
+        return cls(
+            f_atoms=np.zeros((0, ATOM_FDIM), dtype=np.float32),
+            bond_atoms=np.zeros((0, 2), dtype=np.int64),
+            bond_feats=np.zeros((0, BOND_ONLY_FDIM), dtype=np.float32),
+            bond_rdkit_idx=np.zeros(0, dtype=np.int64),
+        )
+
     @property
     def n_atoms(self) -> int:
         return int(self.f_atoms.shape[0])

@@ -1,0 +1,133 @@
+"""SMILES -> graphs + molecule-level features + validity, one row per input SMILES.
+
+This is the library's featurisation entry point. It is batch-oriented and stateless, so a Ray Data
+``map_batches`` can call it on each block, and its result converts to and from flat numpy arrays
+(``to_arrays`` / ``from_arrays``: concatenated per-atom / per-bond arrays plus per-row counts), which store
+as Arrow columns without pickling.
+
+Row alignment: every input row has a result row. Invalid rows (empty, unparsable, no heavy atoms, or a graph
+upstream cannot featurise) have a reason, zero atoms and bonds, and a NaN feature row. Valid rows have NaN
+features replaced by 0, as upstream's MoleculeDatapoint does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from kermt.chem.descriptors import molecule_features
+from kermt.chem.molgraph import FlatGraphs, MolGraph, mol_to_graph
+from kermt.chem.validation import InvalidSmiles, parse_many
+from kermt.data.batch import BatchMolGraph
+from kermt.data.collate import collate_graphs
+
+UNFEATURIZABLE = "unfeaturizable"
+
+
+@dataclass(frozen=True)
+class FeaturizedMolecules:
+    """Featurised rows. ``reasons[i]`` is None for a valid row, else why it is invalid.
+
+    graphs    FlatGraphs with one entry per row (invalid rows: 0 atoms, 0 bonds)
+    features  float64 [n_rows, width] for ``features_generator`` (width 0 when none); NaN rows = invalid
+    """
+
+    smiles: tuple[str, ...]
+    reasons: tuple[str | None, ...]
+    graphs: FlatGraphs
+    features: np.ndarray
+    features_generator: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.smiles)
+
+    @property
+    def valid(self) -> np.ndarray:
+        """bool [n_rows]."""
+        return np.array([r is None for r in self.reasons], dtype=bool)
+
+    @property
+    def invalid(self) -> list[InvalidSmiles]:
+        return [InvalidSmiles(i, s, r) for i, (s, r) in enumerate(zip(self.smiles, self.reasons)) if r is not None]
+
+    def select(self, rows: Sequence[int] | np.ndarray) -> "FeaturizedMolecules":
+        """The given rows, in that order (e.g. ``fm.select(np.flatnonzero(fm.valid))``)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        graphs = self.graphs.graphs()
+        return FeaturizedMolecules(
+            smiles=tuple(self.smiles[i] for i in rows),
+            reasons=tuple(self.reasons[i] for i in rows),
+            graphs=FlatGraphs.from_graphs([graphs[i] for i in rows]),
+            features=self.features[rows],
+            features_generator=self.features_generator,
+        )
+
+    def batch_graph(self) -> BatchMolGraph:
+        """Collate all rows into one BatchMolGraph. Every row must be valid (select valid rows first)."""
+        if not self.valid.all():
+            raise ValueError(f"cannot batch invalid rows: {', '.join(map(str, self.invalid[:3]))}")
+        return collate_graphs(self.graphs)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Flat numpy arrays (no object dtype): per-row columns plus the concatenated graph arrays."""
+        g = self.graphs
+        return {
+            "smiles": np.array(self.smiles, dtype=str),
+            "reason": np.array([r or "" for r in self.reasons], dtype=str),
+            "features": self.features,
+            "features_generator": np.array(self.features_generator, dtype=str),
+            "atom_counts": g.atom_counts, "bond_counts": g.bond_counts, "f_atoms": g.f_atoms,
+            "bond_atoms": g.bond_atoms, "bond_feats": g.bond_feats, "bond_rdkit_idx": g.bond_rdkit_idx,
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "FeaturizedMolecules":
+        graph_keys = ("f_atoms", "bond_atoms", "bond_feats", "bond_rdkit_idx", "atom_counts", "bond_counts")
+        return cls(
+            smiles=tuple(str(s) for s in arrays["smiles"]),
+            reasons=tuple(str(r) or None for r in arrays["reason"]),
+            graphs=FlatGraphs(**{k: np.asarray(arrays[k]) for k in graph_keys}),
+            features=np.asarray(arrays["features"]),
+            features_generator=tuple(str(s) for s in arrays["features_generator"]),
+        )
+
+
+def featurize_smiles(
+    smiles: Sequence[str],
+    features_generator: Sequence[str] = (),
+    bond_drop_rate: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> FeaturizedMolecules:
+    """Featurise every row of ``smiles``; never raises for bad SMILES.
+
+    ``features_generator``: upstream generator names (rdkit_2d, rdkit_2d_normalized, morgan, morgan_count,
+    fgtasklabel), concatenated in the given order. ``bond_drop_rate`` / ``rng``: see ``mol_to_graph``.
+    """
+    mols, invalid = parse_many(smiles)
+    reasons: list[str | None] = [None] * len(mols)
+    for bad in invalid:
+        reasons[bad.row] = bad.reason
+    graphs: list[MolGraph] = []
+    for row, mol in enumerate(mols):
+        graph = MolGraph.empty()
+        if mol is not None:
+            try:
+                graph = mol_to_graph(mol, bond_drop_rate, rng)
+            except ValueError as err:  # e.g. a formal charge upstream's layout cannot encode
+                reasons[row], mols[row] = f"{UNFEATURIZABLE}: {err}", None
+        graphs.append(graph)
+    features = molecule_features(mols, tuple(features_generator))
+    valid_rows = np.array([m is not None for m in mols], dtype=bool)
+    features[valid_rows] = np.nan_to_num(features[valid_rows], nan=0.0, posinf=np.inf, neginf=-np.inf)
+    return FeaturizedMolecules(
+        smiles=tuple(str(s) for s in smiles),
+        reasons=tuple(reasons),
+        graphs=FlatGraphs.from_graphs(graphs),
+        features=features,
+        features_generator=tuple(features_generator),
+    )
+
+
+__all__ = ["FeaturizedMolecules", "UNFEATURIZABLE", "featurize_smiles"]
