@@ -67,7 +67,10 @@ def _incoming_edges(target: np.ndarray, n_atoms: int) -> np.ndarray:
     """[n_atoms, max(1, max in-degree)] int64: ascending incoming edge ids per atom, padded with 0."""
     real = np.flatnonzero(target >= 0)
     grouped = grouped_positions(target[real], n_atoms, fill=-1, min_width=1)
-    return np.where(grouped >= 0, real[np.maximum(grouped, 0)], 0)
+    a2b = np.zeros_like(grouped)
+    filled = grouped >= 0
+    a2b[filled] = real[grouped[filled]]
+    return a2b
 
 
 __all__ = ["collate_arrays", "collate_graphs"]
