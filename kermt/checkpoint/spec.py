@@ -55,6 +55,15 @@ class CheckpointSpec:
         if self.kind == "finetuned" and (self.readout is None or self.head is None):
             raise ValueError("a finetuned checkpoint spec needs readout and head")
 
+    @classmethod
+    def for_finetune_model(cls, config: FinetuneModelConfig, *, task_names: tuple[str, ...] | None = None,
+                           features: FeatureSettings | None = None, data_scaler: StandardScaler | None = None,
+                           features_scaler: StandardScaler | None = None) -> "CheckpointSpec":
+        """The spec of a finetune model trained here (what :func:`save_native` stores next to its weights)."""
+        return cls(kind="finetuned", encoder=config.encoder, readout=config.readout, head=config.head,
+                   use_mtl_loss=config.use_mtl_loss, task_names=task_names, features=features or FeatureSettings(),
+                   data_scaler=data_scaler, features_scaler=features_scaler)
+
     def finetune_model_config(self) -> FinetuneModelConfig:
         """The config that rebuilds this finetuned model (atom-output branches only, as the finetune model builds)."""
         if self.kind != "finetuned":

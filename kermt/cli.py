@@ -1,0 +1,87 @@
+"""The ``kermt`` console script.
+
+One subcommand per task. Each is a :class:`Command`: a name, a one-line help, a function that adds its arguments
+to its sub-parser, and a function that runs it from the parsed Namespace (argparse stops here: the run function
+converts the Namespace to typed config before calling library code). To add a subcommand (finetune, tune,
+predict, fingerprint, embed, pretrain), write its two functions and append it to :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one message, exit status 2, no traceback."""
+
+
+def _add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trust_checkpoint", action="store_true",
+        help="fully unpickle upstream .pt files (can run code from the file; only for files you trust). "
+             "By default only plain checkpoint data (tensors, args, numpy arrays) is loaded.",
+    )
+
+
+def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="upstream .pt checkpoint or native checkpoint directory")
+    _add_trust_flag(parser)
+    parser.add_argument("--no_load_check", action="store_true",
+                        help="skip rebuilding the model and loading the weights (finetuned checkpoints)")
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from kermt.checkpoint.inspect import inspect_checkpoint
+    from kermt.checkpoint.loader import CheckpointMismatchError
+    from kermt.checkpoint.reader import read_checkpoint
+    from kermt.checkpoint.safe_load import UnsafeCheckpointError
+
+    try:
+        checkpoint = read_checkpoint(args.path, trust_pickle=args.trust_checkpoint)
+        report = inspect_checkpoint(checkpoint, load_check=not args.no_load_check)
+    except (UnsafeCheckpointError, CheckpointMismatchError, FileNotFoundError, ValueError) as error:
+        raise CommandError(str(error)) from error
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+COMMANDS: list[Command] = [
+    Command("inspect", "describe a checkpoint (kind, architecture, tasks, scalers, key groups) as JSON",
+            _inspect_arguments, _run_inspect),
+]
+
+
+def build_parser(commands: Sequence[Command] = tuple(COMMANDS)) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kermt", description="KERMT molecular property prediction")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in commands:
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(sub)
+        sub.set_defaults(_run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args._run(args)
+    except CommandError as error:
+        print(f"kermt {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
