@@ -171,7 +171,7 @@ def _pair_terms(
 
 def vocab_loss(preds: VocabPredictions, targets: VocabTargets, dist_coff: float = 0.1) -> VocabLoss:
     """Upstream's ``VocabPredictionModule.compute_loss`` (spec §8.3); ``fg_dist`` is deliberately not scaled."""
-    fg_labels = targets.fg.to(preds_dtype(preds))
+    fg_labels = targets.fg.to(_preds_dtype(preds))
     av, fg_atom, av_dist, fg_atom_dist = _pair_terms(
         preds.atom_from_atom, preds.atom_from_bond, preds.fg_atom_from_atom, preds.fg_atom_from_bond,
         targets.atom, fg_labels,
@@ -185,7 +185,7 @@ def vocab_loss(preds: VocabPredictions, targets: VocabTargets, dist_coff: float 
     return VocabLoss(total=total, av=av, bv=bv, fg=fg, av_dist=av_dist, bv_dist=bv_dist, fg_dist=fg_dist)
 
 
-def preds_dtype(preds: VocabPredictions) -> torch.dtype:
+def _preds_dtype(preds: VocabPredictions) -> torch.dtype:
     """Floating dtype of the predictions (float32 unless the model runs in another precision)."""
     for f in fields(preds):
         value = getattr(preds, f.name)

@@ -1,0 +1,60 @@
+"""Molecule fingerprints: concatenated mean readouts of the encoder's embedding families (spec §7.2).
+
+``source`` "atom" -> [atom_from_atom, atom_from_bond], "bond" -> [bond_from_atom, bond_from_bond], "both" -> all four
+in the order [aa, ab, ba, bb] (upstream's ``main.py fingerprint``), each [M, hidden]; optional molecule features are
+appended after them. The readout is always the mean, whatever readout a finetuned model was trained with.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from kermt.config import ReadoutConfig
+from kermt.data.batch import BatchMolGraph
+from kermt.nn.encoder import ATOM_BRANCHES, BOND_BRANCHES, EncoderOutput, KermtEmbedding
+from kermt.nn.readout import Readout
+
+FingerprintSource = Literal["atom", "bond", "both"]
+_FAMILIES = {"atom": ATOM_BRANCHES, "bond": BOND_BRANCHES, "both": ATOM_BRANCHES + BOND_BRANCHES}
+
+
+def fingerprint_from_embeddings(
+    embeddings: EncoderOutput,
+    graph: BatchMolGraph,
+    readout: Readout,
+    source: FingerprintSource = "both",
+    features: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """[M, k·hidden (+ n_features)] with k = 2 ("atom", "bond") or 4 ("both"); ``readout`` must be a mean readout."""
+    if readout.config.self_attention:
+        raise ValueError("fingerprints use a mean readout")
+    parts = []
+    for name in _FAMILIES[source]:
+        rows = getattr(embeddings, name)
+        if rows is None:
+            raise ValueError(f"fingerprint source {source!r} needs the encoder's {name} output, which was not built")
+        parts.append(readout(rows, graph.a_scope if name in ATOM_BRANCHES else graph.b_scope))
+    if features is not None:
+        parts.append(features.to(parts[0].dtype).reshape(parts[0].shape[0], -1))
+    return torch.cat(parts, dim=1)
+
+
+class KermtFingerprint(nn.Module):
+    """Encoder + mean readout (keys ``kermt.*``, ``readout.cached_zero_vector``, as upstream's fingerprint model)."""
+
+    def __init__(self, encoder: KermtEmbedding, source: FingerprintSource = "both") -> None:
+        super().__init__()
+        if source not in _FAMILIES:
+            raise ValueError(f"fingerprint source {source!r} must be one of {tuple(_FAMILIES)}")
+        self.kermt = encoder
+        self.readout = Readout(encoder.config.hidden_size, ReadoutConfig(self_attention=False))
+        self.source = source
+
+    def forward(self, graph: BatchMolGraph, features: torch.Tensor | None = None) -> torch.Tensor:
+        return fingerprint_from_embeddings(self.kermt(graph), graph, self.readout, self.source, features)
+
+
+__all__ = ["FingerprintSource", "KermtFingerprint", "fingerprint_from_embeddings"]

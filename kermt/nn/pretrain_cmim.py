@@ -1,0 +1,144 @@
+"""cMIM latent head and its contrastive + Gaussian loss terms (spec §8.4).
+
+The latent head (upstream ``KERMTLatentDistribution``, keys ``latent_dist.{kermt,readout,fc_mean_logscale}``) pools
+each embedding family with a mean readout, averages the families and projects to (mean, log_scale) of a diagonal
+Gaussian q(z|x). The loss per molecule is ``-(log p(k=1|z,x) + ½(log q(z|x) + log P(z)))``: a contrastive term
+(the molecule's own latent against the average of the others) plus the encoder and prior log-densities.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from kermt.config import ReadoutConfig
+from kermt.data.batch import BatchMolGraph
+from kermt.nn.encoder import ATOM_BRANCHES, EncoderOutput, KermtEmbedding
+from kermt.nn.readout import Readout
+
+_HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass(frozen=True)
+class LatentParams:
+    """Gaussian q(z|x) per molecule: ``mean``, ``log_scale`` [M, latent] (log_scale clamped below)."""
+
+    mean: torch.Tensor
+    log_scale: torch.Tensor
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Reparameterised draw z = mean + exp(log_scale)·ε, ε ~ N(0, I): [M, latent]."""
+        noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
+        return self.mean + torch.exp(self.log_scale) * noise
+
+
+class LatentHead(nn.Module):
+    """Encoder embeddings -> molecule latent distribution. Holds the encoder as ``kermt`` (shared in hybrid mode).
+
+    Only the mean readout is offered: upstream's self-attention option yields hidden·attn_out features that its
+    hidden -> 2·latent projection cannot take (it fails unless attn_out = 1), and no released model uses it.
+    """
+
+    def __init__(self, encoder: KermtEmbedding, latent_dim: int, min_log_scale: float = -6.0) -> None:
+        super().__init__()
+        hidden = encoder.config.hidden_size
+        self.kermt = encoder
+        self.readout = Readout(hidden, ReadoutConfig(self_attention=False))
+        self.fc_mean_logscale = nn.Linear(hidden, 2 * latent_dim)
+        self.min_log_scale = min_log_scale
+
+    def pooled_families(self, embeddings: EncoderOutput, graph: BatchMolGraph) -> dict[str, torch.Tensor]:
+        """Mean readout [M, hidden] of every family the encoder produced."""
+        pooled = {}
+        for name in ("atom_from_atom", "atom_from_bond", "bond_from_atom", "bond_from_bond"):
+            rows = getattr(embeddings, name)
+            if rows is not None:
+                pooled[name] = self.readout(rows, graph.a_scope if name in ATOM_BRANCHES else graph.b_scope)
+        return pooled
+
+    def forward(self, graph: BatchMolGraph, embeddings: EncoderOutput | None = None) -> LatentParams:
+        """Run the encoder (unless ``embeddings`` are given), pool, average the families, project."""
+        if embeddings is None:
+            embeddings = self.kermt(graph)
+        pooled = list(self.pooled_families(embeddings, graph).values())
+        molecule = sum(pooled) / len(pooled)  # [M, hidden]
+        mean, log_scale = self.fc_mean_logscale(molecule).chunk(2, dim=-1)
+        return LatentParams(mean=mean, log_scale=log_scale.clamp(min=self.min_log_scale))
+
+
+@dataclass(frozen=True)
+class CmimTerms:
+    """Per-molecule [M] values: ``cmim`` loss, contrastive ``log_p_k1_given_zx``, ``log_q_z_given_x``, ``log_P_z``."""
+
+    cmim: torch.Tensor
+    log_p_k1_given_zx: torch.Tensor
+    log_q_z_given_x: torch.Tensor
+    log_P_z: torch.Tensor
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """Identity forward, gradient multiplied by a constant (upstream's ``--normalize_gradient``)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, factor: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.factor = factor
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return grad * ctx.factor, None
+
+
+def contrastive_log_prob(z: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log p(k=1 | z, x) per molecule [M]: own cosine similarity (1/T) against the mean of the others'.
+
+    ``pos - logsumexp([pos, neg_j - log(M-1) for j != i])``; 0 for a batch of one molecule.
+    """
+    count = z.shape[0]
+    if count < 2:
+        return z.new_zeros(count)
+    unit = F.normalize(z.flatten(1), dim=1)
+    positive = (unit * unit).sum(dim=1) / temperature  # 1/T up to rounding, kept as computed for parity
+    similarity = unit @ unit.T / temperature
+    off_diagonal = ~torch.eye(count, dtype=torch.bool, device=z.device)
+    negatives = similarity[off_diagonal].view(count, count - 1) - math.log(count - 1)
+    return positive - torch.logsumexp(torch.cat([positive.unsqueeze(1), negatives], dim=1), dim=1)
+
+
+def _gaussian_log_density(z: torch.Tensor, mean: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
+    """Σ_d log N(z_d; mean_d, exp(log_scale_d)²): [M, latent] -> [M]."""
+    return (-0.5 * ((z - mean) * torch.exp(-log_scale)) ** 2 - log_scale - _HALF_LOG_TWO_PI).sum(dim=-1)
+
+
+def cmim_terms(
+    params: LatentParams,
+    z: torch.Tensor,
+    temperature: float,
+    normalize_loss: bool = False,
+    normalize_gradient: bool = False,
+) -> CmimTerms:
+    """Contrastive and Gaussian terms of cMIM for latents ``z`` [M, latent] drawn from ``params``.
+
+    ``normalize_loss`` scales both log-densities by 1/latent_dim; ``normalize_gradient`` scales only their gradient.
+    """
+    factor = 1.0 / z[0].numel() if z.shape[0] else 1.0
+    log_p = contrastive_log_prob(z, temperature)
+    densities = []
+    for mean, log_scale in ((params.mean, params.log_scale), (torch.zeros_like(z), torch.zeros_like(z))):
+        value = _gaussian_log_density(z, mean, log_scale)
+        if normalize_loss:
+            value = value * factor
+        if normalize_gradient:
+            value = _ScaleGradient.apply(value, factor)
+        densities.append(value)
+    log_q, log_prior = densities
+    return CmimTerms(
+        cmim=-(log_p + 0.5 * (log_q + log_prior)), log_p_k1_given_zx=log_p, log_q_z_given_x=log_q, log_P_z=log_prior
+    )
+
+
+__all__ = ["CmimTerms", "LatentHead", "LatentParams", "cmim_terms", "contrastive_log_prob"]

@@ -1,0 +1,103 @@
+"""KermtPretrainModel: encoder + vocab heads ("vocab"), latent head + SMILES decoder ("cmim"), or both ("hybrid").
+
+The module tree reproduces upstream's ``KermtTask`` / ``KermtCMIMTask`` / ``KermtHybridTask`` state_dicts key for
+key, in the same order:
+
+    vocab:  kermt.*, vocab_module.*
+    cmim:   latent_dist.{kermt,readout,fc_mean_logscale}.*, decoder.*
+    hybrid: kermt.*, latent_dist.{kermt,readout,fc_mean_logscale}.*, decoder.*, vocab_module.*
+
+In hybrid mode ``kermt`` and ``latent_dist.kermt`` are ONE module, so the state_dict lists the encoder twice (as
+upstream's files do) while ``parameters()`` yields it once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from kermt.config import EncoderConfig
+from kermt.data.batch import BatchMolGraph
+from kermt.nn.decoder import SmilesDecoder, TeacherForcing
+from kermt.nn.encoder import KermtEmbedding
+from kermt.nn.pretrain_cmim import LatentHead, LatentParams
+from kermt.nn.pretrain_config import PretrainHeadsConfig
+from kermt.nn.pretrain_vocab import VocabHeads, VocabPredictions, VocabTargets
+
+
+@dataclass(frozen=True)
+class PretrainBatch:
+    """One pretraining batch: the graph, vocab targets (vocab / hybrid) and SMILES token ids [B, L] (cmim / hybrid,
+    ``<start> … <end>`` right-padded with 0)."""
+
+    graph: BatchMolGraph
+    vocab_targets: VocabTargets | None = None
+    tokens: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> "PretrainBatch":
+        return replace(
+            self,
+            graph=self.graph.to(device),
+            vocab_targets=None if self.vocab_targets is None else self.vocab_targets.to(device),
+            tokens=None if self.tokens is None else self.tokens.to(device),
+        )
+
+
+@dataclass(frozen=True)
+class PretrainOutput:
+    """What the loss needs. ``vocab``: vocab-head predictions; ``latent``: q(z|x); ``z`` [M, latent]: the latent the
+    decoder was conditioned on; ``decoder_logits`` [M, L-1, V] for ``teacher``'s inputs."""
+
+    vocab: VocabPredictions | None = None
+    latent: LatentParams | None = None
+    z: torch.Tensor | None = None
+    decoder_logits: torch.Tensor | None = None
+    teacher: TeacherForcing | None = None
+
+
+class KermtPretrainModel(nn.Module):
+    """Pretraining model in upstream's layout (see the module docstring for its keys)."""
+
+    def __init__(self, encoder: EncoderConfig, heads: PretrainHeadsConfig) -> None:
+        super().__init__()
+        self.encoder_config = encoder
+        self.heads_config = heads
+        hidden = encoder.hidden_size
+        if heads.uses_vocab:
+            self.kermt = KermtEmbedding(encoder)
+        if heads.uses_decoder:
+            shared = self.kermt if heads.pretrain_mode == "hybrid" else KermtEmbedding(encoder)
+            self.latent_dist = LatentHead(shared, heads.latent_dim, heads.min_log_scale)
+            self.decoder = SmilesDecoder(heads)
+        if heads.uses_vocab:
+            self.vocab_module = VocabHeads(hidden, heads.atom_vocab_size, heads.bond_vocab_size, heads.fg_size)
+
+    @property
+    def encoder(self) -> KermtEmbedding:
+        """The (only) encoder, whichever attribute holds it."""
+        return self.kermt if self.heads_config.uses_vocab else self.latent_dist.kermt
+
+    def forward(
+        self, batch: PretrainBatch, sample_latent: bool = True, generator: torch.Generator | None = None
+    ) -> PretrainOutput:
+        """Run the heads of this mode. ``sample_latent=False`` conditions the decoder on the latent mean instead of a
+        reparameterised draw (deterministic; what evaluation and embedding want); ``generator`` seeds the draw."""
+        heads = self.heads_config
+        graph = batch.graph
+        embeddings = self.kermt(graph) if heads.uses_vocab else None
+        vocab = self.vocab_module(embeddings, graph) if heads.uses_vocab else None
+        if not heads.uses_decoder:
+            return PretrainOutput(vocab=vocab)
+        if batch.tokens is None:
+            raise ValueError(f"pretrain_mode {heads.pretrain_mode!r} needs batch.tokens for the SMILES decoder")
+        reuse = embeddings if heads.hybrid_single_encoder_pass else None
+        latent = self.latent_dist(graph, reuse)
+        z = latent.sample(generator) if sample_latent else latent.mean
+        teacher = TeacherForcing.from_tokens(batch.tokens)
+        logits = self.decoder(teacher.inputs, z.unsqueeze(1), teacher.padding_mask)
+        return PretrainOutput(vocab=vocab, latent=latent, z=z, decoder_logits=logits, teacher=teacher)
+
+
+__all__ = ["KermtPretrainModel", "PretrainBatch", "PretrainOutput"]
