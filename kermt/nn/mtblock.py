@@ -32,8 +32,9 @@ class Head(nn.Module):
 class MTBlock(nn.Module):
     """One block of the node (``atom_messages``) or edge stack.
 
-    ``W_i`` projects raw features ([R, input_dim]) to ``hidden``; it is only applied when the input width differs
-    from ``hidden`` (so blocks after the first hold an unused ``W_i``, as upstream's checkpoints do).
+    ``W_i`` (then ``act_func``, ``layernorm``) projects raw features ([R, input_dim]) to ``hidden``; it is only
+    applied when the input width differs from ``hidden``. Blocks after the first hold that projection unused, as
+    upstream's checkpoints do; here it is frozen (requires_grad False).
     """
 
     def __init__(self, config: EncoderConfig, input_dim: int, atom_messages: bool) -> None:
@@ -53,6 +54,12 @@ class MTBlock(nn.Module):
         self.attn = MultiHeadedAttention(config.num_attn_head, hidden, config.dropout, config.bias)
         self.W_o = nn.Linear(hidden * config.num_attn_head, hidden, bias=config.bias)
         self.sublayer = SublayerConnection(hidden, config.dropout)
+        if input_dim == hidden:
+            # The input projection only runs when the input width differs from hidden (blocks after the first).
+            # Upstream still holds its parameters (checkpoints list them); freezing them keeps every trainable
+            # parameter in the autograd graph, so DDP needs no find_unused_parameters.
+            for module in (self.W_i, self.act_func, self.layernorm):
+                module.requires_grad_(False)
 
     @property
     def num_encoders(self) -> int:
