@@ -7,8 +7,9 @@ RoPE decoder layers with FFN 2048, no gates).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 PretrainMode = Literal["vocab", "cmim", "hybrid"]
 PositionalEncoding = Literal["rope", "sinusoidal"]
@@ -96,4 +97,28 @@ class PretrainLossConfig:
     normalize_gradient: bool = False
 
 
-__all__ = ["FG_SIZE", "PositionalEncoding", "PretrainHeadsConfig", "PretrainLossConfig", "PretrainMode"]
+def configs_from_settings(settings: Mapping[str, Any]) -> tuple[PretrainHeadsConfig, PretrainLossConfig]:
+    """Heads and loss configs from a checkpoint's pretraining settings (upstream flag names, plus the vocab sizes
+    and latent_dim read off the tensors; e.g. ``kermt.checkpoint`` ``CheckpointSpec.pretrain``). Unknown names are
+    ignored: a checkpoint stores many training flags that are not architecture.
+
+    Upstream builds a sinusoidal decoder with gates requested by ignoring the gates (with a warning); so do we
+    here, since the weights of such a file have no gate tensors.
+    """
+    heads_fields = {f.name for f in fields(PretrainHeadsConfig)}
+    loss_fields = {f.name for f in fields(PretrainLossConfig)}
+    heads = {k: v for k, v in settings.items() if k in heads_fields and v is not None}
+    if heads.get("decoder_positional_encoding") == "sinusoidal":
+        heads["decoder_gate_self_attn"] = heads["decoder_gate_cross_attn"] = False
+    loss = {k: v for k, v in settings.items() if k in loss_fields and v is not None}
+    return PretrainHeadsConfig(**heads), PretrainLossConfig(**loss)
+
+
+__all__ = [
+    "FG_SIZE",
+    "PositionalEncoding",
+    "PretrainHeadsConfig",
+    "PretrainLossConfig",
+    "PretrainMode",
+    "configs_from_settings",
+]

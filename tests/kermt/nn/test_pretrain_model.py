@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from kermt.checkpoint import read_checkpoint
 from kermt.config import EncoderConfig
 from kermt.data.batch import BatchMolGraph
 from kermt.nn.decoder import reconstruction_terms
 from kermt.nn.encoder import KermtEmbedding
 from kermt.nn.fingerprint import KermtFingerprint
 from kermt.nn.pretrain_cmim import cmim_terms
-from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig, configs_from_settings
 from kermt.nn.pretrain_loss import pretrain_loss
 from kermt.nn.pretrain_model import KermtPretrainModel, PretrainBatch
 from kermt.nn.pretrain_vocab import VocabTargets, vocab_loss
@@ -194,3 +195,14 @@ def test_full_size_hybrid_layout_on_meta_device(latent_dim: int) -> None:
     assert key_list(model, with_dtype=False) == read_key_list(path)
     n_params = sum(p.numel() for p in model.parameters())
     assert f"{n_params:,}" in header
+
+
+@pytest.mark.parametrize("mode", ["vocab", "hybrid"])
+def test_model_rebuilt_from_checkpoint_settings_loads_strictly(mode: str) -> None:
+    ckpt = read_checkpoint(FIXTURE_DIR / f"ckpt_pretrain_{mode}.pt")  # safe reader: no pickled code runs
+    heads, loss = configs_from_settings(ckpt.spec.pretrain)
+    vocab_only = PretrainHeadsConfig(pretrain_mode="vocab", atom_vocab_size=126, bond_vocab_size=101)
+    assert heads == (fixture_heads(mode) if mode == "hybrid" else vocab_only)
+    assert loss == PretrainLossConfig()
+    model = KermtPretrainModel(ckpt.spec.encoder, heads)
+    model.load_state_dict(ckpt.state_dict, strict=True)
