@@ -44,7 +44,10 @@ class LoadReport:
         if self.fresh:
             lines.append(f"initialised fresh: {len(self.fresh)} tensors ({_prefix_summary(self.fresh)})")
         lines += [f"ignored {len(keys)} tensors: {reason}" for reason, keys in self.ignored.items()]
-        lines += [f"ignored entry {name!r}: {reason}" for name, reason in self.ignored_entries.items()]
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in self.ignored_entries.items():
+            by_reason.setdefault(reason, []).append(name)
+        lines += [f"ignored entries {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
         return "\n".join(lines)
 
 

@@ -65,6 +65,22 @@ def load_finetune_model(checkpoint: Checkpoint) -> tuple[nn.Module, LoadReport]:
     return model, report
 
 
+def load_pretrain_model(checkpoint: Checkpoint) -> tuple[nn.Module, LoadReport]:
+    """Rebuild a vocab/cmim/hybrid pretraining model (e.g. to resume pretraining) and load it strictly."""
+    import dataclasses
+
+    from kermt.nn.pretrain_config import PretrainHeadsConfig
+    from kermt.nn.pretrain_model import KermtPretrainModel
+
+    if checkpoint.spec.kind not in ("vocab", "cmim", "hybrid"):
+        raise ValueError(f"{checkpoint.path} is a {checkpoint.spec.kind} checkpoint, not a pretraining one")
+    names = {f.name for f in dataclasses.fields(PretrainHeadsConfig)}
+    settings = {k: v for k, v in checkpoint.spec.pretrain.items() if k in names}
+    settings["pretrain_mode"] = checkpoint.spec.kind  # the tensors decide, whatever args.pretrain_mode said
+    model = KermtPretrainModel(checkpoint.spec.encoder, PretrainHeadsConfig(**settings))
+    return model, load_into_model(model, checkpoint.state_dict, (), checkpoint.ignored_entries())
+
+
 def load_pretrained_weights(model: nn.Module, checkpoint: Checkpoint,
                             expected_fresh_prefixes: tuple[str, ...] = FRESH_HEAD_PREFIXES) -> LoadReport:
     """Load a pretrained encoder into a finetune model whose head is new (reported as initialised fresh)."""
@@ -85,6 +101,7 @@ def convert_to_native(checkpoint: Checkpoint, directory: str | Path) -> Path:
 
 
 __all__ = [
-    "Checkpoint", "FRESH_HEAD_PREFIXES", "convert_to_native", "load_finetune_model", "load_pretrained_weights",
+    "Checkpoint", "FRESH_HEAD_PREFIXES", "convert_to_native", "load_finetune_model", "load_pretrain_model",
+    "load_pretrained_weights",
     "read_checkpoint", "unbuilt_encoder_tensors",
 ]
