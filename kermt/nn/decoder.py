@@ -70,6 +70,21 @@ class SmilesDecoder(nn.Module):
         return self.output_projection(x)
 
 
+@torch.no_grad()
+def greedy_decode(decoder: SmilesDecoder, z: torch.Tensor, max_len: int, start: int = 1, end: int = 2) -> torch.Tensor:
+    """Most likely token at each step given latents ``z`` [B, latent] -> ids [B, <= max_len] starting with ``start``;
+    positions after a sequence's ``end`` are padding. Re-runs the prefix each step (no cache): O(max_len²), meant
+    for inspection and reconstruction checks, not bulk generation."""
+    tokens = torch.full((z.shape[0], 1), start, dtype=torch.long, device=z.device)
+    finished = torch.zeros(z.shape[0], dtype=torch.bool, device=z.device)
+    while tokens.shape[1] < max_len and not bool(finished.all()):
+        next_token = decoder(tokens, z.unsqueeze(1), None)[:, -1].argmax(dim=-1)
+        next_token = next_token.masked_fill(finished, PAD_TOKEN)
+        tokens = torch.cat([tokens, next_token.unsqueeze(1)], dim=1)
+        finished |= next_token == end
+    return tokens
+
+
 @dataclass(frozen=True)
 class TeacherForcing:
     """Decoder input ``tokens[:, :-1]``, target ``tokens[:, 1:]`` and the TARGET's padding mask (True = pad), all
@@ -103,4 +118,4 @@ def reconstruction_terms(logits: torch.Tensor, targets: torch.Tensor, padding_ma
     return Reconstruction(loss=(token_ce * valid).sum(dim=1) / counts, accuracy=(correct * valid).sum(dim=1) / counts)
 
 
-__all__ = ["PAD_TOKEN", "Reconstruction", "SmilesDecoder", "TeacherForcing", "reconstruction_terms"]
+__all__ = ["PAD_TOKEN", "Reconstruction", "SmilesDecoder", "TeacherForcing", "greedy_decode", "reconstruction_terms"]

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kermt.nn.decoder import SmilesDecoder, TeacherForcing, reconstruction_terms
+from kermt.nn.decoder import SmilesDecoder, TeacherForcing, greedy_decode, reconstruction_terms
 from kermt.nn.decoder_layers import RotaryEmbedding
 from kermt.nn.pretrain_config import PretrainHeadsConfig
 
@@ -114,3 +114,18 @@ def test_reconstruction_terms_ignore_padding() -> None:
     expected = -(math.log(0.7) + math.log(0.3)) / 2
     assert result.loss.item() == pytest.approx(expected, rel=1e-6)
     assert result.accuracy.item() == pytest.approx(0.5)
+
+
+def test_greedy_decode_is_consistent_with_teacher_forcing() -> None:
+    decoder = make_decoder()
+    z = torch.randn(3, 16, generator=torch.Generator().manual_seed(2))
+    tokens = greedy_decode(decoder, z, max_len=8)
+    assert tokens.shape[0] == 3 and tokens.shape[1] <= 8 and (tokens[:, 0] == 1).all()
+    with torch.no_grad():
+        logits = decoder(tokens[:, :-1], z.unsqueeze(1), None)
+    for row, row_logits in zip(tokens, logits):
+        steps = len(row) - 1
+        ended = (row[1:] == 2).nonzero()
+        if len(ended):
+            steps = int(ended[0]) + 1  # compare up to and including <end>
+        assert torch.equal(row_logits[:steps].argmax(dim=-1), row[1 : steps + 1])
