@@ -1,0 +1,27 @@
+"""One local Ray cluster for the whole ray_app test session (starting one costs ~10 s)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Set before ray is imported anywhere: test-friendly Ray behaviour (see ../shared/docs/ray-notes.md §7).
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300")
+os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    import ray
+
+    from ray_app.cluster import connect
+
+    # 4 logical CPUs on a 2-core machine: 2 train workers plus Ray Data tasks must never starve each other.
+    resources = connect(num_cpus=4, object_store_mb=256)
+    yield resources
+    ray.shutdown()
