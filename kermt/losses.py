@@ -1,0 +1,93 @@
+"""Finetune losses (spec §4.7): two-view training loss with a disagreement term, and the eval loss.
+
+Training, per (molecule, task) with a label: ``ℓ = L(atom_view, y) + L(bond_view, y) + dist_coff·(atom_view −
+bond_view)²`` with L = BCE-with-logits (classification) or squared error (regression).
+
+Reduction uses a label count the CALLER passes, so a data-parallel caller passes the GLOBAL count (sum over ranks)
+and ``world_size``: each rank's loss is ``world_size · Σ_local ℓ / global_count``, and DDP's gradient average
+(÷ world_size) then gives exactly the single-process gradient of ``Σ_all ℓ / global_count``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from kermt.config import DatasetType
+
+
+@dataclass(frozen=True)
+class LabelledTargets:
+    """Targets [M, T] with missing labels replaced by 0, and the mask [M, T] (1 where a label exists)."""
+
+    values: torch.Tensor
+    mask: torch.Tensor
+
+    @classmethod
+    def from_nan(cls, targets: torch.Tensor) -> "LabelledTargets":
+        """Missing labels given as NaN."""
+        present = ~torch.isnan(targets)
+        return cls(torch.where(present, targets, torch.zeros_like(targets)), present.to(targets.dtype))
+
+    def task_counts(self) -> torch.Tensor:
+        """Labels per task [T] (all-reduce this across ranks for the global count)."""
+        return self.mask.sum(dim=0)
+
+
+def _elementwise(pred: torch.Tensor, target: torch.Tensor, dataset_type: DatasetType) -> torch.Tensor:
+    if dataset_type == "classification":
+        return F.binary_cross_entropy_with_logits(pred, target, reduction="none")
+    return F.mse_loss(pred, target, reduction="none")
+
+
+def two_view_terms(
+    atom_view: torch.Tensor,
+    bond_view: torch.Tensor,
+    targets: LabelledTargets,
+    dataset_type: DatasetType,
+    dist_coff: float,
+) -> torch.Tensor:
+    """Masked per-element training loss [M, T] (0 where there is no label)."""
+    loss = _elementwise(atom_view, targets.values, dataset_type) + _elementwise(bond_view, targets.values, dataset_type)
+    loss = loss + dist_coff * (atom_view - bond_view) ** 2
+    return loss * targets.mask
+
+
+def finetune_loss(
+    atom_view: torch.Tensor,
+    bond_view: torch.Tensor,
+    targets: LabelledTargets,
+    dataset_type: DatasetType,
+    dist_coff: float,
+    label_count: torch.Tensor,
+    world_size: int = 1,
+    log_sigma: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The scalar training loss of this rank's batch.
+
+    label_count: the global number of labels: a scalar for the pooled loss, or a per-task [T] tensor with
+        ``log_sigma`` (MTL: ``Σ_t 0.5·exp(−2 s_t)·L_t + s_t`` with ``L_t`` the task's pooled loss).
+    world_size: number of data-parallel ranks whose gradients are averaged (1 without DDP).
+    """
+    terms = two_view_terms(atom_view, bond_view, targets, dataset_type, dist_coff)
+    if log_sigma is None:
+        return world_size * terms.sum() / torch.clamp(label_count, min=1.0)
+    task_losses = world_size * terms.sum(dim=0) / torch.clamp(label_count, min=1.0)
+    return (0.5 * torch.exp(-2.0 * log_sigma) * task_losses + log_sigma).sum()
+
+
+def eval_task_loss(prediction: torch.Tensor, targets: LabelledTargets, dataset_type: DatasetType) -> torch.Tensor:
+    """Validation loss of one batch per task [T]: masked mean over the batch's labels (0 for a task without).
+
+    ``prediction`` is the model's eval output (mean of the views; probabilities for classification, scored with
+    plain BCE after clamping to [1e-7, 1 − 1e-7], as upstream). Upstream averages these over batches unweighted.
+    """
+    if dataset_type == "classification":
+        probs = prediction.clamp(min=1e-7, max=1.0 - 1e-7)
+        loss = F.binary_cross_entropy(probs, targets.values, reduction="none")
+    else:
+        loss = F.mse_loss(prediction, targets.values, reduction="none")
+    loss = loss * targets.mask
+    return loss.sum(dim=0) / torch.clamp(targets.mask.sum(dim=0), min=1.0)

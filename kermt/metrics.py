@@ -1,0 +1,112 @@
+"""Evaluation metrics with upstream's semantics (spec §5.5).
+
+Per task, only rows with a label (not NaN) are scored. A task with no labels is NaN; a classification task whose
+labels (or predictions) are all 0 or all 1 is NaN. Threshold metrics binarise probabilities with ``p > 0.5``.
+Averages over tasks are nan-means.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable, Literal
+
+import numpy as np
+from scipy.stats import spearmanr as _spearmanr
+from sklearn import metrics as skm
+
+MetricFn = Callable[[np.ndarray, np.ndarray], float]
+THRESHOLD = 0.5
+
+
+def _hard(preds: np.ndarray) -> np.ndarray:
+    return (preds > THRESHOLD).astype(int)
+
+
+def prc_auc(targets: np.ndarray, preds: np.ndarray) -> float:
+    precision, recall, _ = skm.precision_recall_curve(targets, preds)
+    return float(skm.auc(recall, precision))
+
+
+def rmse(targets: np.ndarray, preds: np.ndarray) -> float:
+    return math.sqrt(skm.mean_squared_error(targets, preds))
+
+
+def accuracy(targets: np.ndarray, preds: np.ndarray) -> float:
+    return float(skm.accuracy_score(targets, _hard(preds)))
+
+
+def recall(targets: np.ndarray, preds: np.ndarray) -> float:
+    return float(skm.recall_score(targets, _hard(preds)))
+
+
+def specificity(targets: np.ndarray, preds: np.ndarray) -> float:
+    tn, fp, _, _ = skm.confusion_matrix(targets, _hard(preds), labels=[0, 1]).ravel()
+    return tn / float(tn + fp)
+
+
+def matthews_corrcoef(targets: np.ndarray, preds: np.ndarray) -> float:
+    """Matthews correlation of the thresholded predictions (upstream lists it but raises)."""
+    return float(skm.matthews_corrcoef(targets, _hard(preds)))
+
+
+def spearman(targets: np.ndarray, preds: np.ndarray) -> float:
+    return float(_spearmanr(targets, preds).statistic)
+
+
+METRICS: dict[str, MetricFn] = {
+    "auc": lambda t, p: float(skm.roc_auc_score(t, p)),
+    "prc-auc": prc_auc,
+    "rmse": rmse,
+    "mae": lambda t, p: float(skm.mean_absolute_error(t, p)),
+    "r2": lambda t, p: float(skm.r2_score(t, p)),
+    "accuracy": accuracy,
+    "recall": recall,
+    "sensitivity": recall,
+    "specificity": specificity,
+    "matthews_corrcoef": matthews_corrcoef,
+    "spearmanr": spearman,
+}
+LOWER_IS_BETTER = frozenset({"rmse", "mae"})
+
+
+def get_metric(name: str) -> MetricFn:
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; choose one of {sorted(METRICS)}")
+    return METRICS[name]
+
+
+def metric_direction(name: str) -> Literal["min", "max"]:
+    """Whether lower ("min") or higher ("max") values of the metric are better."""
+    get_metric(name)
+    return "min" if name in LOWER_IS_BETTER else "max"
+
+
+def _degenerate_classification(targets: np.ndarray, preds: np.ndarray) -> bool:
+    def constant_binary(values: np.ndarray) -> bool:
+        return bool(np.all(values == 0) or np.all(values == 1))
+
+    return constant_binary(targets) or constant_binary(preds)
+
+
+def task_scores(preds: np.ndarray, targets: np.ndarray, metric: str, dataset_type: str) -> list[float]:
+    """One score per task. preds, targets: [N, T]; NaN in ``targets`` marks a missing label."""
+    fn = get_metric(metric)
+    preds, targets = np.asarray(preds, dtype=float), np.asarray(targets, dtype=float)
+    scores = []
+    for task in range(targets.shape[1]):
+        labelled = ~np.isnan(targets[:, task])
+        y, p = targets[labelled, task], preds[labelled, task]
+        if y.size == 0 or (dataset_type == "classification" and _degenerate_classification(y, p)):
+            scores.append(float("nan"))
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. r2/spearman of one sample: NaN, as upstream
+            scores.append(fn(y, p))
+    return scores
+
+
+def nanmean(scores: list[float]) -> float:
+    """Mean over tasks ignoring NaN; NaN when every task is NaN."""
+    values = np.asarray(scores, dtype=float)
+    return float(np.nanmean(values)) if np.any(~np.isnan(values)) else float("nan")
