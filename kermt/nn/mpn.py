@@ -10,6 +10,8 @@ a prefix of the stack; the others keep their last message, exactly as if each ha
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -27,6 +29,16 @@ class MPNEncoder(nn.Module):
         self.W_h = nn.Linear(hidden_size, hidden_size, bias=bias)
 
 
+@dataclass(frozen=True)
+class PassingMode:
+    """How a stack of encoders passes messages: atom (node view) or directed-bond (edge view) messages."""
+
+    atom_messages: bool
+    undirected: bool
+    dropout: float
+    training: bool
+
+
 def _stacked_activation(encoders: list[MPNEncoder], z: torch.Tensor) -> torch.Tensor:
     """Apply encoder k's activation to ``z[k]`` ([K, R, h]). Only PReLU has per-encoder parameters."""
     first = encoders[0].act_func
@@ -41,15 +53,12 @@ def _step(
     inp: torch.Tensor,
     message: torch.Tensor,
     index: GraphIndex,
-    atom_messages: bool,
-    undirected: bool,
-    dropout: float,
-    training: bool,
+    mode: PassingMode,
 ) -> torch.Tensor:
     """One iteration for a stack of encoders: message [K, R, h] -> [K, R, h]; ``inp`` [R, h]."""
-    if undirected:
+    if mode.undirected:
         message = (message + message.index_select(-2, index.b2revb)) / 2
-    if atom_messages:
+    if mode.atom_messages:
         incoming = index.sum_neighbour_atoms(message)
     else:
         incoming = index.bond_messages(message)
@@ -57,7 +66,7 @@ def _step(
     hidden = torch.bmm(incoming, weight.transpose(1, 2))
     if encoders[0].W_h.bias is not None:
         hidden = hidden + torch.stack([enc.W_h.bias for enc in encoders]).unsqueeze(1)
-    message = F.dropout(_stacked_activation(encoders, inp + hidden), dropout, training)
+    message = F.dropout(_stacked_activation(encoders, inp + hidden), mode.dropout, mode.training)
     return index.zero_padding_row(message)
 
 
@@ -66,10 +75,7 @@ def run_encoders(
     inp: torch.Tensor,
     iterations: list[int],
     index: GraphIndex,
-    atom_messages: bool,
-    undirected: bool,
-    dropout: float,
-    training: bool,
+    mode: PassingMode,
 ) -> torch.Tensor:
     """Run every encoder on the same input ``inp`` [R, h] for its own number of iterations.
 
@@ -85,9 +91,7 @@ def run_encoders(
         if active < message.shape[0]:
             finished.append(message[active:])
             message = message[:active]
-        message = _step(
-            sorted_encoders[:active], inp, message, index, atom_messages, undirected, dropout, training
-        )
+        message = _step(sorted_encoders[:active], inp, message, index, mode)
     in_sorted_order = torch.cat([message, *reversed(finished)], dim=0)
     restore = torch.empty(len(order), dtype=torch.long)
     restore[torch.tensor(order)] = torch.arange(len(order))

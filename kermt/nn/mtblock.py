@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from kermt.config import EncoderConfig
 from kermt.nn.aggregate import GraphIndex
 from kermt.nn.layers import MultiHeadedAttention, SublayerConnection, make_activation
-from kermt.nn.mpn import MPNEncoder, run_encoders
+from kermt.nn.mpn import MPNEncoder, PassingMode, run_encoders
 
 
 class Head(nn.Module):
@@ -77,9 +77,8 @@ class MTBlock(nn.Module):
         encoders = [enc for head in self.heads for enc in head.encoders()]
         depths = depths if depths is not None else [self.depth] * len(encoders)
         iterations = [max(d - 1, 0) for d in depths]
-        qkv = run_encoders(
-            encoders, x, iterations, index, self.atom_messages, self.undirected, self.dropout, self.training
-        )  # [3H, R, h]
+        mode = PassingMode(self.atom_messages, self.undirected, self.dropout, self.training)
+        qkv = run_encoders(encoders, x, iterations, index, mode)  # [3H, R, h]
         rows, num_heads = x.shape[0], len(self.heads)
         qkv = qkv.view(num_heads, 3, rows, self.hidden_size).permute(1, 2, 0, 3)  # [3, R, H, h]
         mixed = self.attn(qkv[0], qkv[1], qkv[2]).reshape(rows, -1)
