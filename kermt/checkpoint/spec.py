@@ -73,7 +73,7 @@ class CheckpointSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (scalers as lists, tuples as lists)."""
-        return {
+        return _lists_for_tuples({
             "kind": self.kind,
             "encoder": to_dict(self.encoder),
             "readout": to_dict(self.readout) if self.readout else None,
@@ -85,7 +85,7 @@ class CheckpointSpec:
             "features_scaler": self.features_scaler.to_dict() if self.features_scaler else None,
             "pretrain": dict(self.pretrain),
             "notes": list(self.notes),
-        }
+        })
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CheckpointSpec":
@@ -102,6 +102,14 @@ class CheckpointSpec:
             pretrain=dict(data.get("pretrain") or {}),
             notes=tuple(data.get("notes") or ()),
         )
+
+
+def _lists_for_tuples(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists_for_tuples(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists_for_tuples(v) for v in value]
+    return value
 
 
 __all__ = ["CHECKPOINT_KINDS", "CheckpointKind", "CheckpointSpec", "FeatureSettings", "PRETRAIN_KINDS"]
