@@ -28,7 +28,7 @@ class FeatureSettings:
     use_cuikmolmaker_featurization: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CheckpointSpec:
     """Everything needed to rebuild and use the model in a checkpoint.
 
@@ -48,6 +48,12 @@ class CheckpointSpec:
     features_scaler: StandardScaler | None = None
     pretrain: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        # by value: the dataclass default would compare the scalers' numpy arrays element-wise and fail
+        return isinstance(other, CheckpointSpec) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.kind not in CHECKPOINT_KINDS:

@@ -34,7 +34,7 @@ def test_finetuned_round_trip_is_bit_identical(tmp_path, name):
     native = load_native(directory)
     _assert_same_tensors(native.state_dict, model.state_dict())
     _assert_same_tensors(native.passthrough, unbuilt_encoder_tensors(checkpoint))
-    assert native.spec.to_dict() == checkpoint.spec.to_dict()
+    assert native.spec == checkpoint.spec and native.spec.to_dict() == checkpoint.spec.to_dict()
     assert native.provenance["source_sha256"] == checkpoint.provenance["source_sha256"]
     reloaded, report = load_finetune_model(read_checkpoint(directory))
     assert report.ignored == {} and report.fresh == ()
