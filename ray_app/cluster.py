@@ -16,6 +16,7 @@ _LOCAL_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # otherwise every worker print appears twice in the driver output
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",  # loaded CI machines can exceed the 60 s default
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",  # spot preemption is handled by max_failures; avoids an actor + log
 }
 
 

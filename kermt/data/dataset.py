@@ -1,0 +1,114 @@
+"""MoleculeSet: the featurised, scaled molecules of one split, and how a batch of them is built.
+
+Rows are indexed 0..n-1 inside the set. Building a batch is a vectorised gather from the flat arrays (no per-molecule
+Python objects), optionally with bond dropout drawn for a whole GLOBAL batch from a seeded generator, so the
+dropped bonds of a molecule do not depend on how the global batch is spread over workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kermt.chem.molgraph import FlatGraphs
+from kermt.data.batch import BatchMolGraph
+from kermt.data.collate import collate_graphs
+
+
+@dataclass(frozen=True)
+class MoleculeBatch:
+    """graph: M molecules; features [M, F] float32 or None; targets [M, T] float32 with NaN = missing."""
+
+    graph: BatchMolGraph
+    features: torch.Tensor | None
+    targets: torch.Tensor
+    rows: np.ndarray
+
+    def to(self, device: torch.device | str) -> "MoleculeBatch":
+        features = self.features.to(device) if self.features is not None else None
+        return MoleculeBatch(self.graph.to(device), features, self.targets.to(device), self.rows)
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _gather_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``range(s, s + c)`` for every (s, c), vectorised."""
+    total = int(counts.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(_offsets(counts)[:-1], counts)
+    return np.repeat(starts, counts) + within
+
+
+def take_graphs(flat: FlatGraphs, rows: np.ndarray, keep_bond: np.ndarray | None = None) -> FlatGraphs:
+    """The molecules at ``rows`` (in order); ``keep_bond`` (bool per selected chemical bond) drops bonds."""
+    rows = np.asarray(rows, dtype=np.int64)
+    atom_idx = _gather_ranges(_offsets(flat.atom_counts)[rows], flat.atom_counts[rows])
+    bond_counts = flat.bond_counts[rows]
+    bond_idx = _gather_ranges(_offsets(flat.bond_counts)[rows], bond_counts)
+    if keep_bond is not None:
+        bond_idx = bond_idx[keep_bond]
+        owner = np.repeat(np.arange(len(rows)), bond_counts)[keep_bond]
+        bond_counts = np.bincount(owner, minlength=len(rows)).astype(np.int64)
+    return FlatGraphs(
+        f_atoms=flat.f_atoms[atom_idx],
+        bond_atoms=flat.bond_atoms[bond_idx],
+        bond_feats=flat.bond_feats[bond_idx],
+        bond_rdkit_idx=flat.bond_rdkit_idx[bond_idx],
+        atom_counts=flat.atom_counts[rows],
+        bond_counts=bond_counts,
+    )
+
+
+@dataclass(frozen=True)
+class MoleculeSet:
+    """One split, ready to batch. Every row is a valid molecule.
+
+    graphs    FlatGraphs with n entries
+    features  float32 [n, F] (already scaled) or None
+    targets   float32 [n, T] (regression: scaled for train/val), NaN = missing label
+    smiles    the n SMILES, for outputs
+    """
+
+    graphs: FlatGraphs
+    features: np.ndarray | None
+    targets: np.ndarray
+    smiles: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.smiles)
+
+    def bond_counts(self, rows: np.ndarray) -> np.ndarray:
+        return self.graphs.bond_counts[np.asarray(rows, dtype=np.int64)]
+
+    def batch(self, rows: np.ndarray, keep_bond: np.ndarray | None = None) -> MoleculeBatch:
+        """Collate ``rows`` into one batch (row 0 padding, upstream layout)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        graph = collate_graphs(take_graphs(self.graphs, rows, keep_bond))
+        features = torch.from_numpy(self.features[rows]) if self.features is not None else None
+        return MoleculeBatch(graph, features, torch.from_numpy(self.targets[rows]), rows)
+
+
+def bond_keep_mask(
+    global_rows: np.ndarray, bond_counts: np.ndarray, drop_rate: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Keep flags for every chemical bond of a global batch, one Bernoulli draw per bond in batch order."""
+    total = int(bond_counts[np.asarray(global_rows, dtype=np.int64)].sum())
+    return rng.random(total) >= drop_rate
+
+
+def worker_keep_mask(
+    global_rows: np.ndarray, worker_rows: np.ndarray, bond_counts: np.ndarray, keep: np.ndarray
+) -> np.ndarray:
+    """This worker's part of a global batch's keep flags (``worker_rows`` is a contiguous run of ``global_rows``)."""
+    global_rows = np.asarray(global_rows, dtype=np.int64)
+    if len(worker_rows) == 0:
+        return np.zeros(0, dtype=bool)
+    start = int(np.flatnonzero(global_rows == worker_rows[0])[0])
+    counts = bond_counts[global_rows]
+    first = int(counts[:start].sum())
+    return keep[first : first + int(counts[start : start + len(worker_rows)].sum())]

@@ -1,0 +1,138 @@
+"""Finetuning steps shared by every runner (Ray Train workers, notebooks): one optimizer step, prediction, scoring.
+
+Distribution is injected, not assumed: ``train_step`` takes ``world_size`` and an ``all_reduce`` for the label
+count (identity in a single process), so N workers with batch b compute exactly the gradients of one process with
+batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.losses`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from kermt.data.dataset import MoleculeBatch, MoleculeSet
+from kermt.data.scalers import StandardScaler
+from kermt.losses import LabelledTargets, eval_task_loss, finetune_loss
+from kermt.metrics import nanmean, task_scores
+
+AllReduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    dataset_type: str
+    dist_coff: float
+    use_mtl_loss: bool = False
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    batch: MoleculeBatch,
+    settings: StepSettings,
+    depth_rng: np.random.Generator | None = None,
+    world_size: int = 1,
+    all_reduce: AllReduce = no_reduce,
+) -> tuple[float, float]:
+    """One optimizer step on this worker's part of a global batch. Returns (local loss sum, global label count).
+
+    ``model`` may be DDP-wrapped; its forward must accept (graph, features, depth_rng). Every rank must call
+    this for every global batch, even with an empty share, so collectives stay matched.
+    """
+    targets = LabelledTargets.from_nan(batch.targets)
+    counts = targets.task_counts() if settings.use_mtl_loss else targets.mask.sum().reshape(1)
+    global_counts = all_reduce(counts.clone())
+    output = model(batch.graph, batch.features, depth_rng)
+    core = getattr(model, "module", model)
+    loss = finetune_loss(
+        output.atom_view,
+        output.bond_view,
+        targets,
+        settings.dataset_type,
+        settings.dist_coff,
+        global_counts if settings.use_mtl_loss else global_counts[0],
+        world_size=world_size,
+        log_sigma=core.mtl_log_sigma if settings.use_mtl_loss else None,
+    )
+    loss = loss + _zero_touch(core)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    return float(loss.detach()) * float(global_counts.sum()) / world_size, float(global_counts.sum())
+
+
+def _zero_touch(model: nn.Module) -> torch.Tensor:
+    """0 x (one element of every trainable parameter): gives every parameter a gradient, zero where unused.
+
+    A step can leave parameters unused: a ``W_h`` skipped by a shallow dynamic-depth draw, or the whole model on a
+    worker whose share of the epoch's last global batch is empty. DDP without ``find_unused_parameters`` needs a
+    gradient for every parameter on every rank, and 1 worker must equal N workers, so every runner adds this term.
+    (With Adam, a zero gradient still applies the moment update where upstream skips the parameter.)
+    """
+    touched = [p.reshape(-1)[0] for p in model.parameters() if p.requires_grad]
+    return torch.stack(touched).sum() * 0.0 if touched else torch.zeros(())
+
+
+@torch.no_grad()
+def predict(model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarray, batch_size: int) -> np.ndarray:
+    """Eval-mode predictions [len(rows), T] float64 (scaled space for regression, probabilities for classification).
+
+    Batches are consecutive chunks of ``rows``: upstream numerics depend on batch composition (padding row), so
+    callers that want reproducible numbers must use the same rows and batch size.
+    """
+    core = getattr(model, "module", model)
+    was_training = core.training
+    core.eval()
+    rows = np.asarray(rows, dtype=np.int64)
+    out = []
+    for start in range(0, len(rows), batch_size):
+        batch = data.batch(rows[start : start + batch_size])
+        out.append(core(batch.graph, batch.features).prediction.double().cpu().numpy())
+    core.train(was_training)
+    width = data.targets.shape[1]
+    return np.concatenate(out) if out else np.zeros((0, width))
+
+
+def validation_loss(preds: np.ndarray, targets: np.ndarray, batch_size: int, dataset_type: str) -> float:
+    """Upstream's validation loss: per batch a masked per-task mean, averaged over batches, then nan-mean of tasks.
+
+    preds, targets: [N, T] in the model's (scaled) space, NaN = missing label; batches = consecutive chunks.
+    """
+    per_batch = []
+    for start in range(0, len(preds), batch_size):
+        labelled = LabelledTargets.from_nan(torch.from_numpy(targets[start : start + batch_size]).double())
+        pred = torch.from_numpy(preds[start : start + batch_size]).double()
+        per_batch.append(eval_task_loss(pred, labelled, dataset_type).numpy())
+    if not per_batch:
+        return float("nan")
+    return float(np.nanmean(np.mean(per_batch, axis=0)))
+
+
+def score(
+    preds: np.ndarray,
+    targets: np.ndarray,
+    metric: str,
+    dataset_type: str,
+    scaler: StandardScaler | None,
+) -> tuple[float, list[float]]:
+    """(task nan-mean, per-task scores) on de-standardised predictions and targets."""
+    if scaler is not None:
+        preds, targets = scaler.inverse_transform(preds), scaler.inverse_transform(targets)
+    scores = task_scores(preds, targets, metric, dataset_type)
+    return nanmean(scores), scores
+
+
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the (unwrapped) model's state, e.g. the best epoch's weights."""
+    core = getattr(model, "module", model)
+    return {name: value.detach().clone() for name, value in core.state_dict().items()}

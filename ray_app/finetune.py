@@ -1,0 +1,279 @@
+"""`kermt finetune`: upstream's `main.py finetune`, each ensemble member of each fold trained by a Ray TorchTrainer.
+
+Driver flow: resolve settings -> featurise every file once on the cluster -> per fold: split, scale, then per
+member: build the initial model here (pretrained encoder + fresh head), train it data-parallel, keep the best
+epoch -> ensemble-average test predictions -> upstream's outputs and summary lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from kermt.checkpoint import (
+    Checkpoint,
+    CheckpointSpec,
+    FeatureSettings,
+    export_upstream,
+    load_into_model,
+    merge_finetune_config,
+    read_checkpoint,
+    save_native,
+    unbuilt_encoder_tensors,
+)
+from kermt.checkpoint.reader import FRESH_HEAD_PREFIXES
+from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt.data.splits import Split
+from kermt.data.tables import check_classification_labels, infer_dataset_type
+from kermt.metrics import nanmean
+from kermt.nn.finetune import KermtFinetuneModel
+from kermt.nn.heads import initialize_weights
+from kermt.training import predict, score
+from ray_app import outputs
+from ray_app.cluster import connect
+from ray_app.config import FinetuneConfig, Source, to_yaml
+from ray_app.prepare import (
+    ScaledSplits,
+    SourceData,
+    fold_count,
+    load_source,
+    scale_splits,
+    split_for_fold,
+    subset,
+    wants_feature_scaling,
+    write_invalid,
+)
+from ray_app.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
+
+# Upstream finetune parser defaults for an encoder trained from scratch (no checkpoint).
+SCRATCH_ENCODER = {"hidden_size": 800, "depth": 6, "num_attn_head": 4, "num_mt_block": 1, "activation": "ReLU",
+                   "bias": False, "undirected": False}
+ENCODER_KEYS = tuple(SCRATCH_ENCODER)
+READOUT_KEYS = ("self_attention", "attn_hidden", "attn_out")
+HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size")
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    config: FinetuneConfig
+    sources: dict[str, Source]
+    save_dir: Path
+    run_id: str
+    dataset_type: str
+    metric: str
+    task_names: list[str]
+    checkpoint: Checkpoint | None
+    data: SourceData
+    val: SourceData | None
+    test: SourceData | None
+
+
+def _user_set(setup_sources: dict[str, Source], key: str) -> bool:
+    return setup_sources.get(key, "default") != "default"
+
+
+def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
+    """Architecture from the checkpoint (a contradicting flag is an error); training settings from the user."""
+    c, ckpt = setup.config, setup.checkpoint
+    head = {"num_tasks": len(setup.task_names), "dataset_type": setup.dataset_type, "features_size": features_size,
+            "dropout": c.dropout, **{k: getattr(c, k) for k in HEAD_KEYS}}
+    readout = {k: getattr(c, k) for k in READOUT_KEYS}
+    encoder = {k: getattr(c, k) for k in ENCODER_KEYS if getattr(c, k) is not None}
+    encoder.update(dropout=c.dropout, padding=c.padding)
+    if ckpt is None:
+        enc = EncoderConfig(**{**SCRATCH_ENCODER, **encoder, "embedding_output_type": "atom"})
+        return FinetuneModelConfig(enc, ReadoutConfig(**readout), HeadConfig(**{"activation": enc.activation, **head}),
+                                   c.use_mtl_loss)
+    if ckpt.spec.kind == "finetuned":  # only what the user actually set may (and must) agree with the checkpoint
+        readout = {k: v for k, v in readout.items() if _user_set(setup.sources, k)}
+        head = {k: v for k, v in head.items() if k in ("num_tasks", "dataset_type", "features_size", "dropout")
+                or _user_set(setup.sources, k)}
+    return merge_finetune_config(ckpt.spec, encoder=encoder, readout=readout, head=head,
+                                 use_mtl_loss=c.use_mtl_loss, source=str(ckpt.path))
+
+
+def initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int) -> tuple[dict[str, torch.Tensor], str]:
+    """The member's starting weights: head initialised as upstream (seeded), encoder from the checkpoint."""
+    torch.manual_seed(seed)
+    model = KermtFinetuneModel(config)
+    # Upstream's init (1-D -> 0, else xavier) for the head only; a from-scratch encoder keeps PyTorch's init,
+    # since upstream's would zero every LayerNorm gain (spec §10 item 14).
+    for name, module in model.named_children():
+        if name != "kermt":
+            initialize_weights(module)
+    if setup.checkpoint is None:
+        return model.state_dict(), "trained from scratch (no checkpoint)"
+    ckpt = setup.checkpoint
+    fresh = FRESH_HEAD_PREFIXES if ckpt.spec.kind != "finetuned" else ("mtl_log_sigma",)
+    report = load_into_model(model, ckpt.state_dict, fresh, ckpt.ignored_entries())
+    return model.state_dict(), report.summary()
+
+
+def member_seed(fold_seed: int, member: int) -> int:
+    return int(np.random.default_rng([fold_seed, member]).integers(2**31 - 1))
+
+
+def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetup:
+    """Read the checkpoint and every data file (featurised on the cluster), settle dataset type and metric."""
+    checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint) if (
+        config.checkpoint_path or config.pretrained_release) else None
+    data = load_source(config.data_path, config, None, config.features_path)
+    task_names = data.target_names
+    val = load_source(config.separate_val_path, config, task_names, config.separate_val_features_path) if (
+        config.separate_val_path) else None
+    test = load_source(config.separate_test_path, config, task_names, config.separate_test_features_path) if (
+        config.separate_test_path) else None
+    dataset_type = config.dataset_type or infer_dataset_type(data.targets)
+    if dataset_type == "classification":
+        for source in (data, val, test):
+            if source is not None:
+                check_classification_labels(source.path, source.targets, task_names)
+    metric = config.metric or ("auc" if dataset_type == "classification" else "rmse")
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    return RunSetup(config, sources, Path(config.save_dir).resolve(), run_id, dataset_type, metric, task_names,
+                    checkpoint, data, val, test)
+
+
+def checkpoint_path(config: FinetuneConfig) -> str:
+    if config.pretrained_release:
+        from ray_app.release import fetch_release
+
+        return str(fetch_release(config.model_dir))
+    assert config.checkpoint_path is not None
+    return config.checkpoint_path
+
+
+def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
+    config = setup.config
+    split = split_for_fold(config, setup.data, fold, setup.val is not None, setup.test is not None)
+    parts = {"train": subset(setup.data, split.train)}
+    parts["val"] = subset(setup.val, list(range(len(setup.val)))) if setup.val else subset(setup.data, split.val)
+    parts["test"] = subset(setup.test, list(range(len(setup.test)))) if setup.test else subset(setup.data, split.test)
+    for name, (molecules, _) in parts.items():
+        if len(molecules) == 0 and name != "test":
+            raise ValueError(f"fold {fold}: the {name} split is empty; check --split_sizes or the separate files")
+    return split, scale_splits(parts, setup.dataset_type, wants_feature_scaling(config))
+
+
+def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int) -> tuple[KermtFinetuneModel, list]:
+    """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history."""
+    c = setup.config
+    width = splits.train.features.shape[1] if splits.train.features is not None else 0
+    config = model_config(setup, width)
+    seed = member_seed(c.seed + fold, member)
+    state, load_summary = initial_state(setup, config, seed)
+    print(f"fold {fold} model {member}: {load_summary}", flush=True)
+    plan = MemberPlan(config, state, splits.train, splits.val, splits.target_scaler, seed, c.epochs, c.batch_size,
+                      c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
+                      c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
+                      label=f"fold {fold} model {member}")
+    storage = c.storage_path or str(setup.save_dir / "ray_results")
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"plan": ray.put(plan)},
+        scaling_config=ScalingConfig(num_workers=c.num_workers, use_gpu=c.use_gpu),
+        run_config=RunConfig(
+            name=f"{setup.run_id}-fold{fold}-model{member}",
+            storage_path=storage,
+            failure_config=FailureConfig(max_failures=c.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+        ),
+    )
+    result = trainer.fit()
+    with result.checkpoint.as_directory() as directory:
+        saved = torch.load(Path(directory) / STATE_FILE, weights_only=True)
+    model = KermtFinetuneModel(config)
+    model.load_state_dict(saved["best_state"] if saved["best_state"] is not None else saved["model"])
+    return model, saved["progress"]["history"]
+
+
+def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits, directory: Path,
+                history: list) -> None:
+    """Native checkpoint + upstream-compatible model.pt + metrics.csv (+ TensorBoard) of one member."""
+    c = setup.config
+    features = FeatureSettings(tuple(c.features_generator or ()), splits.features_scaler is not None,
+                               None, False)
+    spec = CheckpointSpec.for_finetune_model(model.config, task_names=tuple(setup.task_names), features=features,
+                                             data_scaler=splits.target_scaler, features_scaler=splits.features_scaler)
+    passthrough = unbuilt_encoder_tensors(setup.checkpoint) if setup.checkpoint else None
+    provenance = {"run_id": setup.run_id, "checkpoint_path": str(setup.checkpoint.path) if setup.checkpoint else None}
+    save_native(directory / "model", model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
+    export_upstream(directory / "model.pt", model.state_dict(), spec, passthrough=passthrough)
+    outputs.atomic_write_text(directory / "metrics.csv", outputs.metrics_csv(history))
+    if c.tensorboard:
+        outputs.write_tensorboard(directory, history, setup.metric)
+
+
+def run_fold(setup: RunSetup, fold: int) -> tuple[float, dict]:
+    """Train the fold's ensemble, write fold_k/; returns the fold's task-averaged test score and its split."""
+    c = setup.config
+    split, splits = fold_splits(setup, fold)
+    record = _split_record(setup, split)
+    fold_dir = setup.save_dir / f"fold_{fold}"
+    eval_batch = c.batch_size * c.num_workers
+    summed = np.zeros((len(splits.test), len(setup.task_names)))
+    for member in range(c.ensemble_size):
+        model, history = run_member(setup, splits, fold, member)
+        save_member(setup, model, splits, fold_dir / f"model_{member}", history)
+        preds = predict(model, splits.test, np.arange(len(splits.test)), eval_batch)
+        summed += splits.target_scaler.inverse_transform(preds) if splits.target_scaler else preds
+    ensemble = summed / c.ensemble_size
+    blinded = len(setup.task_names) == 0 or bool(np.isnan(splits.test_targets_raw).all())
+    outputs.atomic_write_text(fold_dir / "test_result.csv", outputs.test_result_csv(
+        splits.test.smiles, setup.task_names, ensemble, None if blinded else splits.test_targets_raw))
+    if blinded or len(splits.test) == 0:
+        return float("nan"), record
+    value, per_task = score(ensemble, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
+    print(f"Seed {c.seed + fold} ==> test {setup.metric} = {value:.6f}", flush=True)
+    if c.show_individual_scores:
+        for name, task_score in zip(setup.task_names, per_task):
+            print(f"Seed {c.seed + fold} ==> test {name} {setup.metric} = {task_score:.6f}", flush=True)
+    return value, record
+
+
+def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str, Any]:
+    """The whole run; returns the summary (also written to run.json)."""
+    resources = connect(config.address)
+    setup = resolve_setup(config, sources)
+    setup.save_dir.mkdir(parents=True, exist_ok=True)
+    outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(config))
+    n_invalid = write_invalid(setup.save_dir / "invalid_smiles.csv",
+                              [s for s in (setup.data, setup.val, setup.test) if s is not None])
+    if n_invalid:
+        print(f"skipped {n_invalid} invalid SMILES (listed in {setup.save_dir / 'invalid_smiles.csv'})", flush=True)
+    print(f"dataset_type={setup.dataset_type} metric={setup.metric} tasks={setup.task_names}", flush=True)
+    scores, splits_record = [], {}
+    for fold in range(fold_count(config)):
+        value, splits_record[f"fold_{fold}"] = run_fold(setup, fold)
+        scores.append(value)
+        outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(splits_record) + "\n")
+    mean = nanmean(scores)
+    std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
+    summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
+               f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
+    extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml")}
+    outputs.atomic_write_text(setup.save_dir / "run.json", outputs.run_record(
+        config.model_dump(mode="json"), sources, resources, extra))
+    print(f"overall_{config.split_type}_test_{setup.metric}={mean:.6f}", flush=True)
+    print(f"std={std:.6f}", flush=True)
+    return summary
+
+
+def _split_record(setup: RunSetup, split: Split) -> dict[str, list[int]]:
+    """Data-row numbers (in the data file) of each part; separate val/test files are marked as such."""
+    to_rows = lambda positions: setup.data.rows[np.asarray(positions, dtype=np.int64)].tolist()  # noqa: E731
+    record = {"train": to_rows(split.train)}
+    record["val"] = "separate_val_path" if setup.val else to_rows(split.val)  # type: ignore[assignment]
+    record["test"] = "separate_test_path" if setup.test else to_rows(split.test)  # type: ignore[assignment]
+    return record

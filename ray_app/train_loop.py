@@ -1,0 +1,213 @@
+"""``train_loop_per_worker``: one ensemble member of one fold, trained data-parallel by Ray Train.
+
+What makes N workers equal to one process (docs/architecture.md decision 4):
+- the epoch's batch plan depends only on (n, global batch, seed, epoch); each worker takes a slice of global batch k;
+- the loss is normalised by the GLOBAL label count, the LR schedule counts global steps;
+- dynamic depth and bond dropout are drawn from (seed, global step), identically on every rank;
+- validation predicts fixed chunks of the global batch size, spread over ranks and gathered, so every rank scores
+  the same predictions and takes the same best-model and early-stopping decisions.
+Fault tolerance: rank 0 reports a checkpoint every epoch (model, optimizer, scheduler, progress, best-so-far);
+a restarted worker group resumes from it, and dropout is reseeded per (seed, epoch, rank), so a lost worker costs
+at most one epoch and changes no result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+
+from kermt.config import FinetuneModelConfig
+from kermt.data.dataset import MoleculeSet, bond_keep_mask, worker_keep_mask
+from kermt.data.sampling import epoch_order, global_batches, worker_share
+from kermt.data.scalers import StandardScaler
+from kermt.metrics import metric_direction
+from kermt.nn.depth import depth_rng
+from kermt.nn.finetune import KermtFinetuneModel
+from kermt.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.training import StepSettings, predict, score, snapshot, train_step, validation_loss
+
+STATE_FILE = "training_state.pt"
+
+
+@dataclass(frozen=True)
+class MemberPlan:
+    """Everything a worker needs to train one member; shipped once through the object store."""
+
+    model_config: FinetuneModelConfig
+    initial_state: dict[str, torch.Tensor]
+    train: MoleculeSet
+    val: MoleculeSet
+    target_scaler: StandardScaler | None
+    seed: int
+    epochs: int
+    batch_size: int
+    init_lr: float
+    max_lr: float
+    final_lr: float
+    warmup_epochs: float
+    weight_decay: float
+    fine_tune_coff: float
+    dist_coff: float
+    bond_drop_rate: float
+    metric: str
+    select_by_loss: bool
+    early_stop_epoch: int
+    label: str = "model"
+
+
+@dataclass
+class Progress:
+    """Resumable loop state (everything but the model/optimizer/scheduler tensors)."""
+
+    epoch: int = 0
+    global_step: int = 0
+    best_value: float = float("nan")
+    best_epoch: int = -1
+    bad_epochs: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def _all_gather(obj: Any, world_size: int) -> list[Any]:
+    if world_size == 1:
+        return [obj]
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def _improved(value: float, best: float, direction: str) -> bool:
+    if np.isnan(value):
+        return False
+    return np.isnan(best) or (value < best if direction == "min" else value > best)
+
+
+def _build(plan: MemberPlan) -> tuple[KermtFinetuneModel, torch.optim.Optimizer, NoamLR]:
+    model = KermtFinetuneModel(plan.model_config)
+    model.load_state_dict(plan.initial_state)
+    optimizer = build_optimizer(model, plan.init_lr, plan.weight_decay, plan.fine_tune_coff)
+    world = ray.train.get_context().get_world_size()
+    schedule = NoamSchedule(plan.warmup_epochs, plan.epochs, len(plan.train) // (plan.batch_size * world),
+                            plan.init_lr, plan.max_lr, plan.final_lr)
+    return model, optimizer, NoamLR(optimizer, schedule, plan.fine_tune_coff)
+
+
+def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progress:
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return Progress()
+    with checkpoint.as_directory() as directory:
+        state = torch.load(os.path.join(directory, STATE_FILE), weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    best["state"] = state["best_state"] if state["best_state"] is not None else snapshot(model)
+    return Progress(**state["progress"])
+
+
+def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, device) -> float:
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    settings = StepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss)
+    torch.manual_seed(int(np.random.default_rng([plan.seed, progress.epoch, rank]).integers(2**62)))
+    model.train()
+    order = epoch_order(len(plan.train), plan.seed, progress.epoch)
+    loss_sum = label_sum = 0.0
+    for global_rows in global_batches(order, plan.batch_size * world):
+        rows = worker_share(global_rows, rank, world)
+        keep = None
+        if plan.bond_drop_rate > 0:
+            counts = plan.train.graphs.bond_counts
+            drop_rng = np.random.default_rng([plan.seed, 1, progress.global_step])
+            keep = worker_keep_mask(global_rows, rows, counts, bond_keep_mask(global_rows, counts,
+                                                                               plan.bond_drop_rate, drop_rng))
+        batch = plan.train.batch(rows, keep).to(device)
+        local_loss, labels = train_step(model, optimizer, scheduler, batch, settings,
+                                        depth_rng(plan.seed, progress.global_step), world, _all_reduce)
+        loss_sum += local_loss
+        label_sum += labels
+        progress.global_step += 1
+    total = _all_reduce(torch.tensor([loss_sum], dtype=torch.float64, device=device))
+    return float(total[0]) / max(label_sum, 1.0)
+
+
+def _validate(plan: MemberPlan, model) -> dict[str, float]:
+    """Val loss and metric over every val molecule exactly once, identical on every rank."""
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    chunk = plan.batch_size * world
+    chunks = global_batches(np.arange(len(plan.val)), chunk)
+    mine = [c for i, c in enumerate(chunks) if i % world == rank]
+    local = {i * world + rank: predict(model, plan.val, c, chunk) for i, c in enumerate(mine)}
+    merged: dict[int, np.ndarray] = {}
+    for part in _all_gather(local, world):
+        merged.update(part)
+    width = plan.val.targets.shape[1]
+    preds = np.concatenate([merged[i] for i in range(len(chunks))]) if chunks else np.zeros((0, width))
+    targets = plan.val.targets.astype(np.float64)
+    value, _ = score(preds, targets, plan.metric, plan.model_config.head.dataset_type, plan.target_scaler)
+    loss = validation_loss(preds, targets, chunk, plan.model_config.head.dataset_type)
+    return {"val_loss": loss, f"val_{plan.metric}": value}
+
+
+def _report(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, best: dict, metrics: dict) -> None:
+    """Every rank reports; rank 0 attaches the checkpoint (ray.train.report must be called by all ranks)."""
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = None
+        if ray.train.get_context().get_world_rank() == 0:
+            core = getattr(model, "module", model)
+            is_best_now = progress.best_epoch == progress.epoch - 1
+            torch.save({
+                "model": core.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "best_state": None if is_best_now else best["state"],
+                "progress": vars(progress),
+            }, os.path.join(directory, STATE_FILE))
+            checkpoint = ray.train.Checkpoint.from_directory(directory)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    logging.getLogger("ray.train").setLevel(logging.WARNING)  # one line per epoch from us; not per report
+    plan: MemberPlan = ray.get(config["plan"]) if isinstance(config["plan"], ray.ObjectRef) else config["plan"]
+    device = ray.train.torch.get_device()
+    model, optimizer, scheduler = _build(plan)
+    best = {"state": snapshot(model)}
+    progress = _restore(model, optimizer, scheduler, best)
+    model = ray.train.torch.prepare_model(model)
+    direction = "min" if plan.select_by_loss else metric_direction(plan.metric)
+    key = "val_loss" if plan.select_by_loss else f"val_{plan.metric}"
+    rank = ray.train.get_context().get_world_rank()
+    while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
+        train_loss = _train_epoch(plan, model, optimizer, scheduler, progress, device)
+        metrics = {"epoch": progress.epoch, "train_loss": train_loss, **_validate(plan, model),
+                   "lr": scheduler.get_last_lr()[-1]}
+        if _improved(metrics[key], progress.best_value, direction):
+            progress.best_value, progress.best_epoch, progress.bad_epochs = metrics[key], progress.epoch, 0
+            best["state"] = snapshot(model)
+        else:
+            progress.bad_epochs += 1
+        metrics["best_epoch"] = progress.best_epoch
+        progress.history.append(metrics)
+        progress.epoch += 1
+        if rank == 0:
+            print(f"[{plan.label}] epoch {metrics['epoch']:4d}  loss_train {train_loss:.6f}  "
+                  f"loss_val {metrics['val_loss']:.6f}  {plan.metric}_val {metrics[f'val_{plan.metric}']:.6f}  "
+                  f"lr {metrics['lr']:.3e}", flush=True)
+        _report(plan, model, optimizer, scheduler, progress, best, metrics)
