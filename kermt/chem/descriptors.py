@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-from descriptastorus.descriptors import rdDescriptors, rdNormalizedDescriptors
+from descriptastorus.descriptors import dists, rdDescriptors, rdNormalizedDescriptors
 from rdkit import Chem, rdBase
 from rdkit.Chem import rdFingerprintGenerator
 from rdkit.Chem.EState import EState
@@ -66,8 +66,8 @@ def raw_rdkit2d(mols: Sequence[Chem.Mol | None]) -> tuple[np.ndarray, np.ndarray
 
 
 def _fill_raw_row(mol: Chem.Mol, out: np.ndarray, failed: np.ndarray) -> None:
-    for column, func in _OTHER_FUNCS:
-        out[column], failed[column] = _safe_call(func, mol)
+    # E-state indices first: RDKit caches them on the mol, and the EState_VSA / VSA_EState descriptors
+    # reuse that cache, so the O(n_atoms^2) Python computation runs once instead of three times.
     try:
         estate = EState.EStateIndices(mol)
         for column, reduce in _ESTATE_COLUMNS:
@@ -75,6 +75,8 @@ def _fill_raw_row(mol: Chem.Mol, out: np.ndarray, failed: np.ndarray) -> None:
     except Exception:  # descriptastorus: any failing descriptor is 0.0 + failure flag
         for column, _ in _ESTATE_COLUMNS:
             out[column], failed[column] = 0.0, True
+    for column, func in _OTHER_FUNCS:
+        out[column], failed[column] = _safe_call(func, mol)
 
 
 def _safe_call(func: Callable, arg: object) -> tuple[float, bool]:
@@ -94,8 +96,34 @@ def normalize_rdkit2d(values: np.ndarray, failed: np.ndarray) -> np.ndarray:
     out = np.empty_like(values)
     with np.errstate(invalid="ignore"):
         for column, name in enumerate(RDKIT2D_COLUMNS):
-            out[:, column] = rdNormalizedDescriptors.cdfs[name](values[:, column])
+            # Descriptor values repeat a lot (counts, small ratios): evaluate each distinct value once.
+            distinct, inverse = np.unique(values[:, column], return_inverse=True)
+            out[:, column] = _cdf_of_distinct(name, distinct)[inverse.reshape(-1)]
     out[failed] = 0.0
+    return out
+
+
+# Columns whose scipy CDF has no closed form (gausshyper: numerical integration, ~ms per value). Their values
+# are memoised across batches; FractionCSP3 takes few distinct values (ratios of small integers).
+_SLOW_CDF_COLUMNS = {name for name, spec in dists.dists.items() if spec[0] == "gausshyper"}
+_CDF_MEMO: dict[str, dict[float, float]] = {name: {} for name in _SLOW_CDF_COLUMNS}
+_CDF_MEMO_LIMIT = 200_000
+
+
+def _cdf_of_distinct(name: str, distinct: np.ndarray) -> np.ndarray:
+    cdf = rdNormalizedDescriptors.cdfs[name]
+    memo = _CDF_MEMO.get(name)
+    if memo is None:
+        return cdf(distinct)
+    out = np.full(distinct.shape, np.nan)  # a NaN value's CDF is NaN, as in descriptastorus
+    known = ~np.isnan(distinct)
+    keys = distinct[known].tolist()
+    missing = [v for v in keys if v not in memo]
+    if missing:
+        if len(memo) + len(missing) > _CDF_MEMO_LIMIT:
+            memo.clear()
+        memo.update(zip(missing, np.atleast_1d(cdf(np.array(missing))).tolist()))
+    out[known] = [memo[v] for v in keys]
     return out
 
 

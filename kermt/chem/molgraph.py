@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 from rdkit import Chem
 
-from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM, atom_features, bond_features, sorted_bonds
+from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM, atom_features, bonds_in_upstream_order
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,12 @@ def mol_to_graph(
     pass a ``np.random.Generator`` for reproducibility that does not depend on global state.
     """
     f_atoms = atom_features(mol)
-    pairs, rdkit_idx = sorted_bonds(mol)
+    pairs, rdkit_idx, feats = bonds_in_upstream_order(mol)
     if bond_drop_rate > 0 and len(pairs):
         draws = (rng.binomial if rng is not None else np.random.binomial)(1, bond_drop_rate, size=len(pairs))
         keep = draws == 0
-        pairs, rdkit_idx = pairs[keep], rdkit_idx[keep]
-    return MolGraph(f_atoms, pairs, bond_features(mol, rdkit_idx), rdkit_idx)
+        pairs, rdkit_idx, feats = pairs[keep], rdkit_idx[keep], feats[keep]
+    return MolGraph(f_atoms, pairs, feats, rdkit_idx)
 
 
 def grouped_positions(group_of: np.ndarray, n_groups: int, fill: int, min_width: int) -> np.ndarray:

@@ -71,7 +71,7 @@ def test_morgan_generators_equal_rdkit_legacy_functions():
 
 
 def test_missing_molecules_give_nan_rows_and_unknown_names_are_rejected():
-    got = molecule_features([None, MOLS[0]], ("fgtasklabel", "morgan"))
+    got = molecule_features([None, MOLS[0]], ("fgtasklabel", "rdkit_2d_normalized", "morgan"))
     assert np.isnan(got[0]).all() and not np.isnan(got[1]).any()
     with pytest.raises(ValueError, match="unknown features generator 'rdkit2d'"):
         molecule_features(MOLS[:1], ("rdkit2d",))
