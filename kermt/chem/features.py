@@ -64,80 +64,127 @@ def _slot(values: np.ndarray, n_choices: np.ndarray | int) -> np.ndarray:
     return np.where((values >= 0) & (values < n_choices), values, n_choices)
 
 
-def formal_charge_slot(charge: np.ndarray, mol: Chem.Mol | None = None) -> np.ndarray:
+def formal_charge_slot(charge: np.ndarray) -> np.ndarray:
     """Upstream's formal-charge slot: the charge is used as a Python list index into 6 slots.
 
     0->0, +1->1, +2->2, +3/-3->3, +4/-2->4, +5/-1->5. Upstream raises IndexError for charge >= +6 or <= -7;
-    here that is a ValueError naming the atom (and the molecule, when ``mol`` is given).
+    here that is a ValueError naming the atom.
     """
-    bad = np.flatnonzero((charge >= 6) | (charge <= -7))
+    bad = np.flatnonzero(~_charge_supported(charge))
     if bad.size:
-        i = int(bad[0])
-        who = f"atom {i}"
-        if mol is not None:
-            who += f" ({mol.GetAtomWithIdx(i).GetSymbol()}) of {Chem.MolToSmiles(mol)!r}"
-        raise ValueError(
-            f"formal charge {int(charge[i]):+d} on {who} cannot be featurised: upstream KERMT's 6-slot charge "
-            "block only accepts charges -6..+5"
-        )
+        raise ValueError(_charge_message(int(charge[bad[0]]), f"atom {int(bad[0])}"))
     return np.mod(charge, 6)
 
 
-def atom_features(mol: Chem.Mol) -> np.ndarray:
-    """Atom feature matrix of ``mol``, atoms in RDKit order: float32 [n_atoms, 151]."""
-    # One pass over the atoms asking each property once: RDKit calls from Python dominate the cost here.
-    # GetAtomWithIdx is about twice as fast as iterating mol.GetAtoms().
-    atom = mol.GetAtomWithIdx
-    props = np.array(
-        [
+def _charge_supported(charge: np.ndarray | int) -> np.ndarray | bool:
+    return (charge > -7) & (charge < 6)
+
+
+def _charge_message(charge: int, who: str) -> str:
+    return (f"formal charge {charge:+d} on {who} cannot be featurised: upstream KERMT's 6-slot charge block "
+            "only accepts charges -6..+5")
+
+
+class AtomTable:
+    """Atom properties of many molecules, gathered as plain Python lists, encoded in one vectorised pass.
+
+    Per molecule, only RDKit is called (one call per property per atom, plus the four SMARTS matches and the
+    ring list); the numpy work happens once per batch in :meth:`encode`, because a dozen small numpy calls
+    per molecule would cost more than the RDKit calls themselves.
+    """
+
+    def __init__(self) -> None:
+        self._props: list[tuple] = []
+        self._flag_atoms: list[int] = []  # (atom row, column) of every boolean flag set to 1
+        self._flag_columns: list[int] = []
+
+    @property
+    def n_atoms(self) -> int:
+        return len(self._props)
+
+    def add(self, mol: Chem.Mol) -> None:
+        """Append the atoms of ``mol`` (RDKit order). A charge upstream cannot encode raises ValueError and
+        leaves the table unchanged."""
+        atom = mol.GetAtomWithIdx  # about twice as fast as iterating mol.GetAtoms()
+        rows = [
             (a.GetAtomicNum(), a.GetTotalDegree(), a.GetFormalCharge(), a.GetChiralTag(), a.GetTotalNumHs(),
              a.GetHybridization(), a.GetValence(_IMPLICIT), a.GetIsAromatic(), a.GetMass())
             for a in map(atom, range(mol.GetNumAtoms()))
-        ],
-        dtype=np.float64,
-    ).reshape(-1, 9)
-    n = props.shape[0]
-    codes = props[:, :7].astype(np.int64)  # z, degree, charge, chiral tag, total Hs, hybridisation, valence
-    codes[:, 0] -= 1  # atomic number Z is encoded at Z - 1
-    codes[:, 2] = formal_charge_slot(codes[:, 2], mol)
-    codes[:, 5] = _HYBRID_SLOT[np.clip(codes[:, 5], 0, _HYBRID_SLOT.size - 1)]
-    out = np.zeros((n, ATOM_FDIM), dtype=np.float32)
-    out[np.arange(n)[:, None], _ATOM_BLOCK_START + _slot(codes, _ATOM_BLOCK_CHOICES)] = 1.0
-    out[:, _OFF_AROMATIC] = props[:, 7]
-    # Mass is divided in float64 like upstream's Python float, then stored as float32.
-    out[:, _OFF_MASS] = props[:, 8] / 100
-    for column, pattern in enumerate(_PATTERNS):
-        # Same call and defaults as upstream (maxMatches=1000), so huge molecules truncate identically.
-        matched = [i for match in mol.GetSubstructMatches(pattern) for i in match]
-        out[matched, _OFF_SMARTS + column] = 1.0
-    _ring_size_flags(out, mol)
-    return out
+        ]
+        bad = next((i for i, row in enumerate(rows) if not _charge_supported(row[2])), None)
+        if bad is not None:
+            who = f"atom {bad} ({atom(bad).GetSymbol()}) of {Chem.MolToSmiles(mol)!r}"
+            raise ValueError(_charge_message(rows[bad][2], who))
+        offset = len(self._props)
+        self._props.extend(rows)
+        for column, pattern in enumerate(_PATTERNS):
+            # Same call and defaults as upstream (maxMatches=1000), so huge molecules truncate identically.
+            hits = [offset + i for match in mol.GetSubstructMatches(pattern) for i in match]
+            self._flag(hits, _OFF_SMARTS + column)
+        for ring in mol.GetRingInfo().AtomRings():  # ring sizes 3..8, as upstream's IsAtomInRingOfSize
+            if 3 <= len(ring) <= 8:
+                self._flag([offset + i for i in ring], _OFF_RING + len(ring) - 3)
+
+    def _flag(self, atoms: list[int], column: int) -> None:
+        self._flag_atoms.extend(atoms)
+        self._flag_columns.extend([column] * len(atoms))
+
+    def encode(self) -> np.ndarray:
+        """float32 [n_atoms, 151] for every atom added, in order."""
+        props = np.array(self._props, dtype=np.float64).reshape(-1, 9)
+        codes = props[:, :7].astype(np.int64)  # z, degree, charge, chiral tag, total Hs, hybridisation, valence
+        codes[:, 0] -= 1  # atomic number Z is encoded at Z - 1
+        codes[:, 2] = formal_charge_slot(codes[:, 2])
+        codes[:, 5] = _HYBRID_SLOT[np.clip(codes[:, 5], 0, _HYBRID_SLOT.size - 1)]
+        out = np.zeros((len(props), ATOM_FDIM), dtype=np.float32)
+        out[np.arange(len(props))[:, None], _ATOM_BLOCK_START + _slot(codes, _ATOM_BLOCK_CHOICES)] = 1.0
+        out[:, _OFF_AROMATIC] = props[:, 7]
+        out[:, _OFF_MASS] = props[:, 8] / 100  # divided in float64 like upstream's Python float
+        out[self._flag_atoms, self._flag_columns] = 1.0
+        return out
 
 
-def _ring_size_flags(out: np.ndarray, mol: Chem.Mol) -> None:
-    """Columns 145..150: atom lies in a ring of size 3..8 of RDKit's ring perception (as IsAtomInRingOfSize)."""
-    for ring in mol.GetRingInfo().AtomRings():
-        if 3 <= len(ring) <= 8:
-            out[list(ring), _OFF_RING + len(ring) - 3] = 1.0
+def atom_features(mol: Chem.Mol) -> np.ndarray:
+    """Atom feature matrix of one molecule, atoms in RDKit order: float32 [n_atoms, 151]."""
+    table = AtomTable()
+    table.add(mol)
+    return table.encode()
 
 
-def bonds_in_upstream_order(mol: Chem.Mol) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All bonds of ``mol`` in upstream's enumeration order: pairs (a1 < a2) sorted lexicographically.
+class BondTable:
+    """Bond properties of many molecules; :meth:`encode` puts them in upstream's order in one pass."""
 
-    Returns (pairs int64 [n_bonds, 2] with a1 < a2, rdkit_idx int64 [n_bonds], features float32 [n_bonds, 14]).
-    Sorting replaces upstream's O(n_atoms^2) GetBondBetweenAtoms scan and yields the same order.
-    """
-    props = np.array(
-        [
+    def __init__(self) -> None:
+        self._props: list[tuple] = []
+        self._counts: list[int] = []
+
+    def add(self, mol: Chem.Mol | None) -> None:
+        """Append the bonds of ``mol`` (None: a molecule without bonds, e.g. an invalid row)."""
+        if mol is None:
+            self._counts.append(0)
+            return
+        rows = [
             (b.GetBeginAtomIdx(), b.GetEndAtomIdx(), b.GetBondType(), b.GetIsConjugated(), b.IsInRing(),
              b.GetStereo())
             for b in map(mol.GetBondWithIdx, range(mol.GetNumBonds()))
-        ],
-        dtype=np.int64,
-    ).reshape(-1, 6)
-    pairs = np.sort(props[:, :2], axis=1)
-    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
-    return pairs[order], order, _bond_rows(props[order, 2:])
+        ]
+        self._props.extend(rows)
+        self._counts.append(len(rows))
+
+    def encode(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Bonds of all molecules, molecule by molecule, each in upstream's order: pairs (a1 < a2) sorted
+        lexicographically (a sort replaces upstream's O(n_atoms^2) GetBondBetweenAtoms scan).
+
+        Returns (pairs int64 [B, 2] local atom ids with a1 < a2, rdkit_idx int64 [B], features float32
+        [B, 14], molecule int64 [B]).
+        """
+        props = np.array(self._props, dtype=np.int64).reshape(-1, 6)
+        counts = np.array(self._counts, dtype=np.int64)
+        molecule = np.repeat(np.arange(len(counts)), counts)
+        rdkit_idx = np.arange(len(props)) - np.repeat(np.cumsum(counts) - counts, counts)
+        pairs = np.sort(props[:, :2], axis=1)
+        order = np.lexsort((pairs[:, 1], pairs[:, 0], molecule))
+        return pairs[order], rdkit_idx[order], _bond_rows(props[order, 2:]), molecule[order]
 
 
 def _bond_rows(props: np.ndarray) -> np.ndarray:
@@ -154,5 +201,5 @@ def _bond_rows(props: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["ATOM_FDIM", "BOND_FDIM", "BOND_ONLY_FDIM", "atom_features", "bonds_in_upstream_order",
+__all__ = ["ATOM_FDIM", "BOND_FDIM", "BOND_ONLY_FDIM", "AtomTable", "BondTable", "atom_features",
            "formal_charge_slot"]

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 from rdkit import Chem
 
-from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM, atom_features, bonds_in_upstream_order
+from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM, AtomTable, BondTable
 
 
 @dataclass(frozen=True)
@@ -83,20 +83,53 @@ class MolGraph:
 def mol_to_graph(
     mol: Chem.Mol, bond_drop_rate: float = 0.0, rng: np.random.Generator | None = None
 ) -> MolGraph:
-    """Featurise ``mol`` (atoms in RDKit order, no hydrogens added).
+    """Featurise one molecule (atoms in RDKit order, no hydrogens added). See :func:`build_graphs`."""
+    flat, errors = build_graphs([mol], bond_drop_rate, rng)
+    if errors[0] is not None:
+        raise ValueError(errors[0])
+    return flat.graphs()[0]
+
+
+def build_graphs(
+    mols: Sequence[Chem.Mol | None], bond_drop_rate: float = 0.0, rng: np.random.Generator | None = None
+) -> tuple["FlatGraphs", list[str | None]]:
+    """Featurise many molecules at once (the fast path: numpy work once per batch, not per molecule).
+
+    Returns (graphs with one entry per input, error per input). A None input, or a molecule upstream cannot
+    featurise (its error says why, e.g. an out-of-range formal charge), gets an empty graph.
 
     Bond dropout: with ``bond_drop_rate > 0`` each chemical bond is dropped (both directions) with that
-    probability, one Bernoulli draw per bond in edge order. ``rng`` None draws from numpy's global RNG
-    (``np.random.binomial``) exactly as upstream does, so ``np.random.seed(s)`` reproduces upstream's choices;
-    pass a ``np.random.Generator`` for reproducibility that does not depend on global state.
+    probability: one Bernoulli draw per bond, molecule after molecule, each in edge order, exactly the
+    sequence of upstream's per-bond ``np.random.binomial`` calls. ``rng`` None draws from numpy's global RNG
+    as upstream does (so ``np.random.seed(s)`` reproduces upstream's choices); pass a
+    ``np.random.Generator`` for reproducibility that does not depend on global state.
     """
-    f_atoms = atom_features(mol)
-    pairs, rdkit_idx, feats = bonds_in_upstream_order(mol)
+    atoms, bonds = AtomTable(), BondTable()
+    atom_counts, errors = [], []
+    for mol in mols:
+        before, error = atoms.n_atoms, None
+        if mol is not None:
+            try:
+                atoms.add(mol)
+            except ValueError as err:
+                error, mol = str(err), None
+        bonds.add(mol)
+        atom_counts.append(atoms.n_atoms - before)
+        errors.append(error)
+    pairs, rdkit_idx, feats, molecule = bonds.encode()
     if bond_drop_rate > 0 and len(pairs):
         draws = (rng.binomial if rng is not None else np.random.binomial)(1, bond_drop_rate, size=len(pairs))
         keep = draws == 0
-        pairs, rdkit_idx, feats = pairs[keep], rdkit_idx[keep], feats[keep]
-    return MolGraph(f_atoms, pairs, feats, rdkit_idx)
+        pairs, rdkit_idx, feats, molecule = pairs[keep], rdkit_idx[keep], feats[keep], molecule[keep]
+    flat = FlatGraphs(
+        f_atoms=atoms.encode(),
+        bond_atoms=pairs,
+        bond_feats=feats,
+        bond_rdkit_idx=rdkit_idx,
+        atom_counts=np.array(atom_counts, dtype=np.int64),
+        bond_counts=np.bincount(molecule, minlength=len(mols)).astype(np.int64),
+    )
+    return flat, errors
 
 
 def grouped_positions(group_of: np.ndarray, n_groups: int, fill: int, min_width: int) -> np.ndarray:
@@ -160,4 +193,4 @@ def _concat(arrays: list[np.ndarray], empty_shape: tuple[int, ...], dtype: type)
     return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(empty_shape, dtype=dtype)
 
 
-__all__ = ["FlatGraphs", "MolGraph", "grouped_positions", "mol_to_graph"]
+__all__ = ["FlatGraphs", "MolGraph", "build_graphs", "grouped_positions", "mol_to_graph"]

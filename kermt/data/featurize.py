@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from kermt.chem.descriptors import molecule_features
-from kermt.chem.molgraph import FlatGraphs, MolGraph, mol_to_graph
+from kermt.chem.molgraph import FlatGraphs, build_graphs
 from kermt.chem.validation import InvalidSmiles, parse_many
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
@@ -103,28 +103,23 @@ def featurize_smiles(
     """Featurise every row of ``smiles``; never raises for bad SMILES.
 
     ``features_generator``: upstream generator names (rdkit_2d, rdkit_2d_normalized, morgan, morgan_count,
-    fgtasklabel), concatenated in the given order. ``bond_drop_rate`` / ``rng``: see ``mol_to_graph``.
+    fgtasklabel), concatenated in the given order. ``bond_drop_rate`` / ``rng``: see ``kermt.chem.molgraph.build_graphs``.
     """
     mols, invalid = parse_many(smiles)
     reasons: list[str | None] = [None] * len(mols)
     for bad in invalid:
         reasons[bad.row] = bad.reason
-    graphs: list[MolGraph] = []
-    for row, mol in enumerate(mols):
-        graph = MolGraph.empty()
-        if mol is not None:
-            try:
-                graph = mol_to_graph(mol, bond_drop_rate, rng)
-            except ValueError as err:  # e.g. a formal charge upstream's layout cannot encode
-                reasons[row], mols[row] = f"{UNFEATURIZABLE}: {err}", None
-        graphs.append(graph)
+    graphs, errors = build_graphs(mols, bond_drop_rate, rng)
+    for row, error in enumerate(errors):
+        if error is not None:  # e.g. a formal charge upstream's layout cannot encode
+            reasons[row], mols[row] = f"{UNFEATURIZABLE}: {error}", None
     features = molecule_features(mols, tuple(features_generator))
     valid_rows = np.array([m is not None for m in mols], dtype=bool)
     features[valid_rows] = np.nan_to_num(features[valid_rows], nan=0.0, posinf=np.inf, neginf=-np.inf)
     return FeaturizedMolecules(
         smiles=tuple(str(s) for s in smiles),
         reasons=tuple(reasons),
-        graphs=FlatGraphs.from_graphs(graphs),
+        graphs=graphs,
         features=features,
         features_generator=tuple(features_generator),
     )

@@ -7,7 +7,7 @@ import pytest
 from rdkit import Chem
 
 from kermt.chem.features import ATOM_FDIM, BOND_FDIM, atom_features, formal_charge_slot
-from kermt.chem.molgraph import FlatGraphs, mol_to_graph
+from kermt.chem.molgraph import FlatGraphs, build_graphs, mol_to_graph
 from tests.conftest import FIXTURE_DIR
 
 GRAPH = np.load(FIXTURE_DIR / "graph.npz", allow_pickle=False)
@@ -63,9 +63,28 @@ def test_bond_drop_with_global_rng_matches_upstream_draws():
     np.random.seed(7)
     expected = [_upstream_style_kept_pairs(m, 0.3) for m in mols]
     np.random.seed(7)
-    got = [mol_to_graph(m, bond_drop_rate=0.3) for m in mols]
-    assert [list(map(tuple, g.bond_atoms.tolist())) for g in got] == expected
+    one_by_one = [mol_to_graph(m, bond_drop_rate=0.3) for m in mols]
+    np.random.seed(7)
+    batched, errors = build_graphs(mols, bond_drop_rate=0.3)
+    assert errors == [None] * len(mols)
+    for graphs in (one_by_one, batched.graphs()):
+        assert [list(map(tuple, g.bond_atoms.tolist())) for g in graphs] == expected
     assert sum(len(e) for e in expected) < sum(m.GetNumBonds() for m in mols)  # something was dropped
+
+
+def test_batched_build_equals_one_by_one_and_isolates_bad_molecules():
+    mols = [Chem.MolFromSmiles(s) for s in SMILES[:5]]
+    mols.insert(2, Chem.MolFromSmiles("CC[Fe+7]"))
+    mols.insert(4, None)
+    flat, errors = build_graphs(mols)
+    assert [e is None for e in errors] == [True, True, False, True, True, True, True]
+    assert "formal charge +7 on atom 2 (Fe)" in errors[2]
+    graphs = flat.graphs()
+    assert graphs[2].n_atoms == graphs[4].n_atoms == 0
+    for index in (0, 1, 3, 5, 6):
+        reference = mol_to_graph(mols[index])
+        np.testing.assert_array_equal(graphs[index].f_bonds, reference.f_bonds)
+        np.testing.assert_array_equal(graphs[index].a2b, reference.a2b)
 
 
 def test_bond_drop_with_generator_is_reproducible_and_drops_both_directions():
