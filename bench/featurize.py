@@ -50,8 +50,8 @@ def ours(smiles: list[str], workload: str) -> dict[str, np.ndarray]:
         else:
             generators = ("rdkit_2d_normalized",) if workload == "both" else ()
             parts.append(featurize_smiles(chunk, generators).to_arrays())
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0] if key in ("features", "f_atoms",
-                                                                                           "bond_feats")}
+    compared = ("features", "f_atoms", "bond_feats", "bond_atoms")
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0] if key in compared}
 
 
 def timed(func, *args) -> tuple[float, object]:
@@ -97,19 +97,21 @@ def upstream_worker(upstream: str, smiles_file: str, workload: str, out_file: st
     smiles = Path(smiles_file).read_text().splitlines()
     args = Namespace(bond_drop_rate=0, use_cuikmolmaker_featurization=False, no_cache=True)
     start = time.process_time()
-    f_atoms, bond_feats, features = [], [], []
+    f_atoms, bond_feats, bond_atoms, features = [], [], [], []
     for s in smiles:  # what MoleculeDatapoint + MolCollator do per molecule
         if workload != "rdkit_2d_normalized":
             graph = MolGraph(s, args)
             f_atoms.extend(graph.f_atoms)
             bond_feats.extend(row[151:] for row in graph.f_bonds[::2])
+            bond_atoms.extend(graph.b2a)
         if workload != "graph":
             canonical = Chem.MolToSmiles(Chem.MolFromSmiles(s), isomericSmiles=True)
             features.append(rdNormalizedDescriptors.RDKit2DNormalized().process(canonical)[1:])
     cpu = time.process_time() - start
     arrays = {"cpu": np.array(cpu)}
     if f_atoms:
-        arrays.update(f_atoms=np.array(f_atoms, dtype=np.float32), bond_feats=np.array(bond_feats, dtype=np.float32))
+        arrays.update(f_atoms=np.array(f_atoms, dtype=np.float32), bond_feats=np.array(bond_feats, dtype=np.float32),
+                      bond_atoms=np.array(bond_atoms, dtype=np.int64).reshape(-1, 2))
     if features:
         arrays["features"] = np.nan_to_num(np.array(features, dtype=np.float64), nan=0.0)
     np.savez(out_file, **arrays)
