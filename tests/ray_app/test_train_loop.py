@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from ray.train import RunConfig, ScalingConfig
+from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from kermt.checkpoint import load_into_model, read_checkpoint
@@ -60,12 +65,12 @@ def _plan(batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = F
     )
 
 
-def _fit(plan: MemberPlan, workers: int, tmp_path, name: str) -> dict:
+def _fit(plan: MemberPlan, workers: int, tmp_path, name: str, max_failures: int = 0) -> dict:
     result = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"plan": plan},
         scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1}),
-        run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+        run_config=RunConfig(name=name, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures)),
     ).fit()
     with result.checkpoint.as_directory() as directory:
         return torch.load(f"{directory}/{STATE_FILE}", weights_only=True)
@@ -87,3 +92,41 @@ def test_two_workers_equal_one_worker_with_double_batch(ray_cluster, tmp_path, u
     for a, b in zip(single["progress"]["history"], double["progress"]["history"]):
         assert a["val_rmse"] == pytest.approx(b["val_rmse"], abs=1e-6)
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+
+
+def _kill_one_worker_after_first_checkpoint(storage: Path, name: str, done: threading.Event, killed: list) -> None:
+    """Wait until epoch 0's checkpoint exists, then SIGKILL one training worker process."""
+    from ray.util.state import list_actors
+
+    while not done.is_set():
+        checkpoints = list((storage / name).glob("checkpoint_*"))
+        if checkpoints:
+            workers = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")])
+            if workers:
+                os.kill(max(int(w.pid) for w in workers), signal.SIGKILL)
+                killed.append(len(checkpoints))
+                return
+        time.sleep(0.05)
+
+
+def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
+    plan = dataclasses.replace(_plan(4, "upstream", epochs=5), bond_drop_rate=0.1)
+    plan = dataclasses.replace(plan, model_config=dataclasses.replace(
+        plan.model_config, encoder=dataclasses.replace(plan.model_config.encoder, dropout=0.1)))
+    reference = _fit(plan, 2, tmp_path, "uninterrupted")
+
+    done, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_one_worker_after_first_checkpoint,
+                              args=(tmp_path, "interrupted", done, killed), daemon=True)
+    killer.start()
+    try:
+        resumed = _fit(plan, 2, tmp_path, "interrupted", max_failures=1)
+    finally:
+        done.set()
+        killer.join(timeout=5)
+    assert killed and killed[0] < 5, f"no worker was killed mid-run (epochs checkpointed at kill: {killed})"
+    assert resumed["progress"]["epoch"] == reference["progress"]["epoch"] == 5
+    for name, value in reference["model"].items():
+        torch.testing.assert_close(resumed["model"][name], value, rtol=0, atol=1e-6, msg=name)
+    assert [h["val_rmse"] for h in resumed["progress"]["history"]] == pytest.approx(
+        [h["val_rmse"] for h in reference["progress"]["history"]], abs=1e-7)
