@@ -39,34 +39,55 @@ class PassingMode:
     training: bool
 
 
-def _stacked_activation(encoders: list[MPNEncoder], z: torch.Tensor) -> torch.Tensor:
-    """Apply encoder k's activation to ``z[k]`` ([K, R, h]). Only PReLU has per-encoder parameters."""
-    first = encoders[0].act_func
-    if not isinstance(first, nn.PReLU):
-        return first(z)  # parameter-free: identical for every encoder
-    slopes = torch.stack([enc.act_func.weight for enc in encoders]).view(-1, 1, 1)
-    return torch.where(z >= 0, z, slopes * z)
+@dataclass(frozen=True)
+class StackedParameters:
+    """The sorted encoders' parameters stacked once per forward; ``[:k]`` selects the first k encoders.
+
+    weight_t [K, h_in, h_out]; bias [K, 1, h] or None; slopes [K] (PReLU) or None, then ``activation`` (a
+    parameter-free module shared by all encoders) is used.
+    """
+
+    weight_t: torch.Tensor
+    bias: torch.Tensor | None
+    slopes: torch.Tensor | None
+    activation: nn.Module
+
+    @classmethod
+    def of(cls, encoders: list[MPNEncoder]) -> "StackedParameters":
+        first = encoders[0]
+        bias = None if first.W_h.bias is None else torch.stack([e.W_h.bias for e in encoders]).unsqueeze(1)
+        is_prelu = isinstance(first.act_func, nn.PReLU)
+        return cls(
+            weight_t=torch.stack([e.W_h.weight for e in encoders]).transpose(1, 2),
+            bias=bias,
+            slopes=torch.cat([e.act_func.weight for e in encoders]) if is_prelu else None,
+            activation=first.act_func,
+        )
+
+    def activate(self, z: torch.Tensor) -> torch.Tensor:
+        """Encoder k's activation on ``z[k]`` ([k, R, h]): PReLU with per-encoder slopes as one kernel."""
+        if self.slopes is None:
+            return self.activation(z)
+        return F.prelu(z.transpose(0, 1), self.slopes[: z.shape[0]]).transpose(0, 1)
 
 
 def _step(
-    encoders: list[MPNEncoder],
+    params: StackedParameters,
+    active: int,
     inp: torch.Tensor,
     message: torch.Tensor,
     index: GraphIndex,
     mode: PassingMode,
 ) -> torch.Tensor:
-    """One iteration for a stack of encoders: message [K, R, h] -> [K, R, h]; ``inp`` [R, h]."""
+    """One iteration of the first ``active`` encoders: message [active, R, h] (or [R, h] while all encoders still
+    share the input) -> [active, R, h]; ``inp`` [R, h]."""
     if mode.undirected:
         message = (message + message.index_select(-2, index.b2revb)) / 2
-    if mode.atom_messages:
-        incoming = index.sum_neighbour_atoms(message)
-    else:
-        incoming = index.bond_messages(message)
-    weight = torch.stack([enc.W_h.weight for enc in encoders])  # [K, h_out, h_in]
-    hidden = torch.bmm(incoming, weight.transpose(1, 2))
-    if encoders[0].W_h.bias is not None:
-        hidden = hidden + torch.stack([enc.W_h.bias for enc in encoders]).unsqueeze(1)
-    message = F.dropout(_stacked_activation(encoders, inp + hidden), mode.dropout, mode.training)
+    incoming = index.sum_neighbour_atoms(message) if mode.atom_messages else index.bond_messages(message)
+    hidden = torch.matmul(incoming, params.weight_t[:active])
+    if params.bias is not None:
+        hidden = hidden + params.bias[:active]
+    message = F.dropout(params.activate(inp + hidden), mode.dropout, mode.training)
     return index.zero_padding_row(message)
 
 
@@ -79,19 +100,24 @@ def run_encoders(
 ) -> torch.Tensor:
     """Run every encoder on the same input ``inp`` [R, h] for its own number of iterations.
 
-    Returns [K, R, h] in the order of ``encoders``. An encoder with 0 iterations returns ``inp``.
+    Returns [K, R, h] in the order of ``encoders``. An encoder with 0 iterations returns ``inp``. The first
+    iteration aggregates the shared input once for all encoders.
     """
     order = sorted(range(len(encoders)), key=lambda k: -iterations[k])
-    sorted_encoders = [encoders[k] for k in order]
+    params = StackedParameters.of([encoders[k] for k in order])
     sorted_iters = [iterations[k] for k in order]
-    message = inp.unsqueeze(0).expand(len(encoders), *inp.shape)
+    message, count = inp, len(encoders)  # 2-D while every encoder still holds the shared input
     finished: list[torch.Tensor] = []  # outputs of encoders that stopped, tail of the sorted order first
     for step in range(max(sorted_iters, default=0)):
         active = sum(1 for n in sorted_iters if n > step)
-        if active < message.shape[0]:
-            finished.append(message[active:])
-            message = message[:active]
-        message = _step(sorted_encoders[:active], inp, message, index, mode)
+        if active < count:
+            stopped = message[active:] if message.dim() == 3 else inp.expand(count - active, *inp.shape)
+            finished.append(stopped)
+            message = message[:active] if message.dim() == 3 else message
+            count = active
+        message = _step(params, active, inp, message, index, mode)
+    if message.dim() == 2:
+        message = message.expand(count, *message.shape)
     in_sorted_order = torch.cat([message, *reversed(finished)], dim=0)
     restore = torch.empty(len(order), dtype=torch.long)
     restore[torch.tensor(order)] = torch.arange(len(order))

@@ -1,0 +1,162 @@
+"""Finetune train-step throughput on CPU: forward + backward molecules per CPU-second, ours vs upstream.
+
+Release architecture (hidden 800, depth 6, 4 heads, 1 MTBlock, PReLU, self-attention readout 4/8, FFN 700 x 3,
+200 rdkit_2d_normalized features, 1 task), batches of drug-like molecules from the finetune fixture split.
+Upstream's KermtFinetuneTask (``--upstream PATH``) runs on the same batches in the same process with the same
+weights and the same dynamic depths (both draw from numpy's global RNG, reseeded per step), so the
+check printed at the end compares like with like.
+
+    python bench/train_step.py --upstream /work/upstream_kermt --batches 3 --batch-size 32 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import types
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from rdkit import Chem
+
+from kermt.chem.descriptors import molecule_features
+from kermt.chem.molgraph import mol_to_graph
+from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt.data.batch import BatchMolGraph
+from kermt.data.collate import collate_graphs
+from kermt.nn.finetune import KermtFinetuneModel
+
+SMILES_CSV = Path(__file__).resolve().parents[1] / "tests/data/kermt_upstream_splits/finetune/train.csv"
+RELEASE = dict(hidden=800, depth=6, heads=4, ffn=700, ffn_layers=3, attn_hidden=4, attn_out=8, features=200)
+
+
+def release_config(dropout: float) -> FinetuneModelConfig:
+    return FinetuneModelConfig(
+        encoder=EncoderConfig(hidden_size=RELEASE["hidden"], depth=RELEASE["depth"], num_attn_head=RELEASE["heads"],
+                              dropout=dropout),
+        readout=ReadoutConfig(self_attention=True, attn_hidden=RELEASE["attn_hidden"], attn_out=RELEASE["attn_out"]),
+        head=HeadConfig(num_tasks=1, dataset_type="regression", features_size=RELEASE["features"],
+                        ffn_hidden_size=RELEASE["ffn"], ffn_num_layers=RELEASE["ffn_layers"], dropout=dropout),
+    )
+
+
+def make_batches(n_batches: int, batch_size: int) -> list[tuple[BatchMolGraph, torch.Tensor]]:
+    smiles = pd.read_csv(SMILES_CSV)["smiles"].tolist()[: n_batches * batch_size]
+    mols = [Chem.MolFromSmiles(s) for s in smiles]
+    features = torch.from_numpy(np.nan_to_num(molecule_features(mols, ("rdkit_2d_normalized",)))).float()
+    batches = []
+    for start in range(0, len(mols), batch_size):
+        graph = collate_graphs([mol_to_graph(m) for m in mols[start : start + batch_size]])
+        batches.append((graph, features[start : start + batch_size]))
+    return batches
+
+
+def load_upstream(path: Path, output_type: str, dropout: float) -> torch.nn.Module:
+    """Upstream's finetune model built by its own ``build_model``."""
+    # cuik_molmaker (GPU featurisation) is imported at module level upstream but unused here; it is not on PyPI
+    # in a working form, so a stub module stands in for it.
+    def unavailable(name: str):
+        return lambda *args, **kwargs: None
+
+    stub = types.ModuleType("cuik_molmaker")
+    stub.__getattr__ = unavailable  # PEP 562: any attribute resolves to a no-op callable
+    stub.mol_features = types.ModuleType("cuik_molmaker.mol_features")
+    stub.mol_features.__getattr__ = unavailable
+    sys.modules.setdefault("cuik_molmaker", stub)
+    sys.modules.setdefault("cuik_molmaker.mol_features", stub.mol_features)
+    # Upstream's package is also called ``kermt``: import it with our modules moved aside, then put ours back.
+    ours = {name: mod for name, mod in sys.modules.items() if name == "kermt" or name.startswith("kermt.")}
+    for name in ours:
+        del sys.modules[name]
+    sys.path.insert(0, str(path))
+    try:
+        from kermt.util.utils import build_model as upstream_build_model  # noqa: PLC0415  (upstream's package)
+    finally:
+        sys.path.remove(str(path))
+        sys.modules.update(ours)
+
+    args = Namespace(
+        parser_name="finetune", hidden_size=RELEASE["hidden"], bias=False, depth=RELEASE["depth"], dropout=dropout,
+        activation="PReLU", undirected=False, dense=False, ffn_hidden_size=RELEASE["ffn"],
+        ffn_num_layers=RELEASE["ffn_layers"], self_attention=True, attn_hidden=RELEASE["attn_hidden"],
+        attn_out=RELEASE["attn_out"], embedding_output_type=output_type, backbone="gtrans",
+        num_attn_head=RELEASE["heads"], num_mt_block=1, cuda=False, features_only=False,
+        features_size=RELEASE["features"], features_dim=0, num_tasks=1, dataset_type="regression",
+        ffn_num_task_specific_layers=0, ffn_task_specific_hidden_size=None,
+    )
+    return upstream_build_model(args)
+
+
+def _ours_step(model, graph, features):
+    out = model(graph, features)
+    return out.atom_view, out.bond_view
+
+
+def _upstream_step(model, graph, features):
+    return model(graph.components(), list(features.numpy()))
+
+
+def time_train_steps(model, step_fn, batches, seed: int) -> tuple[float, float, list[torch.Tensor]]:
+    """(molecules per CPU-second, per wall-second, first-batch outputs) for forward+backward on every batch."""
+    model.train()
+    molecules, cpu, wall, first = 0, 0.0, 0.0, []
+    for i, (graph, features) in enumerate(batches):
+        np.random.seed(seed + i)  # same dynamic depths for both models
+        torch.manual_seed(seed + i)
+        model.zero_grad(set_to_none=True)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        atom_view, bond_view = step_fn(model, graph, features)
+        (atom_view.square().mean() + bond_view.square().mean()).backward()
+        cpu += time.process_time() - cpu0
+        wall += time.perf_counter() - wall0
+        molecules += graph.num_molecules
+        if i == 0:
+            first = [atom_view.detach(), bond_view.detach()]
+    return molecules / cpu, molecules / wall, first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--upstream", type=Path, help="path of an upstream KERMT checkout to compare with")
+    parser.add_argument("--upstream-output-type", choices=("both", "atom"), default="both",
+                        help="upstream encoder outputs ('both' is what finetuning from a pretrained ckpt runs)")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--dropout", type=float, default=0.0, help="0 lets the outputs of both models be compared")
+    opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
+    batches = make_batches(opts.batches + 1, opts.batch_size)
+    warmup, timed = batches[:1], batches[1:]
+    torch.manual_seed(0)
+    ours = KermtFinetuneModel(release_config(opts.dropout))
+    with torch.no_grad():  # PyTorch default init + noise: upstream's init (LayerNorm gains 0) makes outputs constant
+        for param in ours.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    print(f"threads {opts.threads}, {len(timed)} timed batches of {opts.batch_size} molecules "
+          f"(mean {np.mean([g.f_atoms.shape[0] - 1 for g, _ in timed]) / opts.batch_size:.1f} atoms/molecule)")
+    time_train_steps(ours, _ours_step, warmup, seed=0)
+    ours_cpu, ours_wall, ours_first = time_train_steps(ours, _ours_step, timed, seed=1)
+    print(f"ours     : {ours_cpu:7.2f} mol/CPU-s  {ours_wall:7.2f} mol/s")
+    if opts.upstream is None:
+        return
+    upstream = load_upstream(opts.upstream, opts.upstream_output_type, opts.dropout)
+    missing, _ = upstream.load_state_dict(ours.state_dict(), strict=False)
+    assert all(".bond_from_" in k or ".ffn_bond_from_" in k for k in missing), missing
+    time_train_steps(upstream, _upstream_step, warmup, seed=0)
+    up_cpu, up_wall, up_first = time_train_steps(upstream, _upstream_step, timed, seed=1)
+    print(f"upstream : {up_cpu:7.2f} mol/CPU-s  {up_wall:7.2f} mol/s  (encoder outputs: {opts.upstream_output_type})")
+    print(f"speed-up : {ours_cpu / up_cpu:.2f}x per CPU-second")
+    if opts.dropout == 0.0:
+        diff = max(float((a - b).abs().max()) for a, b in zip(ours_first, up_first))
+        scale = max(float(a.abs().max()) for a in up_first)
+        print(f"train-mode outputs, same weights and depths: max |ours - upstream| = {diff:.2e} "
+              f"(max |output| {scale:.2e})")
+
+
+if __name__ == "__main__":
+    main()
