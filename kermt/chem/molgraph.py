@@ -186,7 +186,8 @@ class FlatGraphs:
 
     def select(self, rows: np.ndarray) -> "FlatGraphs":
         """The molecules at ``rows`` (in that order), as a new FlatGraphs."""
-        return FlatGraphs.from_graphs([self.graphs()[i] for i in np.asarray(rows, dtype=np.int64)])
+        graphs = self.graphs()
+        return FlatGraphs.from_graphs([graphs[i] for i in np.asarray(rows, dtype=np.int64)])
 
 
 def _concat(arrays: list[np.ndarray], empty_shape: tuple[int, ...], dtype: type) -> np.ndarray:

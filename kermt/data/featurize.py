@@ -55,11 +55,10 @@ class FeaturizedMolecules:
     def select(self, rows: Sequence[int] | np.ndarray) -> "FeaturizedMolecules":
         """The given rows, in that order (e.g. ``fm.select(np.flatnonzero(fm.valid))``)."""
         rows = np.asarray(rows, dtype=np.int64)
-        graphs = self.graphs.graphs()
         return FeaturizedMolecules(
             smiles=tuple(self.smiles[i] for i in rows),
             reasons=tuple(self.reasons[i] for i in rows),
-            graphs=FlatGraphs.from_graphs([graphs[i] for i in rows]),
+            graphs=self.graphs.select(rows),
             features=self.features[rows],
             features_generator=self.features_generator,
         )
