@@ -29,6 +29,8 @@ from rdkit import Chem, rdBase
 from rdkit.Chem import rdFingerprintGenerator
 from rdkit.Chem.EState import EState
 
+from kermt.chem.validation import parse_smiles
+
 RDKIT2D_COLUMNS: tuple[str, ...] = tuple(name for name, _ in rdDescriptors.RDKit2D().columns)
 FG_COLUMNS: tuple[str, ...] = tuple(name for name in RDKIT2D_COLUMNS if name.startswith("fr_"))
 _FG_INDEX = np.array([RDKIT2D_COLUMNS.index(name) for name in FG_COLUMNS])
@@ -151,12 +153,13 @@ def _stack_rows(mols: Sequence[Chem.Mol | None], row_of: Callable, width: int) -
     return out
 
 
-def molecule_features(mols: Sequence[Chem.Mol | None], generators: Sequence[str]) -> np.ndarray:
+def molecule_features(mols: Sequence[Chem.Mol | str | None], generators: Sequence[str]) -> np.ndarray:
     """Features of ``generators`` (upstream names) concatenated in that order: float64 [n, total width].
 
-    ``None`` entries (invalid molecules) give NaN rows. The raw RDKit2D pass runs at most once, however many
-    descriptastorus-based generators are asked for.
+    Entries are RDKit molecules or SMILES; ``None`` and invalid SMILES give NaN rows. The raw RDKit2D pass
+    runs at most once, however many descriptastorus-based generators are asked for.
     """
+    mols = [parse_smiles(m)[0] if isinstance(m, str) else m for m in mols]
     unknown = [g for g in generators if g not in GENERATOR_WIDTHS]
     if unknown:
         raise ValueError(f"unknown features generator {unknown[0]!r}; known: {sorted(GENERATOR_WIDTHS)}")

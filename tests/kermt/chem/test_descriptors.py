@@ -70,8 +70,10 @@ def test_morgan_generators_equal_rdkit_legacy_functions():
     assert got[:, 2048:].max() > 1  # counts, not bits
 
 
-def test_missing_molecules_give_nan_rows_and_unknown_names_are_rejected():
-    got = molecule_features([None, MOLS[0]], ("fgtasklabel", "rdkit_2d_normalized", "morgan"))
-    assert np.isnan(got[0]).all() and not np.isnan(got[1]).any()
+def test_missing_or_invalid_entries_give_nan_rows_and_unknown_names_are_rejected():
+    got = molecule_features([None, MOLS[0], "C1CC", str(GRAPH["smiles"][0])],
+                            ("fgtasklabel", "rdkit_2d_normalized", "morgan"))
+    assert np.isnan(got[[0, 2]]).all() and not np.isnan(got[[1, 3]]).any()
+    np.testing.assert_array_equal(got[1], got[3])  # a SMILES entry equals its parsed molecule
     with pytest.raises(ValueError, match="unknown features generator 'rdkit2d'"):
         molecule_features(MOLS[:1], ("rdkit2d",))
