@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from kermt.checkpoint import (
@@ -188,6 +188,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int) ->
             storage_path=storage,
             failure_config=FailureConfig(max_failures=c.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=1),
+            logging_config=LoggingConfig(log_level="WARNING"),  # our loop prints one line per epoch
         ),
     )
     result = trainer.fit()
