@@ -136,7 +136,7 @@ def main() -> None:
     ours = KermtFinetuneModel(release_config(opts.dropout))
     with torch.no_grad():  # PyTorch default init + noise: upstream's init (LayerNorm gains 0) makes outputs constant
         for param in ours.parameters():
-            param.add_(0.1 * torch.randn_like(param))
+            param.add_(0.01 * torch.randn_like(param))
     print(f"threads {opts.threads}, {len(timed)} timed batches of {opts.batch_size} molecules "
           f"(mean {np.mean([g.f_atoms.shape[0] - 1 for g, _ in timed]) / opts.batch_size:.1f} atoms/molecule)")
     time_train_steps(ours, _ours_step, warmup, seed=0)

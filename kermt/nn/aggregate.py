@@ -29,6 +29,43 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tu
         return coo.to_sparse_csr()
 
 
+class _ConstantSparseProduct(torch.autograd.Function):
+    """``operator @ x`` for a constant sparse ``operator``, differentiating with a precomputed transpose.
+
+    torch's own backward transposes the CSR matrix (a sort) at every call; the operators are fixed for a batch.
+    """
+
+    @staticmethod
+    def forward(ctx, operator: torch.Tensor, transposed: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        ctx.transposed = transposed
+        return torch.sparse.mm(operator, x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return None, None, torch.sparse.mm(ctx.transposed, grad)
+
+
+def _transpose(operator: torch.Tensor) -> torch.Tensor:
+    coo = operator.to_sparse_coo().coalesce()
+    rows, cols = coo.indices()
+    return _csr(cols, rows, coo.values(), (operator.shape[1], operator.shape[0]))
+
+
+def _block_diagonal(operator: torch.Tensor, copies: int) -> torch.Tensor:
+    """``copies`` copies of a CSR ``operator`` on the diagonal, built from its CSR arrays (no re-sorting)."""
+    crow, col, values = operator.crow_indices(), operator.col_indices(), operator.values()
+    n_rows, n_cols = operator.shape
+    nnz = col.shape[0]
+    block = torch.arange(copies, device=col.device)
+    big_crow = torch.cat([(crow[:-1].unsqueeze(0) + (block * nnz).unsqueeze(1)).reshape(-1), crow[-1:] * copies])
+    big_col = (col.unsqueeze(0) + (block * n_cols).unsqueeze(1)).reshape(-1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(
+            big_crow, big_col, values.repeat(copies), (copies * n_rows, copies * n_cols), check_invariants=False
+        )
+
+
 def _padded_lists(index: torch.Tensor, dtype: torch.dtype, padding: PaddingMode) -> tuple[torch.Tensor, ...]:
     """COO triplets summing row ``index[r, j]`` into row r for every slot j (padding slot 0 only if upstream)."""
     rows = torch.arange(index.shape[0], device=index.device).repeat_interleave(index.shape[1])
@@ -85,27 +122,24 @@ class GraphIndex:
             padding=padding,
         )
 
-    def _block_diagonal(self, name: str, operator: torch.Tensor, copies: int) -> torch.Tensor:
-        key = (name, copies)
-        if key not in self._stacked:
-            coo = operator.to_sparse_coo().coalesce()
-            (rows, cols), values = coo.indices(), coo.values()
-            n_rows, n_cols = operator.shape
-            offsets = torch.arange(copies, device=rows.device).repeat_interleave(rows.shape[0])
-            self._stacked[key] = _csr(
-                rows.repeat(copies) + offsets * n_rows, cols.repeat(copies) + offsets * n_cols,
-                values.repeat(copies), (copies * n_rows, copies * n_cols),
-            )
-        return self._stacked[key]
+    def _product(self, name: str, copies: int, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [rows, h] multiplied by operator ``name`` (block-diagonal with ``copies`` blocks if > 1)."""
+        if (name, 1) not in self._stacked:
+            operator = getattr(self, name)
+            self._stacked[(name, 1)] = (operator, _transpose(operator))
+        if (name, copies) not in self._stacked:
+            self._stacked[(name, copies)] = tuple(_block_diagonal(op, copies) for op in self._stacked[(name, 1)])
+        operator, transposed = self._stacked[(name, copies)]
+        if not torch.is_grad_enabled() or not x.requires_grad:
+            return torch.sparse.mm(operator, x)
+        return _ConstantSparseProduct.apply(operator, transposed, x)
 
     def apply(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Operator ``name`` applied to rows of ``x``: [R_in, h] -> [R_out, h] or [K, R_in, h] -> [K, R_out, h]."""
-        operator = getattr(self, name)
         if x.dim() == 2:
-            return torch.sparse.mm(operator, x)
-        stacked = self._block_diagonal(name, operator, x.shape[0])
-        out = torch.sparse.mm(stacked, x.reshape(-1, x.shape[-1]))
-        return out.view(x.shape[0], operator.shape[0], x.shape[-1])
+            return self._product(name, 1, x)
+        out = self._product(name, x.shape[0], x.reshape(-1, x.shape[-1]))
+        return out.view(x.shape[0], -1, x.shape[-1])
 
     def sum_incoming_bonds(self, bond_x: torch.Tensor) -> torch.Tensor:
         """``Σ_{b ∈ a2b[a]} bond_x[b]`` for every atom a."""

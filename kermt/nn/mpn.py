@@ -68,7 +68,8 @@ class StackedParameters:
         """Encoder k's activation on ``z[k]`` ([k, R, h]): PReLU with per-encoder slopes as one kernel."""
         if self.slopes is None:
             return self.activation(z)
-        return F.prelu(z.transpose(0, 1), self.slopes[: z.shape[0]]).transpose(0, 1)
+        # [1, k, R·h] puts the encoder axis on prelu's channel dimension without copying
+        return F.prelu(z.reshape(1, z.shape[0], -1), self.slopes[: z.shape[0]]).view_as(z)
 
 
 def _step(
