@@ -247,13 +247,16 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str
     """The whole run; returns the summary (also written to run.json)."""
     resources = connect(config.address)
     setup = resolve_setup(config, sources)
+    print(f"dataset_type={setup.dataset_type}{' (inferred from the labels)' if config.dataset_type is None else ''} "
+          f"metric={setup.metric} tasks={setup.task_names}", flush=True)
+    n_invalid = sum(len(s.invalid) for s in (setup.data, setup.val, setup.test) if s is not None)
+    if n_invalid:
+        print(f"skipping {n_invalid} invalid SMILES (listed in invalid_smiles.csv)", flush=True)
+    if config.dry_run:
+        return dry_run_report(setup, resources)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(config))
-    n_invalid = write_invalid(setup.save_dir / "invalid_smiles.csv",
-                              [s for s in (setup.data, setup.val, setup.test) if s is not None])
-    if n_invalid:
-        print(f"skipped {n_invalid} invalid SMILES (listed in {setup.save_dir / 'invalid_smiles.csv'})", flush=True)
-    print(f"dataset_type={setup.dataset_type} metric={setup.metric} tasks={setup.task_names}", flush=True)
+    write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
     scores, splits_record = [], {}
     for fold in range(fold_count(config)):
         value, splits_record[f"fold_{fold}"] = run_fold(setup, fold)
@@ -278,3 +281,28 @@ def _split_record(setup: RunSetup, split: Split) -> dict[str, list[int]]:
     record["val"] = "separate_val_path" if setup.val else to_rows(split.val)  # type: ignore[assignment]
     record["test"] = "separate_test_path" if setup.test else to_rows(split.test)  # type: ignore[assignment]
     return record
+
+
+def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]:
+    """--dry_run: print the resolved settings (marking defaults), split sizes, model and cluster use; no training."""
+    c = setup.config
+    print("resolved configuration (* = default):")
+    for name, value in c.model_dump(mode="json").items():
+        print(f"  {'*' if setup.sources.get(name, 'default') == 'default' else ' '} {name}: {value}")
+    folds = {}
+    for fold in range(fold_count(c)):
+        split, splits = fold_splits(setup, fold)
+        folds[f"fold_{fold}"] = {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
+        width = splits.train.features.shape[1] if splits.train.features is not None else 0
+        model = KermtFinetuneModel(model_config(setup, width))
+        print(f"fold {fold}: train {len(splits.train)}, val {len(splits.val)}, test {len(splits.test)}; "
+              f"model parameters {sum(p.numel() for p in model.parameters()):,}")
+    if setup.checkpoint is not None:
+        _, load_summary = initial_state(setup, model.config, c.seed)
+        print(f"checkpoint {setup.checkpoint.path} ({setup.checkpoint.spec.kind}):\n  " +
+              load_summary.replace("\n", "\n  "))
+    wanted = {"CPU": c.num_workers, **({"GPU": c.num_workers} if c.use_gpu else {})}
+    print(f"would train {c.ensemble_size} model(s) x {len(folds)} fold(s) with {c.num_workers} worker(s) "
+          f"({wanted}) on a cluster with {resources}")
+    return {"dry_run": True, "folds": folds, "dataset_type": setup.dataset_type, "metric": setup.metric,
+            "resources_per_run": wanted, "cluster_resources": resources}

@@ -85,3 +85,28 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
                             capture_output=True, text=True, check=True)
     described = json.loads(report.stdout)
     assert described["kind"] == "finetuned" and described["tasks"]["task_names"] == ["logp", "tpsa_100", "fsp3"]
+
+
+def test_dry_run_validates_and_plans_without_training(ray_cluster, demo_csv, tmp_path, capsys):
+    save_dir = tmp_path / "dry"
+    config, sources = resolve([
+        "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_hybrid.pt"),
+        "--save_dir", str(save_dir), "--num_workers", "2", "--dry_run",
+    ])
+    plan = run_finetune(config, sources)
+    out = capsys.readouterr().out
+    assert plan["dry_run"] and plan["dataset_type"] == "regression" and plan["metric"] == "rmse"
+    assert plan["folds"]["fold_0"] == {"train": 64, "val": 8, "test": 8}  # 80 valid rows, random 0.8/0.1/0.1
+    assert "dataset_type=regression (inferred from the labels)" in out
+    assert "* max_lr: 0.001" in out and "  num_workers: 2" in out
+    assert "(hybrid)" in out and "ignored" in out
+    assert not save_dir.exists()
+
+
+def test_contradicting_architecture_flag_is_an_error(ray_cluster, demo_csv, tmp_path):
+    from kermt.checkpoint import ArchitectureConflictError
+
+    config, sources = resolve(["--data_path", str(demo_csv), "--checkpoint_path",
+                               str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--hidden_size", "32", "--dry_run"])
+    with pytest.raises(ArchitectureConflictError, match="hidden_size: you set 32 but the checkpoint was trained with 16"):
+        run_finetune(config, sources)
