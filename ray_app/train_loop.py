@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,9 +206,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     key = "val_loss" if plan.select_by_loss else f"val_{plan.metric}"
     rank = ray.train.get_context().get_world_rank()
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
+        started = time.perf_counter()
         train_loss = _train_epoch(plan, model, optimizer, scheduler, progress, device)
+        trained = time.perf_counter()
         metrics = {"epoch": progress.epoch, "train_loss": train_loss, **_validate(plan, model),
-                   "lr": scheduler.get_last_lr()[-1]}
+                   "lr": scheduler.get_last_lr()[-1], "train_time_s": trained - started,
+                   "val_time_s": time.perf_counter() - trained}
         if _improved(metrics[key], progress.best_value, direction):
             progress.best_value, progress.best_epoch, progress.bad_epochs = metrics[key], progress.epoch, 0
             best["state"] = snapshot(model)
@@ -219,5 +223,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         if rank == 0:
             print(f"[{plan.label}] epoch {metrics['epoch']:4d}  loss_train {train_loss:.6f}  "
                   f"loss_val {metrics['val_loss']:.6f}  {plan.metric}_val {metrics[f'val_{plan.metric}']:.6f}  "
-                  f"lr {metrics['lr']:.3e}", flush=True)
+                  f"lr {metrics['lr']:.3e}  t_time {metrics['train_time_s']:.1f}s  "
+                  f"v_time {metrics['val_time_s']:.1f}s", flush=True)
         _report(plan, model, optimizer, scheduler, progress, best, metrics)
