@@ -267,11 +267,23 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
                f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
     extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml")}
+    settings, setting_sources = _settings_with_checkpoint_values(setup)
     outputs.atomic_write_text(setup.save_dir / "run.json", outputs.run_record(
-        config.model_dump(mode="json"), sources, resources, extra))
+        settings, setting_sources, resources, extra))
     print(f"overall_{config.split_type}_test_{setup.metric}={mean:.6f}", flush=True)
     print(f"std={std:.6f}", flush=True)
     return summary
+
+
+def _settings_with_checkpoint_values(setup: RunSetup) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every setting and its source; architecture values the checkpoint decided are marked "checkpoint"."""
+    settings: dict[str, Any] = setup.config.model_dump(mode="json")
+    sources: dict[str, str] = dict(setup.sources)
+    if setup.checkpoint is not None:
+        for key in ENCODER_KEYS:
+            if sources.get(key, "default") == "default":
+                settings[key], sources[key] = getattr(setup.checkpoint.spec.encoder, key), "checkpoint"
+    return settings, sources
 
 
 def _split_record(setup: RunSetup, split: Split) -> dict[str, list[int]]:

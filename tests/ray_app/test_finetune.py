@@ -39,7 +39,7 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
         "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
         "--save_dir", str(save_dir), "--num_workers", "2", "--epochs", "3", "--batch_size", "8",
         "--split_type", "scaffold_balanced", "--ffn_hidden_size", "16", "--self_attention", "--dropout", "0.1",
-        "--bond_drop_rate", "0.1", "--dist_coff", "0.15", "--metric", "mae",
+        "--bond_drop_rate", "0.1", "--dist_coff", "0.15", "--metric", "mae", "--tensorboard",
     ])
     summary = run_finetune(config, sources)
     out = capsys.readouterr().out
@@ -74,11 +74,13 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     with open(save_dir / "fold_0/model_0/metrics.csv") as f:
         assert [int(r["epoch"]) for r in csv.DictReader(f)] == [0, 1, 2]
     assert (save_dir / "fold_0/model_0/model.pt").exists()
+    assert list((save_dir / "fold_0/model_0").glob("events.out.tfevents.*"))
 
     # run.json records where each setting came from; config.yaml replays the run
     record = json.loads((save_dir / "run.json").read_text())
     assert record["settings"]["num_workers"] == {"value": 2, "source": "user"}
     assert record["settings"]["max_lr"]["source"] == "default"
+    assert record["settings"]["hidden_size"] == {"value": 16, "source": "checkpoint"}
     assert resolve(["--config", str(save_dir / "config.yaml")])[0] == config
 
     report = subprocess.run([sys.executable, "-m", "ray_app.cli", "inspect", str(save_dir / "fold_0/model_0/model")],
