@@ -94,9 +94,10 @@ def predict(model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarra
     was_training = core.training
     core.eval()
     rows = np.asarray(rows, dtype=np.int64)
+    device = next(core.parameters()).device  # batches follow the model, wherever the caller put it
     out = []
     for start in range(0, len(rows), batch_size):
-        batch = data.batch(rows[start : start + batch_size])
+        batch = data.batch(rows[start : start + batch_size]).to(device)
         out.append(core(batch.graph, batch.features).prediction.double().cpu().numpy())
     core.train(was_training)
     width = data.targets.shape[1]
