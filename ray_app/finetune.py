@@ -193,7 +193,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int) ->
     )
     result = trainer.fit()
     with result.checkpoint.as_directory() as directory:
-        saved = torch.load(Path(directory) / STATE_FILE, weights_only=True)
+        saved = torch.load(Path(directory) / STATE_FILE, weights_only=True, map_location="cpu")
     model = KermtFinetuneModel(config)
     model.load_state_dict(saved["best_state"] if saved["best_state"] is not None else saved["model"])
     return model, saved["progress"]["history"]

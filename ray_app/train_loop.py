@@ -101,6 +101,8 @@ def _improved(value: float, best: float, direction: str) -> bool:
 def _build(plan: MemberPlan) -> tuple[KermtFinetuneModel, torch.optim.Optimizer, NoamLR]:
     model = KermtFinetuneModel(plan.model_config)
     model.load_state_dict(plan.initial_state)
+    # On the device before the optimizer exists, so restored Adam state lands next to its parameters.
+    model.to(ray.train.torch.get_device())
     optimizer = build_optimizer(model, plan.init_lr, plan.weight_decay, plan.fine_tune_coff)
     world = ray.train.get_context().get_world_size()
     schedule = NoamSchedule(plan.warmup_epochs, plan.epochs, len(plan.train) // (plan.batch_size * world),
@@ -113,7 +115,8 @@ def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progre
     if checkpoint is None:
         return Progress()
     with checkpoint.as_directory() as directory:
-        state = torch.load(os.path.join(directory, STATE_FILE), weights_only=True)
+        state = torch.load(os.path.join(directory, STATE_FILE), weights_only=True,
+                           map_location=ray.train.torch.get_device())
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
