@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from kermt.chem.validation import InvalidSmiles
-from kermt.data.dataset import MoleculeSet, take_graphs
+from kermt.data.dataset import MoleculeSet
 from kermt.data.feature_files import load_features
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.data.scalers import StandardScaler
@@ -141,8 +141,7 @@ def scale_splits(
             features = np.nan_to_num(features_scaler.transform(features), nan=0.0)
         if scale_targets and target_scaler is not None:
             targets = target_scaler.transform(targets)
-        graphs = take_graphs(feats.graphs, np.arange(len(feats)))
-        return MoleculeSet(graphs, features.astype(np.float32) if width else None,
+        return MoleculeSet(feats.graphs, features.astype(np.float32) if width else None,
                            np.asarray(targets, dtype=np.float32), feats.smiles)
 
     return ScaledSplits(molecule_set("train", True), molecule_set("val", True), molecule_set("test", False),

@@ -31,39 +31,6 @@ class MoleculeBatch:
         return MoleculeBatch(self.graph.to(device), features, self.targets.to(device), self.rows)
 
 
-def _offsets(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
-def _gather_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of ``range(s, s + c)`` for every (s, c), vectorised."""
-    total = int(counts.sum())
-    within = np.arange(total, dtype=np.int64) - np.repeat(_offsets(counts)[:-1], counts)
-    return np.repeat(starts, counts) + within
-
-
-def take_graphs(flat: FlatGraphs, rows: np.ndarray, keep_bond: np.ndarray | None = None) -> FlatGraphs:
-    """The molecules at ``rows`` (in order); ``keep_bond`` (bool per selected chemical bond) drops bonds."""
-    rows = np.asarray(rows, dtype=np.int64)
-    atom_idx = _gather_ranges(_offsets(flat.atom_counts)[rows], flat.atom_counts[rows])
-    bond_counts = flat.bond_counts[rows]
-    bond_idx = _gather_ranges(_offsets(flat.bond_counts)[rows], bond_counts)
-    if keep_bond is not None:
-        bond_idx = bond_idx[keep_bond]
-        owner = np.repeat(np.arange(len(rows)), bond_counts)[keep_bond]
-        bond_counts = np.bincount(owner, minlength=len(rows)).astype(np.int64)
-    return FlatGraphs(
-        f_atoms=flat.f_atoms[atom_idx],
-        bond_atoms=flat.bond_atoms[bond_idx],
-        bond_feats=flat.bond_feats[bond_idx],
-        bond_rdkit_idx=flat.bond_rdkit_idx[bond_idx],
-        atom_counts=flat.atom_counts[rows],
-        bond_counts=bond_counts,
-    )
-
-
 @dataclass(frozen=True)
 class MoleculeSet:
     """One split, ready to batch. Every row is a valid molecule.
@@ -88,7 +55,7 @@ class MoleculeSet:
     def batch(self, rows: np.ndarray, keep_bond: np.ndarray | None = None) -> MoleculeBatch:
         """Collate ``rows`` into one batch (row 0 padding, upstream layout)."""
         rows = np.asarray(rows, dtype=np.int64)
-        graph = collate_graphs(take_graphs(self.graphs, rows, keep_bond))
+        graph = collate_graphs(self.graphs.select(rows, keep_bond))
         features = torch.from_numpy(self.features[rows]) if self.features is not None else None
         return MoleculeBatch(graph, features, torch.from_numpy(self.targets[rows]), rows)
 

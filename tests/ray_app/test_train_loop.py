@@ -18,7 +18,7 @@ from ray.train.torch import TorchTrainer
 from kermt.checkpoint import load_into_model, read_checkpoint
 from kermt.checkpoint.reader import FRESH_HEAD_PREFIXES
 from kermt.config import FinetuneModelConfig, HeadConfig, ReadoutConfig
-from kermt.data.dataset import MoleculeSet, take_graphs
+from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
 from kermt.data.scalers import StandardScaler
 from kermt.data.tables import load_molecule_table
@@ -36,8 +36,7 @@ SHIFT_INVARIANT = ("attn.linear_layers.1.bias",)
 def _molecule_set(smiles: list[str], targets: np.ndarray, scaler: StandardScaler) -> MoleculeSet:
     done = featurize_smiles(smiles)
     assert done.valid.all()
-    graphs = take_graphs(done.graphs, np.arange(len(smiles)))
-    return MoleculeSet(graphs, None, scaler.transform(targets).astype(np.float32), done.smiles)
+    return MoleculeSet(done.graphs, None, scaler.transform(targets).astype(np.float32), done.smiles)
 
 
 def _plan(batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = False) -> MemberPlan:
