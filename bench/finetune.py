@@ -58,7 +58,9 @@ def run_upstream(data: Path, upstream: Path, args: argparse.Namespace, out: Path
     stub = out / "stub"
     (stub / "cuik_molmaker").mkdir(parents=True, exist_ok=True)
     # upstream imports the optional cuik_molmaker package at module import; it is not installable offline
-    (stub / "cuik_molmaker" / "__init__.py").write_text("")
+    no_op = "def __getattr__(name):\n    return lambda *args, **kwargs: None  # never called on this path\n"
+    for module in ("__init__.py", "mol_features.py"):
+        (stub / "cuik_molmaker" / module).write_text(no_op)
     env = dict(os.environ, PYTHONPATH=f"{upstream}{os.pathsep}{stub}")
     cmd = [sys.executable, "main.py", "finetune", "--data_path", str(data), "--save_dir", str(out / "upstream"),
            "--no_cuda", "--embedding_output_type", "atom", *model_flags(args)]
