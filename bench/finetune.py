@@ -61,6 +61,8 @@ def run_upstream(data: Path, upstream: Path, args: argparse.Namespace, out: Path
     no_op = "def __getattr__(name):\n    return lambda *args, **kwargs: None  # never called on this path\n"
     for module in ("__init__.py", "mol_features.py"):
         (stub / "cuik_molmaker" / module).write_text(no_op)
+    # upstream calls torch.cuda.set_device(args.gpu) even with --no_cuda, which fails on a CPU-only torch
+    (stub / "sitecustomize.py").write_text("import torch\ntorch.cuda.set_device = lambda *args, **kwargs: None\n")
     env = dict(os.environ, PYTHONPATH=f"{upstream}{os.pathsep}{stub}")
     cmd = [sys.executable, "main.py", "finetune", "--data_path", str(data), "--save_dir", str(out / "upstream"),
            "--no_cuda", "--embedding_output_type", "atom", *model_flags(args)]
