@@ -6,11 +6,12 @@ revision and each file's sha256): a directory whose files still match it is reus
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
+
+from kermt.checkpoint.upstream import file_sha256
 
 RELEASE_REPO = "nvidia/NV-KERMT-70M-v2"
 RELEASE_REVISION = "7df5eb3179235fdea1e8124db73215da33d77dce"
@@ -18,14 +19,6 @@ CHECKPOINT_FILE = "kermt_contrastive_v2.0.pt"
 RELEASE_FILES = (CHECKPOINT_FILE, "pretrain_atom_vocab.json", "pretrain_bond_vocab.json", "pretrain_smiles_vocab.pkl")
 MANIFEST = "release.json"
 DEFAULT_DIR = Path.home() / ".cache" / "kermt-ray" / "NV-KERMT-70M-v2"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_complete(directory: Path) -> bool:
@@ -37,7 +30,7 @@ def is_complete(directory: Path) -> bool:
     if record.get("revision") != RELEASE_REVISION:
         return False
     files = record.get("sha256", {})
-    return all(name in files and (directory / name).exists() and _sha256(directory / name) == files[name]
+    return all(name in files and (directory / name).exists() and file_sha256(directory / name) == files[name]
                for name in RELEASE_FILES)
 
 
@@ -55,7 +48,7 @@ def fetch_release(model_dir: str | Path | None = None) -> Path:
         staging = directory / f".{name}.tmp"
         shutil.copyfile(cached, staging)
         os.replace(staging, directory / name)
-        hashes[name] = _sha256(directory / name)
+        hashes[name] = file_sha256(directory / name)
     _verify(directory / CHECKPOINT_FILE)
     manifest = {"repo": RELEASE_REPO, "revision": RELEASE_REVISION, "sha256": hashes}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
