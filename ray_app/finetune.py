@@ -7,7 +7,6 @@ epoch -> ensemble-average test predictions -> upstream's outputs and summary lin
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid

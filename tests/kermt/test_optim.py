@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.nn.finetune import KermtFinetuneModel
