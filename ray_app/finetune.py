@@ -280,7 +280,7 @@ def _settings_with_checkpoint_values(setup: RunSetup) -> tuple[dict[str, Any], d
     sources: dict[str, str] = dict(setup.sources)
     if setup.checkpoint is not None:
         for key in ENCODER_KEYS:
-            if sources.get(key, "default") == "default":
+            if not _user_set(setup.sources, key):
                 settings[key], sources[key] = getattr(setup.checkpoint.spec.encoder, key), "checkpoint"
     return settings, sources
 
