@@ -6,6 +6,7 @@ dispatched before the top-level parser; they are still listed in ``kermt --help`
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -29,8 +30,25 @@ def _finetune(argv: list[str]) -> int:
     return 0
 
 
+def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
+    """A subcommand whose module (and so Ray) is imported only when it runs."""
+
+    def run(argv: list[str]) -> int:
+        return getattr(importlib.import_module(module), function)(argv)
+
+    return run
+
+
 RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "finetune": ("finetune on a Ray cluster (upstream main.py finetune flags + --num_workers/--use_gpu)", _finetune),
+    "tune": ("hyperparameter search: finetune trials in parallel with Ray Tune (Optuna, ASHA)",
+             _lazy("ray_app.tune", "main")),
+    "predict": ("streaming predictions with Ray Data (upstream main.py predict flags)",
+                _lazy("ray_app.predict", "main_predict")),
+    "fingerprint": ("molecule fingerprints from a checkpoint (upstream main.py fingerprint flags)",
+                    _lazy("ray_app.predict", "main_fingerprint")),
+    "embed": ("readout embeddings (and cmim/hybrid latents) as Parquet or .npy",
+              _lazy("ray_app.predict", "main_embed")),
 }
 
 

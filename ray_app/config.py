@@ -110,6 +110,9 @@ class FinetuneConfig(BaseModel):
     num_workers: int = Field(1, ge=1, description="data-parallel training workers")
     use_gpu: bool = Field(False, description="one GPU per worker")
     address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
+    max_concurrent_trials: Optional[int] = Field(
+        None, ge=1, description="training runs (members, folds, trials) at once (default: what free resources allow)"
+    )
     max_failures: int = Field(0, ge=-1, description="worker failures to recover from (-1: unlimited)")
     storage_path: Optional[str] = Field(None, description="Ray Train storage (local path or URI)")
     dry_run: bool = Field(False, description="validate and print the plan, do not train")
@@ -152,11 +155,13 @@ def _base_type(annotation: Any) -> Any:
     return annotation
 
 
-def build_parser(prog: str = "kermt finetune") -> argparse.ArgumentParser:
-    """One flag per config field. Defaults are argparse.SUPPRESS so we can tell what the user typed."""
+def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] | None = None) -> argparse.ArgumentParser:
+    """One flag per field of ``schema`` (default FinetuneConfig). Defaults are argparse.SUPPRESS so we can tell
+    what the user typed."""
+    schema = schema or FinetuneConfig
     parser = argparse.ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
     parser.add_argument("--config", help="YAML file with the same keys as the flags; flags override it")
-    for name, field in FinetuneConfig.model_fields.items():
+    for name, field in schema.model_fields.items():
         base = _base_type(field.annotation)
         help_text = field.description or ""
         origin = typing.get_origin(base)
@@ -174,48 +179,51 @@ def build_parser(prog: str = "kermt finetune") -> argparse.ArgumentParser:
     return parser
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
+def load_yaml(path: str | Path, schema: type[BaseModel] | None = None) -> dict[str, Any]:
+    schema = schema or FinetuneConfig
     with open(path) as f:
         data = yaml.safe_load(f) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of setting -> value, got {type(data).__name__}")
-    unknown = [k for k in data if k not in FinetuneConfig.model_fields]
+    unknown = [k for k in data if k not in schema.model_fields]
     if unknown:
         key = unknown[0]
-        raise ValueError(f"{path}: unknown key {key!r}{did_you_mean(key, FinetuneConfig.model_fields)}")
+        raise ValueError(f"{path}: unknown key {key!r}{did_you_mean(key, schema.model_fields)}")
     return data
 
 
-def resolve(argv: list[str] | None) -> tuple[FinetuneConfig, dict[str, Source]]:
-    """Parse flags (+ optional YAML) into a validated config and the source of every value."""
-    parser = build_parser()
+def resolve(argv: list[str] | None, schema: type[BaseModel] | None = None,
+            prog: str = "kermt finetune") -> tuple[Any, dict[str, Source]]:
+    """Parse flags (+ optional YAML) into a validated ``schema`` (default FinetuneConfig) and each value's source."""
+    schema = schema or FinetuneConfig
+    parser = build_parser(prog, schema)
     namespace, unknown = parser.parse_known_args(argv)
     flags = [u for u in unknown if u.startswith("--")]
     if unknown:
         flag = (flags or unknown)[0]
-        valid = [f"--{name}" for name in FinetuneConfig.model_fields] + ["--config"]
+        valid = [f"--{name}" for name in schema.model_fields] + ["--config"]
         raise ValueError(f"unknown argument {flag!r}{did_you_mean(flag, valid)}")
     args = vars(namespace)
     config_path = args.pop("config", None)
-    from_file = load_yaml(config_path) if config_path else {}
+    from_file = load_yaml(config_path, schema) if config_path else {}
     values = {**from_file, **args}
     try:
-        config = FinetuneConfig(**values)
+        config = schema(**values)
     except ValidationError as exc:
-        raise ValueError(_explain(exc, config_path)) from None
+        raise ValueError(_explain(exc, config_path, prog)) from None
     sources: dict[str, Source] = {}
-    for name in FinetuneConfig.model_fields:
+    for name in schema.model_fields:
         sources[name] = "user" if name in args else "config" if name in from_file else "default"
     return config, sources
 
 
-def _explain(exc: ValidationError, config_path: str | None) -> str:
+def _explain(exc: ValidationError, config_path: str | None, prog: str) -> str:
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"])
         origin = f" (from {config_path} or the command line)" if config_path else ""
         lines.append(f"setting {where!r}{origin}: {err['msg']}" if where else err["msg"])
-    return "invalid finetune configuration:\n  " + "\n  ".join(lines)
+    return f"invalid {prog.removeprefix('kermt ')} configuration:\n  " + "\n  ".join(lines)
 
 
 def to_yaml(config: FinetuneConfig) -> str:

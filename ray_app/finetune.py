@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import ray
@@ -165,8 +165,11 @@ def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
     return split, scale_splits(parts, setup.dataset_type, wants_feature_scaling(config))
 
 
-def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int) -> tuple[KermtFinetuneModel, list]:
-    """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history."""
+def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
+               callbacks: Sequence[Any] = ()) -> tuple[KermtFinetuneModel, list]:
+    """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history.
+
+    ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see every epoch's metrics)."""
     c = setup.config
     width = splits.train.features.shape[1] if splits.train.features is not None else 0
     config = model_config(setup, width)
@@ -188,6 +191,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int) ->
             failure_config=FailureConfig(max_failures=c.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             logging_config=LoggingConfig(log_level="WARNING"),  # our loop prints one line per epoch
+            callbacks=list(callbacks),
         ),
     )
     result = trainer.fit()
