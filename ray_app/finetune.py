@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import ray
@@ -41,6 +42,7 @@ from kermt.nn.heads import initialize_weights
 from kermt.training import predict, score
 from ray_app import outputs
 from ray_app.cluster import connect
+from ray_app.concurrency import concurrent_runs
 from ray_app.config import FinetuneConfig, Source, to_yaml
 from ray_app.prepare import (
     ScaledSplits,
@@ -219,31 +221,97 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
         outputs.write_tensorboard(directory, history, setup.metric)
 
 
-def run_fold(setup: RunSetup, fold: int) -> tuple[float, dict]:
-    """Train the fold's ensemble, write fold_k/; returns the fold's task-averaged test score and its split."""
+@ray.remote(num_cpus=0)  # a coordinator only: its TorchTrainer's workers hold the resources
+def _train_member_task(setup: RunSetup, splits: ScaledSplits, fold: int, member: int):
+    return run_member(setup, splits, fold, member)
+
+
+def train_members(setup: RunSetup, fold_parts: list[ScaledSplits],
+                  concurrency: int) -> Iterator[tuple[int, int, KermtFinetuneModel, list]]:
+    """Train every (fold, member), ``concurrency`` TorchTrainers at a time; yields them as they finish.
+
+    Each member's seeds depend only on (seed, fold, member), so the models are the same whatever runs beside them.
+    With concurrency 1 the members train one after another in this process, as upstream does."""
+    jobs = [(fold, member) for fold in range(len(fold_parts)) for member in range(setup.config.ensemble_size)]
+    if concurrency == 1:
+        for fold, member in jobs:
+            yield fold, member, *run_member(setup, fold_parts[fold], fold, member)
+        return
+    setup_ref, part_refs = ray.put(setup), [ray.put(parts) for parts in fold_parts]
+    waiting, running = iter(jobs), {}
+
+    def launch_next() -> None:
+        job = next(waiting, None)
+        if job is not None:
+            running[_train_member_task.remote(setup_ref, part_refs[job[0]], *job)] = job
+
+    for _ in range(concurrency):
+        launch_next()
+    while running:
+        (done,), _ = ray.wait(list(running), num_returns=1)
+        fold, member = running.pop(done)
+        try:
+            model, history = ray.get(done)
+        except ray.exceptions.RayTaskError as error:
+            for ref in running:
+                ray.cancel(ref)
+            raise RuntimeError(f"fold {fold} model {member} failed; the other runs were cancelled:\n{error}") from None
+        launch_next()
+        yield fold, member, model, history
+
+
+def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int) -> np.ndarray:
+    """(n_test, n_tasks) predictions in label units."""
+    preds = predict(model, splits.test, np.arange(len(splits.test)), batch_size)
+    return splits.target_scaler.inverse_transform(preds) if splits.target_scaler else preds
+
+
+def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
+    """Ensemble mean (summed in member order, as upstream) -> fold_k/test_result.csv; returns the fold's score."""
     c = setup.config
-    split, splits = fold_splits(setup, fold)
-    record = _split_record(setup, split)
-    fold_dir = setup.save_dir / f"fold_{fold}"
-    eval_batch = c.batch_size * c.num_workers
     summed = np.zeros((len(splits.test), len(setup.task_names)))
-    for member in range(c.ensemble_size):
-        model, history = run_member(setup, splits, fold, member)
-        save_member(setup, model, splits, fold_dir / f"model_{member}", history)
-        preds = predict(model, splits.test, np.arange(len(splits.test)), eval_batch)
-        summed += splits.target_scaler.inverse_transform(preds) if splits.target_scaler else preds
+    for preds in member_preds:
+        summed += preds
     ensemble = summed / c.ensemble_size
     blinded = len(setup.task_names) == 0 or bool(np.isnan(splits.test_targets_raw).all())
-    outputs.atomic_write_text(fold_dir / "test_result.csv", outputs.test_result_csv(
+    outputs.atomic_write_text(setup.save_dir / f"fold_{fold}" / "test_result.csv", outputs.test_result_csv(
         splits.test.smiles, setup.task_names, ensemble, None if blinded else splits.test_targets_raw))
     if blinded or len(splits.test) == 0:
-        return float("nan"), record
+        return float("nan")
     value, per_task = score(ensemble, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
     print(f"Seed {c.seed + fold} ==> test {setup.metric} = {value:.6f}", flush=True)
     if c.show_individual_scores:
         for name, task_score in zip(setup.task_names, per_task):
             print(f"Seed {c.seed + fold} ==> test {name} {setup.metric} = {task_score:.6f}", flush=True)
-    return value, record
+    return value
+
+
+def member_concurrency(setup: RunSetup, runs: int) -> int:
+    c = setup.config
+    concurrency = concurrent_runs(c.max_concurrent_trials, c.num_workers, c.use_gpu, runs)
+    if runs > 1:
+        print(f"training {runs} models ({fold_count(c)} fold(s) x {c.ensemble_size} member(s)), "
+              f"{concurrency} at a time", flush=True)
+    return concurrency
+
+
+def run_folds(setup: RunSetup) -> list[float]:
+    """Train every member of every fold (concurrently where resources allow), write fold_k/ and splits.json;
+    returns each fold's task-averaged test score."""
+    c = setup.config
+    folds = [fold_splits(setup, fold) for fold in range(fold_count(c))]
+    record = {f"fold_{fold}": _split_record(setup, split) for fold, (split, _) in enumerate(folds)}
+    outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(record) + "\n")
+    parts = [splits for _, splits in folds]
+    member_preds: list[list[np.ndarray | None]] = [[None] * c.ensemble_size for _ in folds]
+    scores = [float("nan")] * len(folds)
+    concurrency = member_concurrency(setup, len(folds) * c.ensemble_size)
+    for fold, member, model, history in train_members(setup, parts, concurrency):
+        save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
+        member_preds[fold][member] = member_test_predictions(model, parts[fold], c.batch_size * c.num_workers)
+        if all(p is not None for p in member_preds[fold]):
+            scores[fold] = finish_fold(setup, fold, parts[fold], member_preds[fold])  # type: ignore[arg-type]
+    return scores
 
 
 def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str, Any]:
@@ -260,11 +328,7 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(config))
     write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
-    scores, splits_record = [], {}
-    for fold in range(fold_count(config)):
-        value, splits_record[f"fold_{fold}"] = run_fold(setup, fold)
-        scores.append(value)
-        outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(splits_record) + "\n")
+    scores = run_folds(setup)
     mean = nanmean(scores)
     std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
@@ -317,7 +381,9 @@ def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]
         print(f"checkpoint {setup.checkpoint.path} ({setup.checkpoint.spec.kind}):\n  " +
               load_summary.replace("\n", "\n  "))
     wanted = {"CPU": c.num_workers, **({"GPU": c.num_workers} if c.use_gpu else {})}
-    print(f"would train {c.ensemble_size} model(s) x {len(folds)} fold(s) with {c.num_workers} worker(s) "
-          f"({wanted}) on a cluster with {resources}")
+    runs = c.ensemble_size * len(folds)
+    at_once = concurrent_runs(c.max_concurrent_trials, c.num_workers, c.use_gpu, runs)
+    print(f"would train {c.ensemble_size} model(s) x {len(folds)} fold(s), {at_once} at a time, each with "
+          f"{c.num_workers} worker(s) ({wanted}) on a cluster with {resources}")
     return {"dry_run": True, "folds": folds, "dataset_type": setup.dataset_type, "metric": setup.metric,
-            "resources_per_run": wanted, "cluster_resources": resources}
+            "resources_per_run": wanted, "concurrent_runs": at_once, "cluster_resources": resources}

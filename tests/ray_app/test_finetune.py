@@ -112,3 +112,39 @@ def test_contradicting_architecture_flag_is_an_error(ray_cluster, demo_csv, tmp_
                                str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--hidden_size", "32", "--dry_run"])
     with pytest.raises(ArchitectureConflictError, match="hidden_size: you set 32 but the checkpoint was trained with 16"):
         run_finetune(config, sources)
+
+
+def _ensemble_run(demo_csv, save_dir, concurrency: int) -> dict:
+    config, sources = resolve([
+        "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+        "--save_dir", str(save_dir), "--ensemble_size", "2", "--num_folds", "2", "--epochs", "2",
+        "--batch_size", "16", "--ffn_hidden_size", "8", "--max_concurrent_trials", str(concurrency),
+    ])
+    return run_finetune(config, sources)
+
+
+def test_ensemble_and_folds_in_parallel_equal_sequential(ray_cluster, demo_csv, tmp_path, capsys):
+    from safetensors.numpy import load_file
+
+    parallel = _ensemble_run(demo_csv, tmp_path / "parallel", 2)
+    assert "training 4 models (2 fold(s) x 2 member(s)), 2 at a time" in capsys.readouterr().out
+    sequential = _ensemble_run(demo_csv, tmp_path / "sequential", 1)
+
+    assert parallel["fold_scores"] == sequential["fold_scores"] and not np.isnan(parallel["fold_scores"]).any()
+    assert parallel["overall_random_test_rmse"] == pytest.approx(np.mean(parallel["fold_scores"]), abs=1e-12)
+    for fold in (0, 1):
+        fold_dir = f"fold_{fold}"
+        assert (tmp_path / "parallel" / fold_dir / "test_result.csv").read_text() == (
+            tmp_path / "sequential" / fold_dir / "test_result.csv").read_text()
+        members = []
+        for member in (0, 1):
+            weights = [load_file(run / fold_dir / f"model_{member}" / "model" / "model.safetensors")
+                       for run in (tmp_path / "parallel", tmp_path / "sequential")]
+            assert weights[0].keys() == weights[1].keys()
+            assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0])
+            assert (tmp_path / "parallel" / fold_dir / f"model_{member}" / "model.pt").exists()
+            members.append(weights[0])
+        # ensemble members differ by seed: different heads
+        assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])
+    splits = json.loads((tmp_path / "parallel" / "splits.json").read_text())
+    assert splits["fold_0"]["test"] != splits["fold_1"]["test"]  # fold k is split with seed + k
