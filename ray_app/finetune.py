@@ -133,8 +133,8 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetu
     task_names = data.target_names
     val = load_source(config.separate_val_path, config, task_names, config.separate_val_features_path) if (
         config.separate_val_path) else None
-    test = load_source(config.separate_test_path, config, task_names, config.separate_test_features_path) if (
-        config.separate_test_path) else None
+    test = load_source(config.separate_test_path, config, task_names, config.separate_test_features_path,
+                       blinded_ok=True) if config.separate_test_path else None
     dataset_type = config.dataset_type or infer_dataset_type(data.targets)
     if dataset_type == "classification":
         for source in (data, val, test):

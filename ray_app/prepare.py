@@ -26,7 +26,7 @@ from kermt.data.splits import (
     random_split,
     scaffold_balanced_split,
 )
-from kermt.data.tables import MoleculeTable, load_molecule_table
+from kermt.data.tables import MoleculeTable, load_molecule_table, read_table
 from ray_app.config import FinetuneConfig
 from ray_app.data import featurize_on_cluster
 
@@ -49,12 +49,22 @@ class SourceData:
 
 
 def load_source(
-    path: str, config: FinetuneConfig, target_names: list[str] | None, features_paths: list[str] | None
+    path: str, config: FinetuneConfig, target_names: list[str] | None, features_paths: list[str] | None,
+    blinded_ok: bool = False,
 ) -> SourceData:
-    """Read one file, featurise it on the cluster, drop (and remember) invalid rows."""
+    """Read one file, featurise it on the cluster, drop (and remember) invalid rows.
+
+    ``blinded_ok``: a file that has none of ``target_names`` (a blinded test set: SMILES only) gets all-NaN labels;
+    one that has only some of them is still an error naming the missing column."""
+    blinded = blinded_ok and bool(target_names) and not set(target_names) & set(read_table(path, 1).columns)
     table: MoleculeTable = load_molecule_table(
-        path, config.smiles_column, target_names or config.target_columns, max_rows=config.max_data_size
+        path, config.smiles_column, [] if blinded else (target_names or config.target_columns),
+        require_targets=not blinded, max_rows=config.max_data_size,
     )
+    if blinded:
+        print(f"{path}: no label columns, so it is a blinded test set (predictions only, no test score)", flush=True)
+        table = MoleculeTable(table.path, table.smiles, list(target_names or []),
+                              np.full((len(table), len(target_names or [])), np.nan), table.extra_columns)
     featurized = featurize_on_cluster(table.smiles, config.features_generator or ())
     if features_paths:
         extra = [load_features(p, expected_rows=len(table))[0] for p in features_paths]
