@@ -1,0 +1,262 @@
+"""Streaming screening on Ray Data: read -> validate + featurise (CPU tasks) -> model (actor pool) -> driver writes.
+
+    read_csv / read_parquet (lazy; SMILES + id columns)
+      -> map_batches(featurize_block)                      CPU tasks, per molecule (order-free work)
+      -> repartition(rows_per_block, strict=True)          blocks of exactly rows_per_block rows, in input order
+      -> map_batches(PredictStage | EmbedStage)            actor pool; one model load per actor; GPU when asked
+      -> iter_batches on the driver                        appended to the output file in input order
+
+Batch composition (why the strict repartition): upstream's numbers depend on which molecules share a batch (the
+padding row takes part in neighbour sums, spec §3.4). ``rows_per_block`` is a multiple of ``batch_size`` and
+``preserve_order`` is on (``ray_app.cluster.connect``), so every block starts at an input row that is a multiple
+of ``batch_size``, and the model always sees "the valid molecules among input rows [k·B, (k+1)·B)". The numbers
+therefore depend only on the input order and ``--batch_size``, never on the number of actors, block sizes of the
+reader or the cluster. With no invalid rows this is exactly upstream's batching (upstream drops invalid rows first,
+so with invalid rows upstream's batches shift; drop them beforehand to reproduce upstream bit for bit).
+
+Memory: the reader streams the file, Ray Data bounds the blocks in flight (backpressure) and the driver writes each
+block as it arrives, so peak memory does not grow with the input size (``--features_path`` is the exception: an
+``.npz`` is read whole and joined to the rows with ``Dataset.zip``, which materialises the SMILES column).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from kermt.checkpoint import Checkpoint
+from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM
+from kermt.chem.molgraph import FlatGraphs
+from kermt.data.featurize import FeaturizedMolecules
+from kermt.inference import Embedder, Ensemble, map_valid_batches
+from ray_app.data import FeaturizeBatch, _flat_column
+
+ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
+FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
+NO_FILE_FEATURES = "no features for this row in --features_path"
+TARGET_ROWS_PER_BLOCK = 1024
+# FeaturizeBatch's per-row list columns: dtype and row width of each.
+_RAGGED_COLUMNS = {"f_atoms": (np.float32, ATOM_FDIM), "bond_atoms": (np.int64, 2),
+                   "bond_feats": (np.float32, BOND_ONLY_FDIM), "bond_rdkit_idx": (np.int64, 1)}
+
+
+def rows_per_block(batch_size: int, target: int = TARGET_ROWS_PER_BLOCK) -> int:
+    """The multiple of ``batch_size`` nearest to ``target`` (at least one batch)."""
+    return batch_size * max(1, round(target / batch_size))
+
+
+def _canonical(smiles: Sequence[str]) -> list[str | None]:
+    from rdkit import Chem
+
+    out = []
+    for s in smiles:
+        mol = Chem.MolFromSmiles(s) if s else None
+        out.append(Chem.MolToSmiles(mol) if mol is not None and mol.GetNumHeavyAtoms() > 0 else None)
+    return out
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What the featurise stage reads and computes. ``canonical``: graphs from canonical SMILES (upstream's
+    extract_embeddings does this), which are also kept as a column."""
+
+    smiles_column: str
+    id_columns: tuple[str, ...] = ()
+    features_generator: tuple[str, ...] = ()
+    canonical: bool = False
+    file_features: bool = False
+
+
+def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
+    """map_batches function (CPU task): raw rows -> one featurised row each (invalid rows keep a reason)."""
+    smiles = [s or "" for s in batch.column(spec.smiles_column).cast(pa.string()).to_pylist()]
+    canonical = _canonical(smiles) if spec.canonical else None
+    graph_smiles = [c or s for c, s in zip(canonical, smiles)] if canonical else smiles
+    rows = pa.array(np.arange(len(smiles), dtype=np.int64))
+    table = FeaturizeBatch(spec.features_generator)(pa.table({"row": rows, "smiles": graph_smiles}))
+    table = table.drop_columns(["row"])
+    table = table.set_column(table.schema.get_field_index("smiles"), "smiles", pa.array(smiles, pa.string()))
+    if spec.file_features:
+        table = _attach_file_features(table, batch)
+    if canonical is not None:
+        table = table.append_column("canonical_smiles", pa.array(canonical, pa.string()))
+    for name in spec.id_columns:
+        table = table.append_column(ID_PREFIX + name, batch.column(name).cast(pa.string()))
+    return table
+
+
+def _attach_file_features(table: pa.Table, batch: pa.Table) -> pa.Table:
+    """Replace the (empty) generated features by the rows of ``--features_path``; rows without them are invalid."""
+    has = batch.column(FILE_FEATURES_VALID).to_numpy(zero_copy_only=False).astype(bool)
+    reasons = [r if r or ok else NO_FILE_FEATURES for r, ok in zip(table.column("reason").to_pylist(), has)]
+    table = table.set_column(table.schema.get_field_index("features"), "features",
+                             batch.column(FILE_FEATURES).cast(pa.large_list(pa.float64())))
+    return table.set_column(table.schema.get_field_index("reason"), "reason", pa.array(reasons, pa.string()))
+
+
+def molecules_from_table(table: pa.Table) -> FeaturizedMolecules:
+    """The featurise stage's columns (one block) back as FeaturizedMolecules (the inverse of FeaturizeBatch)."""
+    n = table.num_rows
+    ragged = {name: _flat_column(table, name, dtype, width) for name, (dtype, width) in _RAGGED_COLUMNS.items()}
+    counts = {name: table.column(name).to_numpy().astype(np.int64) for name in ("atom_counts", "bond_counts")}
+    flat = _flat_column(table, "features", np.float64, 1)
+    return FeaturizedMolecules(
+        smiles=tuple(table.column("smiles").to_pylist()),
+        reasons=tuple(r or None for r in table.column("reason").to_pylist()),
+        graphs=FlatGraphs(**ragged, **counts),
+        features=flat.reshape(n, len(flat) // n if n else 0),
+    )
+
+
+def carried_columns(table: pa.Table, molecules: FeaturizedMolecules) -> dict[str, pa.Array]:
+    """Columns every output keeps: ids (their own names), ``valid`` and ``error`` (empty when valid)."""
+    out = {name[len(ID_PREFIX):]: table.column(name) for name in table.column_names if name.startswith(ID_PREFIX)}
+    out["valid"] = pa.array(molecules.valid)
+    out["error"] = pa.array([r or "" for r in molecules.reasons], pa.string())
+    return out
+
+
+def _device(use_gpu: bool) -> str:
+    if not use_gpu:
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise RuntimeError("--use_gpu was given but this actor sees no CUDA device")
+    return "cuda"
+
+
+def _float_column(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    return pa.array(values, pa.float64(), mask=~valid)
+
+
+class PredictStage:
+    """Actor: loads the ensemble once, then predicts block after block (upstream's CSV columns first)."""
+
+    def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool) -> None:
+        self.ensemble = Ensemble(members, _device(use_gpu))
+        self.batch_size, self.uncertainty = batch_size, uncertainty
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        molecules = molecules_from_table(table)
+        prediction = self.ensemble.predict(molecules, self.batch_size)
+        valid = molecules.valid
+        columns = {"smiles": table.column("smiles")}
+        for t, name in enumerate(self.ensemble.task_names):
+            columns[name] = _float_column(prediction.mean[:, t], valid)
+        if self.uncertainty:
+            for t, name in enumerate(self.ensemble.task_names):
+                columns[f"{name}_std"] = _float_column(prediction.std[:, t], valid)
+        return pa.table({**columns, **carried_columns(table, molecules)})
+
+
+def _fixed_rows(values: np.ndarray) -> pa.FixedSizeListArray:
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+
+
+class EmbedStage:
+    """Actor: fingerprints (``fps`` column) or the readout embeddings (one column per family, + ``projected``).
+
+    Invalid rows hold NaN vectors so every output has one row per input row."""
+
+    def __init__(self, checkpoint: Checkpoint, batch_size: int, use_gpu: bool, fingerprint_source: str | None) -> None:
+        self.embedder = Embedder(checkpoint, _device(use_gpu))
+        self.batch_size, self.source = batch_size, fingerprint_source
+        if fingerprint_source is not None:
+            self.embedder.check_source(fingerprint_source)
+
+    def _outputs(self, molecules: FeaturizedMolecules) -> dict[str, np.ndarray]:
+        fn: Callable = (self.embedder.embeddings if self.source is None
+                        else lambda m: {"fps": self.embedder.fingerprints(m, self.source)})
+        batches = map_valid_batches(molecules, self.batch_size, fn)
+        widths = ({"fps": fingerprint_width(self.embedder, self.source, molecules.features.shape[1])}
+                  if self.source is not None else self.embedder.output_widths())
+        out = {name: np.full((len(molecules), width), np.nan, np.float32) for name, width in widths.items()}
+        for rows, values in batches:
+            for name, array in values.items():
+                out[name][rows] = array
+        return out
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        molecules = molecules_from_table(table)
+        columns = {"smiles": table.column("smiles")}
+        if "canonical_smiles" in table.column_names:
+            columns["canonical_smiles"] = table.column("canonical_smiles")
+        columns.update({name: _fixed_rows(values) for name, values in self._outputs(molecules).items()})
+        return pa.table({**columns, **carried_columns(table, molecules)})
+
+
+def fingerprint_width(embedder: Embedder, source: str, n_features: int) -> int:
+    return {"atom": 2, "bond": 2, "both": 4}[source] * embedder.hidden_size + n_features
+
+
+@dataclass
+class StreamStats:
+    rows: int = 0
+    valid: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, block: pa.Table) -> None:
+        valid = block.column("valid").to_numpy(zero_copy_only=False)
+        self.rows += block.num_rows
+        self.valid += int(valid.sum())
+        for i in np.flatnonzero(~valid):
+            reason = block.column("error")[int(i)].as_py()
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
+            if len(self.examples) < 3:
+                self.examples.append(f"{block.column('smiles')[int(i)].as_py()!r}: {reason}")
+
+    def all_invalid_message(self, data_path: str) -> str:
+        counts = ", ".join(f"{n} {reason}" for reason, n in sorted(self.reasons.items(), key=lambda kv: -kv[1]))
+        if self.rows == 0:
+            return f"{data_path} has no data rows; nothing to predict"
+        return (f"none of the {self.rows} rows of {data_path} is a valid molecule ({counts}; e.g. "
+                f"{'; '.join(self.examples)}); no output written")
+
+
+def build_stream(data_path: str, spec: InputSpec, batch_size: int, stage: type, stage_kwargs: dict,
+                 concurrency: int, cpus_per_actor: float, gpus_per_actor: float,
+                 file_features: tuple[np.ndarray, np.ndarray] | None = None):
+    """The lazy dataset of output blocks (see the module docstring)."""
+    import ray
+
+    from ray_app.screening_io import read_table_lazily
+
+    ds = read_table_lazily(data_path, [spec.smiles_column, *spec.id_columns])
+    if file_features is not None:
+        ds = ds.zip(_file_features_dataset(*file_features))
+    ds = ds.map_batches(featurize_block, fn_kwargs={"spec": spec}, batch_format="pyarrow", batch_size=None,
+                        num_cpus=1)
+    block = rows_per_block(batch_size)
+    ds = ds.repartition(target_num_rows_per_block=block, strict=True)
+    return ds.map_batches(stage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow", batch_size=block,
+                          compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=cpus_per_actor,
+                          num_gpus=gpus_per_actor or None)
+
+
+def _file_features_dataset(features: np.ndarray, valid: np.ndarray):
+    import ray
+
+    width = features.shape[1]
+    values = pa.array(np.ascontiguousarray(features, dtype=np.float64).reshape(-1))
+    column = pa.FixedSizeListArray.from_arrays(values, width) if width else pa.array([[]] * len(features))
+    return ray.data.from_arrow(pa.table({FILE_FEATURES: column, FILE_FEATURES_VALID: pa.array(valid)}))
+
+
+def drain(ds, write: Callable[[pa.Table], None]) -> StreamStats:
+    """Iterate the output blocks in input order on the driver, handing each to ``write``."""
+    stats = StreamStats()
+    for block in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1):
+        stats.add(block)
+        write(block)
+    return stats
+
+
+__all__ = [
+    "EmbedStage", "featurize_block", "InputSpec", "PredictStage", "StreamStats", "build_stream", "drain",
+    "molecules_from_table", "rows_per_block",
+]

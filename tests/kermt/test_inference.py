@@ -1,0 +1,183 @@
+"""kermt.inference without Ray: upstream parity, the batch rule, ensembles, feature checks, checkpoint discovery."""
+
+from __future__ import annotations
+
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from kermt.checkpoint import (export_upstream, load_finetune_model, read_checkpoint, save_native,
+                              unbuilt_encoder_tensors)
+from kermt.checkpoint.spec import FeatureSettings
+from kermt.data.featurize import featurize_smiles
+from kermt.inference import (Embedder, Ensemble, FeatureMismatchError, find_checkpoints, map_valid_batches,
+                             plan_features, read_members)
+from tests.conftest import FIXTURE_DIR
+
+OUTPUTS = np.load(FIXTURE_DIR / "outputs.npz")
+SMILES = pd.read_csv(FIXTURE_DIR / "smiles.csv")["smiles"].tolist()
+PARITY = 1e-5
+
+
+@lru_cache(maxsize=None)
+def featurized(generator: tuple[str, ...] = ()):
+    return featurize_smiles(SMILES, generator)
+
+
+def perturbed_member(source: Path, directory: Path, seed: int = 1, scale: float = 0.05) -> Path:
+    """A second ensemble member laid out as `kermt finetune` writes it: model/ (native) + model.pt (export)."""
+    checkpoint = read_checkpoint(source)
+    model, _ = load_finetune_model(checkpoint)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+    passthrough = unbuilt_encoder_tensors(checkpoint)
+    save_native(directory / "model", model.state_dict(), checkpoint.spec, passthrough=passthrough)
+    export_upstream(directory / "model.pt", model.state_dict(), checkpoint.spec, passthrough=passthrough)
+    return directory / "model"
+
+
+def ensemble_dir(root: Path, name: str = "ckpt_ft_reg.pt") -> Path:
+    """fold_0/model_0/model.pt (upstream file), fold_0/model_1/{model/, model.pt}, plus files that must be skipped."""
+    (root / "fold_0" / "model_0").mkdir(parents=True)
+    shutil.copy(FIXTURE_DIR / name, root / "fold_0" / "model_0" / "model.pt")
+    shutil.copy(FIXTURE_DIR / name, root / "fold_0" / "model_0" / "last_checkpoint.pt")
+    perturbed_member(FIXTURE_DIR / name, root / "fold_0" / "model_1")
+    return root
+
+
+@pytest.mark.parametrize("name", ["ft_reg", "ft_reg_ts", "ft_cls"])
+def test_single_model_predictions_equal_upstream(name):
+    members = read_members([FIXTURE_DIR / f"ckpt_{name}.pt"])
+    plan = plan_features([m.spec for m in members])
+    prediction = Ensemble(members).predict(featurized(plan.generator), batch_size=32)  # one batch of 26, as upstream
+    expected = OUTPUTS[f"{name}_final_prediction" if name != "ft_cls" else f"{name}_model_output"]
+    np.testing.assert_allclose(prediction.mean, expected, rtol=0, atol=PARITY)
+    np.testing.assert_array_equal(prediction.std, np.zeros_like(expected))
+
+
+def test_batches_are_consecutive_rows_and_invalid_rows_stay_empty():
+    members = read_members([FIXTURE_DIR / "ckpt_ft_cls.pt"])
+    ensemble = Ensemble(members)
+    smiles = SMILES[:7] + ["not a smiles", ""] + SMILES[7:12]
+    molecules = featurize_smiles(smiles)
+    got = ensemble.predict(molecules, batch_size=4).mean
+    assert np.isnan(got[[7, 8]]).all() and not np.isnan(np.delete(got, [7, 8], axis=0)).any()
+    for start in range(0, len(smiles), 4):  # batch = the valid rows among rows [start, start + 4)
+        rows = [r for r in range(start, min(start + 4, len(smiles))) if r not in (7, 8)]
+        alone = ensemble.member_predictions(molecules.select(rows))[0]
+        np.testing.assert_array_equal(got[rows], alone)
+    # batch composition matters (upstream's padding row): one big batch gives (slightly) different numbers
+    assert not np.array_equal(got, ensemble.predict(molecules, batch_size=64).mean)
+
+
+def test_ensemble_mean_and_std_use_each_members_own_scalers(tmp_path):
+    paths = find_checkpoints(ensemble_dir(tmp_path))
+    assert [p.relative_to(tmp_path).as_posix() for p in paths] == ["fold_0/model_0/model.pt", "fold_0/model_1/model"]
+    members = read_members(paths)
+    molecules = featurized(("rdkit_2d_normalized",))
+    singles = [Ensemble([m]).predict(molecules, 32).mean for m in members]
+    together = Ensemble(members).predict(molecules, 32)
+    np.testing.assert_allclose(singles[0], OUTPUTS["ft_reg_final_prediction"], rtol=0, atol=PARITY)
+    np.testing.assert_allclose(together.mean, (singles[0] + singles[1]) / 2, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(together.std, np.abs(singles[0] - singles[1]) / 2, rtol=0, atol=1e-12)
+    assert np.abs(singles[0] - singles[1]).min() > 0
+
+
+def test_find_checkpoints_natural_order_and_errors(tmp_path):
+    for fold in (10, 2):
+        (tmp_path / f"fold_{fold}").mkdir()
+        (tmp_path / f"fold_{fold}" / "model.pt").write_bytes(b"")
+    (tmp_path / "fold_2" / "training_state.pt").write_bytes(b"")
+    assert [p.parent.name for p in find_checkpoints(tmp_path)] == ["fold_2", "fold_10"]
+    with pytest.raises(FileNotFoundError, match="no checkpoint under"):
+        find_checkpoints(_empty(tmp_path))
+
+
+def _empty(root: Path) -> Path:
+    (root / "empty").mkdir()
+    return root / "empty"
+
+
+def _spec(name: str):
+    return read_checkpoint(FIXTURE_DIR / name).spec
+
+
+def test_feature_plan_defaults_to_the_checkpoint_and_refuses_mismatches():
+    reg, cls = _spec("ckpt_ft_reg.pt"), _spec("ckpt_ft_cls.pt")
+    plan = plan_features([reg])
+    assert (plan.generator, plan.width, plan.from_file) == (("rdkit_2d_normalized",), 200, False)
+    assert "rdkit_2d_normalized" in plan.note
+    assert plan_features([reg], ["rdkit_2d_normalized"]).note is None
+    assert plan_features([reg], features_path_width=200).from_file
+    assert plan_features([cls]).width == 0
+    expects = r"expects --features_generator rdkit_2d_normalized \(200 features\)"
+    with pytest.raises(FeatureMismatchError, match=r"--features_generator morgan does not match.*" + expects):
+        plan_features([reg], ["morgan"])
+    with pytest.raises(FeatureMismatchError, match=r"--features_generator \(none\) does not match.*" + expects):
+        plan_features([reg], [])
+    with pytest.raises(FeatureMismatchError, match=r"--features_path has 100 features.*" + expects):
+        plan_features([reg], features_path_width=100)
+    with pytest.raises(FeatureMismatchError, match="expects no molecule features"):
+        plan_features([cls], ["rdkit_2d_normalized"])
+    with pytest.raises(FeatureMismatchError, match="different molecule features"):
+        plan_features([reg, cls])
+
+
+def test_feature_plan_for_precomputed_and_cuik_features():
+    import dataclasses
+
+    reg = _spec("ckpt_ft_reg.pt")
+    from_file = dataclasses.replace(reg, features=FeatureSettings((), False))
+    with pytest.raises(FeatureMismatchError, match=r"expects 200 precomputed features.*--features_path"):
+        plan_features([from_file])
+    cuik = dataclasses.replace(reg, features=FeatureSettings(("rdkit_2d_normalized",), False, "fast", True))
+    with pytest.raises(FeatureMismatchError, match="cuik-molmaker"):
+        plan_features([cuik])
+
+
+def test_pretraining_checkpoints_are_refused_as_predictors():
+    with pytest.raises(ValueError, match="use `kermt fingerprint` or `kermt embed`"):
+        read_members([FIXTURE_DIR / "ckpt_pretrain_vocab.pt"])
+
+
+@pytest.mark.parametrize("name,key", [("ckpt_pretrain_vocab.pt", "pt_vocab"), ("ckpt_pretrain_hybrid.pt", "pt_hybrid"),
+                                      ("ckpt_ft_reg.pt", "ft_reg")])
+def test_fingerprints_equal_upstream(name, key):
+    embedder = Embedder(read_checkpoint(FIXTURE_DIR / name))
+    [(rows, fps)] = map_valid_batches(featurized(), 32, lambda m: embedder.fingerprints(m, "both"))
+    np.testing.assert_allclose(fps, OUTPUTS[f"{key}_fingerprint_both"], rtol=0, atol=PARITY)
+    atom = embedder.fingerprints(featurized(), "atom")
+    np.testing.assert_array_equal(atom, fps[:, : atom.shape[1]])
+
+
+@pytest.mark.parametrize("name,key", [("ckpt_pretrain_vocab.pt", "pt_vocab"), ("ckpt_pretrain_hybrid.pt", "pt_hybrid")])
+def test_embeddings_of_canonical_smiles_equal_upstream(name, key):
+    from rdkit import Chem
+
+    embedder = Embedder(read_checkpoint(FIXTURE_DIR / name))
+    canonical = [Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in SMILES]
+    got = embedder.embeddings(featurize_smiles(canonical))
+    expected = {k.split("_extract_embeddings_")[1] for k in OUTPUTS.files if k.startswith(f"{key}_extract_embeddings_")}
+    assert set(got) == expected  # four families, + projected for the hybrid checkpoint
+    for family, values in got.items():
+        np.testing.assert_allclose(values, OUTPUTS[f"{key}_extract_embeddings_{family}"], rtol=0, atol=PARITY)
+
+
+def test_finetuned_model_without_bond_branches_offers_atom_fingerprints_only(tmp_path):
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_cls.pt")
+    model, _ = load_finetune_model(checkpoint)
+    save_native(tmp_path / "model", model.state_dict(), checkpoint.spec)  # no passthrough: atom branches only
+    embedder = Embedder(read_checkpoint(tmp_path / "model"))
+    assert embedder.families == ("atom_from_atom", "atom_from_bond")
+    embedder.check_source("atom")
+    with pytest.raises(ValueError, match="no bond-output branches.*--fingerprint_source atom"):
+        embedder.check_source("both")
+    full = Embedder(checkpoint).fingerprints(featurized(), "atom")
+    np.testing.assert_array_equal(embedder.fingerprints(featurized(), "atom"), full)
