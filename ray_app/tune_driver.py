@@ -21,9 +21,30 @@ from ray_app.finetune import RunSetup, resolve_setup
 from ray_app.search_space import SearchSpace
 from ray_app.tune import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
 from ray_app.tune_results import FAILED, all_trials_csv, best_row, summary_table, trial_rows, write_best
-from ray_app.tune_trial import OBJECTIVE, Objective, run_trial
+from ray_app.tune_trial import COMPLETED, OBJECTIVE, Objective, run_trial
 
 TRIAL_ACTOR_CPU = 0.01  # the trial function only waits on its TorchTrainer; 0 is refused by Tune
+
+
+class TrialLines(tune.Callback):
+    """One line per finished trial (instead of Tune's tables, which repeat every few seconds)."""
+
+    def __init__(self, objective_key: str, n_trials: int):
+        self.key, self.n_trials = objective_key, n_trials
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        last = trial.last_result or {}
+        how = "completed" if last.get(COMPLETED) else f"stopped early after epoch {last.get('epoch', '?')}"
+        print(f"trial {trial.trial_id} {how}: {self.key}={last.get(OBJECTIVE, float('nan')):.6f} "
+              f"{self._finished(trials)}", flush=True)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        print(f"trial {trial.trial_id} FAILED (traceback: {trial.error_file}) "
+              f"{self._finished(trials)}", flush=True)
+
+    def _finished(self, trials: list) -> str:
+        done = sum(t.status in ("TERMINATED", "ERROR") for t in trials)
+        return f"[{done}/{self.n_trials} trials finished]"
 
 
 def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace) -> dict[str, Any]:
@@ -60,16 +81,28 @@ def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: O
     sampler = (optuna.samplers.TPESampler(seed=config.seed) if config.search == "optuna"
                else optuna.samplers.RandomSampler(seed=config.seed))
     searcher = OptunaSearch(space=space, metric=OBJECTIVE, mode=objective.mode, sampler=sampler)
-    # "epoch" counts from 0: with grace_period 1 the first rung judges a trial after its second epoch.
-    scheduler = (ASHAScheduler(time_attr="epoch", metric=objective.key, mode=objective.mode, max_t=base.epochs,
-                               grace_period=1) if config.scheduler == "asha" else FIFOScheduler())
+    scheduler = _scheduler(config.scheduler, objective, base.epochs)
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=config.n_trials,
                                     max_concurrent_trials=concurrency),
-        run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(setup.save_dir), verbose=1,
-                                  failure_config=tune.FailureConfig(max_failures=0)),
+        run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(setup.save_dir), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  callbacks=[TrialLines(objective.key, config.n_trials)]),
     )
+
+
+def _scheduler(kind: str, objective: Objective, epochs: int):
+    """ASHA on the per-epoch validation value. "epoch" counts from 0, so rungs at epochs 1, 4, 16, ... judge a
+    trial after 2, 5, 17, ... epochs; rungs stop before the last epoch (a trial stopped there would lose a model
+    that is already trained), which leaves nothing to stop with fewer than 3 epochs: FIFO then."""
+    last_rung = epochs - 2
+    if kind == "fifo" or last_rung < 1:
+        if kind == "asha":
+            print(f"asha: {epochs} epoch(s) leave no rung before the last epoch; every trial runs to the end")
+        return FIFOScheduler()
+    return ASHAScheduler(time_attr="epoch", metric=objective.key, mode=objective.mode, max_t=last_rung,
+                         grace_period=1, stop_last_trials=False)
 
 
 def _report(config: TuneConfig, setup: RunSetup, objective: Objective, trials: list, seconds: float) -> dict:

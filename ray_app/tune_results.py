@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from ray_app.search_space import trial_settings
 from ray_app.tune_trial import COMPLETED, OBJECTIVE, Objective, trial_directory
 
 COMPLETED_STATUS, STOPPED, FAILED, UNFINISHED = "completed", "stopped early", "failed", "unfinished"
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours actor names in its error texts
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,7 @@ def trial_rows(trials: Sequence[Any], base: FinetuneConfig, metric: str) -> list
         error = ""
         if trial.status == "ERROR":
             status = FAILED
-            error = Path(trial.error_file).read_text() if trial.error_file and Path(trial.error_file).exists() else (
-                "no error file was recorded")
+            error = _error_text(trial.error_file)
         elif trial.status == "TERMINATED":
             status = COMPLETED_STATUS if last.get(COMPLETED) else STOPPED
         else:
@@ -58,6 +59,12 @@ def trial_rows(trials: Sequence[Any], base: FinetuneConfig, metric: str) -> list
             trial.trial_id, status, float(last.get(OBJECTIVE, math.nan)), float(last.get(f"test_{metric}", math.nan)),
             last.get("best_epoch"), epochs, {**trial.config, **trial_settings(trial.config, base)}, error))
     return rows
+
+
+def _error_text(path: str | None) -> str:
+    if not path or not Path(path).exists():
+        return "no error file was recorded"
+    return ANSI_ESCAPE.sub("", Path(path).read_text())
 
 
 def best_row(rows: Sequence[TrialRow], objective: Objective) -> TrialRow | None:
