@@ -87,6 +87,16 @@ class SearchSpace:
                 sampled[p.name] = trial.suggest_float(p.name, low, high, log=p.kind == "loguniform")
         return constants
 
+    def describe(self) -> str:
+        """One line per parameter, e.g. ``attn_out: choice [4, 8] when self_attention=True``."""
+        lines = []
+        for p in self.parameters:
+            how = repr(p.values[0]) if p.kind == "fixed" else f"{p.kind} {list(p.values)}"
+            when = " when " + ", ".join(f"{k}={v!r}" for k, v in p.when) if p.when else ""
+            derived = f" ({DERIVED[p.name]} = max_lr / {p.name})" if p.name in DERIVED else ""
+            lines.append(f"{p.name}: {how}{when}{derived}")
+        return "\n".join(lines)
+
     def resolved(self, base: FinetuneConfig) -> "SearchSpace":
         """Conditions on settings outside the space are decided against the sweep's ``base`` settings."""
         kept: list[Parameter] = []
@@ -152,8 +162,9 @@ def _parse_parameter(name: str, spec: Any, where: str, earlier: dict[str, Parame
         return Parameter(name, "fixed", (_checked(name, spec, where),))
     unknown = [k for k in spec if k not in (*SAMPLERS, "when")]
     if unknown:
-        raise SearchSpaceError(f"{where}: unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), [*SAMPLERS, 'when'])}"
-                               f" (expected one of {', '.join(SAMPLERS)} and optionally 'when')")
+        hint = did_you_mean(str(unknown[0]), [*SAMPLERS, "when"])
+        raise SearchSpaceError(f"{where}: unknown key {unknown[0]!r}{hint} (expected one of {', '.join(SAMPLERS)} "
+                               f"and optionally 'when')")
     kinds = [k for k in SAMPLERS if k in spec]
     if len(kinds) != 1:
         raise SearchSpaceError(f"{where}: give exactly one of {', '.join(SAMPLERS)}")

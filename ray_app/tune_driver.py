@@ -36,14 +36,15 @@ class TrialLines(tune.Callback):
         last = trial.last_result or {}
         how = "completed" if last.get(COMPLETED) else f"stopped early after epoch {last.get('epoch', '?')}"
         print(f"trial {trial.trial_id} {how}: {self.key}={last.get(OBJECTIVE, float('nan')):.6f} "
-              f"{self._finished(trials)}", flush=True)
+              f"{self._finished(trials, trial)}", flush=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         print(f"trial {trial.trial_id} FAILED (traceback: {trial.error_file}) "
-              f"{self._finished(trials)}", flush=True)
+              f"{self._finished(trials, trial)}", flush=True)
 
-    def _finished(self, trials: list) -> str:
-        done = sum(t.status in ("TERMINATED", "ERROR") for t in trials)
+    def _finished(self, trials: list, current) -> str:
+        # Tune calls back before it updates the finishing trial's status
+        done = sum(t is current or t.status in ("TERMINATED", "ERROR") for t in trials)
         return f"[{done}/{self.n_trials} trials finished]"
 
 
@@ -54,37 +55,43 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     setup = resolve_setup(base, finetune_sources(config, sources))
     objective = Objective.of(setup)
     save_dir = setup.save_dir
-    print(f"dataset_type={setup.dataset_type} metric={setup.metric} objective={objective.key} ({objective.mode}); "
-          f"search space: {', '.join(space.names)}", flush=True)
+    base = setup.config
+    concurrency = concurrent_runs(config.max_concurrent_trials, base.num_workers, base.use_gpu, config.n_trials)
+    print(f"dataset_type={setup.dataset_type} metric={setup.metric} objective={objective.key} ({objective.mode})\n"
+          f"search space ({config.search_space or 'hpo_mode ' + (config.hpo_mode or 'all')}):\n  "
+          + space.describe().replace("\n", "\n  "), flush=True)
     if config.dry_run:
-        return {"dry_run": True, "objective": objective.key, "parameters": space.names}
-    save_dir.mkdir(parents=True, exist_ok=True)
+        print(f"would run {config.n_trials} trials ({config.search} search, {config.scheduler} scheduler), at most "
+              f"{concurrency} at once, {base.num_workers} worker(s) each; nothing written", flush=True)
+        return {"dry_run": True, "objective": objective.key, "parameters": space.names,
+                "max_concurrent_trials": concurrency}
+    setup.save_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    tuner = _tuner(config, setup, space, objective)
-    tuner.fit()
-    trials = tune.ExperimentAnalysis(str(save_dir / EXPERIMENT)).trials
-    return _report(config, setup, objective, trials, time.perf_counter() - started)
+    _tuner(config, setup, space, objective, concurrency).fit()
+    trials = tune.ExperimentAnalysis(str(setup.save_dir / EXPERIMENT)).trials
+    return _report(setup, objective, trials, time.perf_counter() - started)
 
 
-def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: Objective) -> tune.Tuner:
+def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: Objective,
+           concurrency: int) -> tune.Tuner:
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup, objective=objective),
                                     {"CPU": TRIAL_ACTOR_CPU})
     experiment = setup.save_dir / EXPERIMENT
     if tune.Tuner.can_restore(str(experiment)):
+        # The restored Tuner keeps its searcher (Optuna's study included), scheduler and concurrency.
         print(f"resuming the sweep in {experiment}: finished trials are kept, unfinished ones restart", flush=True)
         return tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=False,
                                   restart_errored=False)
     outputs.atomic_write_text(setup.save_dir / SWEEP_FILE, yaml.safe_dump(sweep_record(config), sort_keys=False))
-    base = setup.config
-    concurrency = concurrent_runs(config.max_concurrent_trials, base.num_workers, base.use_gpu, config.n_trials)
-    print(f"{config.n_trials} trials, at most {concurrency} at once, {base.num_workers} worker(s) each", flush=True)
+    print(f"{config.n_trials} trials, at most {concurrency} at once, {setup.config.num_workers} worker(s) each",
+          flush=True)
     sampler = (optuna.samplers.TPESampler(seed=config.seed) if config.search == "optuna"
                else optuna.samplers.RandomSampler(seed=config.seed))
     searcher = OptunaSearch(space=space, metric=OBJECTIVE, mode=objective.mode, sampler=sampler)
-    scheduler = _scheduler(config.scheduler, objective, base.epochs)
     return tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=config.n_trials,
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_scheduler(config.scheduler, objective,
+                                    setup.config.epochs), num_samples=config.n_trials,
                                     max_concurrent_trials=concurrency),
         run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(setup.save_dir), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=0),
@@ -105,7 +112,7 @@ def _scheduler(kind: str, objective: Objective, epochs: int):
                          grace_period=1, stop_last_trials=False)
 
 
-def _report(config: TuneConfig, setup: RunSetup, objective: Objective, trials: list, seconds: float) -> dict:
+def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float) -> dict:
     save_dir: Path = setup.save_dir
     rows = trial_rows(trials, setup.config, setup.metric)
     outputs.atomic_write_text(save_dir / "all_trials.csv", all_trials_csv(rows, setup.metric, objective))

@@ -95,7 +95,7 @@ def all_trials_csv(rows: Sequence[TrialRow], metric: str, objective: Objective) 
 def summary_table(rows: Sequence[TrialRow], objective: Objective, metric: str, best: TrialRow | None) -> str:
     """Trials ranked by objective (unranked ones last), with the parameters that vary between trials."""
     sign = 1 if objective.mode == "min" else -1
-    ranked = sorted(rows, key=lambda r: (math.isnan(r.objective), sign * (0 if math.isnan(r.objective) else r.objective)))
+    ranked = sorted(rows, key=lambda r: (math.isnan(r.objective), 0 if math.isnan(r.objective) else sign * r.objective))
     varying = [n for n in dict.fromkeys(k for r in rows for k in r.settings)
                if len({json.dumps(r.settings.get(n)) for r in rows}) > 1]
     header = ["", "trial", "status", objective.key, f"test_{metric}", *varying]

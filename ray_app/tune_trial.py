@@ -24,10 +24,10 @@ from pydantic import ValidationError
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from kermt.metrics import metric_direction
-from kermt.training import predict, score
+from kermt.training import score
 from ray_app import outputs
 from ray_app.config import FinetuneConfig, to_yaml
-from ray_app.finetune import RunSetup, fold_splits, run_member, save_member
+from ray_app.finetune import RunSetup, fold_splits, member_test_predictions, run_member, save_member
 from ray_app.prepare import ScaledSplits
 from ray_app.search_space import trial_settings
 
@@ -115,13 +115,11 @@ def final_result(setup: RunSetup, objective: Objective, history: list[dict], tes
 
 
 def test_score(setup: RunSetup, model, splits: ScaledSplits) -> float:
-    """The saved model's task-averaged test score on de-standardised predictions (NaN without test labels)."""
+    """The saved model's task-averaged test score, computed as `kermt finetune` scores a one-model fold (NaN without
+    test labels)."""
     if len(splits.test) == 0 or bool(np.isnan(splits.test_targets_raw).all()):
         return float("nan")
-    c = setup.config
-    preds = predict(model, splits.test, np.arange(len(splits.test)), c.batch_size * c.num_workers)
-    if splits.target_scaler is not None:
-        preds = splits.target_scaler.inverse_transform(preds)
+    preds = member_test_predictions(model, splits, setup.config.batch_size * setup.config.num_workers)
     value, _ = score(preds, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
     return float(value)
 

@@ -61,7 +61,8 @@ def test_upstream_presets():
     assert openadmet["final_lr_factor"].values == (10, 50, 100) and openadmet["ffn_num_layers"].values == (1,)
     assert openadmet["batch_size"].values == (32, 64, 128)
     everything = {p.name: p for p in preset("all").parameters}
-    assert everything["ffn_hidden_size"].values == (700, 1300) and everything["final_lr_factor"].values == (2, 4, 6, 8, 10)
+    assert everything["ffn_hidden_size"].values == (700, 1300)
+    assert everything["final_lr_factor"].values == (2, 4, 6, 8, 10)
 
 
 def test_derived_learning_rates_follow_max_lr():
