@@ -57,10 +57,12 @@ class FeatureFlags(BaseModel):
         return self
 
 
-class PredictConfig(ScreeningConfig, FeatureFlags):
+class PredictConfig(FeatureFlags, ScreeningConfig):
     checkpoint_dir: Optional[str] = Field(None, description="ensemble: every best model under this directory")
     checkpoint_path: Optional[str] = Field(None, description="one model (.pt or native directory)")
     uncertainty: bool = Field(False, description="add <task>_std columns: standard deviation over the members")
+    no_features_scaling: bool = Field(False, description="upstream's flag, accepted so its commands port: the "
+                                      "checkpoint decides; an error if a member was trained with feature scaling")
 
     @model_validator(mode="after")
     def _one_source(self) -> "PredictConfig":
@@ -69,7 +71,7 @@ class PredictConfig(ScreeningConfig, FeatureFlags):
         return self
 
 
-class FingerprintConfig(ScreeningConfig, FeatureFlags):
+class FingerprintConfig(FeatureFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
     fingerprint_source: Literal["atom", "bond", "both"] = Field("both", description="embedding families to pool")
 

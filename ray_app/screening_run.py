@@ -104,6 +104,10 @@ def run_predict(config: PredictConfig) -> int:
     started = time.perf_counter()
     members = _members(config)
     plan, file_features = _feature_plan(config, [m.spec for m in members])
+    scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
+    if config.no_features_scaling and scaled:
+        raise ValueError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
+                         "(its scaler is applied); drop the flag")
     source = _source(config)
     names = task_names(members[0].spec)
     clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
@@ -165,6 +169,8 @@ def run_embed(config: EmbedConfig) -> int:
     spec = InputSpec(source.smiles_column, source.id_columns, canonical=True)
     ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
     output = Path(config.output_path)
+    if output.suffix.lower() in (".csv", ".npy", ".npz"):
+        raise ValueError(f"output_path {output}: embed writes a .parquet file or a directory of .npy files")
     if output.suffix.lower() == ".parquet":
         writer = TableWriter(output)
         return _finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)

@@ -122,3 +122,18 @@ def test_embed_hybrid_npy_directory_equals_upstream(ray_cluster, tmp_path):
     for family in meta["embedding_types"]:
         np.testing.assert_allclose(np.load(out / f"{family}.npy"), OUTPUTS[f"pt_hybrid_extract_embeddings_{family}"],
                                    rtol=0, atol=PARITY)
+
+
+def test_upstream_no_features_scaling_flag_is_accepted_only_where_true(tmp_path, capsys):
+    import dataclasses
+
+    from kermt.checkpoint import load_finetune_model, read_checkpoint, save_native
+    from kermt.data.scalers import StandardScaler
+
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_reg.pt")
+    model, _ = load_finetune_model(checkpoint)
+    scaler = StandardScaler(np.zeros(200), np.ones(200))
+    save_native(tmp_path / "scaled", model.state_dict(), dataclasses.replace(checkpoint.spec, features_scaler=scaler))
+    code = main_predict(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(tmp_path / "p.csv"),
+                         "--checkpoint_path", str(tmp_path / "scaled"), "--no_features_scaling"])
+    assert code == 2 and "--no_features_scaling contradicts" in capsys.readouterr().err
