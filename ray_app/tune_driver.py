@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import ray
 import yaml
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -20,7 +21,7 @@ from ray_app.config import Source
 from ray_app.finetune import RunSetup, resolve_setup
 from ray_app.search_space import SearchSpace
 from ray_app.tune import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
-from ray_app.tune_results import FAILED, all_trials_csv, best_row, summary_table, trial_rows, write_best
+from ray_app.tune_results import FAILED, UNFINISHED, all_trials_csv, best_row, summary_table, trial_rows, write_best
 from ray_app.tune_trial import COMPLETED, OBJECTIVE, Objective, run_trial
 
 TRIAL_ACTOR_CPU = 0.01  # the trial function only waits on its TorchTrainer; 0 is refused by Tune
@@ -74,8 +75,11 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
 
 def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: Objective,
            concurrency: int) -> tune.Tuner:
+    # Trial functions run on this (the driver's) node, so the files they write (trials/<id>/) land where the
+    # driver reads them back; their TorchTrainers' workers still spread over the cluster.
+    here = f"node:{ray.util.get_node_ip_address()}"
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup, objective=objective),
-                                    {"CPU": TRIAL_ACTOR_CPU})
+                                    {"CPU": TRIAL_ACTOR_CPU, here: 0.001})
     experiment = setup.save_dir / EXPERIMENT
     if tune.Tuner.can_restore(str(experiment)):
         # The restored Tuner keeps its searcher (Optuna's study included), scheduler and concurrency.
@@ -125,6 +129,8 @@ def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float)
                                    f"trial {failed[0].trial_id}:\n{failed[0].error}")
         raise SweepFailedError(f"no trial completed: {[(r.trial_id, r.status) for r in rows]}")
     write_best(save_dir, best)
+    if any(r.status == UNFINISHED for r in rows):  # Ctrl-C: Tune stopped the sweep and saved its state
+        print("the sweep was interrupted: run the same command again to finish it", flush=True)
     counts = {status: sum(r.status == status for r in rows) for status in dict.fromkeys(r.status for r in rows)}
     summary = {"best_trial": best.trial_id, "objective": objective.key, "mode": objective.mode,
                "best_objective": best.objective, f"best_test_{setup.metric}": best.test_value,
