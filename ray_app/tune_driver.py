@@ -127,7 +127,8 @@ def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float)
         if failed:
             raise SweepFailedError(f"no trial completed ({len(failed)} of {len(rows)} failed); the first failure, "
                                    f"trial {failed[0].trial_id}:\n{failed[0].error}")
-        raise SweepFailedError(f"no trial completed: {[(r.trial_id, r.status) for r in rows]}")
+        raise SweepFailedError(f"no trial completed ({', '.join(f'{r.trial_id}: {r.status}' for r in rows)}); "
+                               f"an interrupted sweep resumes when the same command runs again")
     write_best(save_dir, best)
     if any(r.status == UNFINISHED for r in rows):  # Ctrl-C: Tune stopped the sweep and saved its state
         print("the sweep was interrupted: run the same command again to finish it", flush=True)
