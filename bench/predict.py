@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from upstream_env import upstream_env  # bench/ is on sys.path when this script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests/data/kermt_upstream_splits/train_val.csv"
 FIXTURES = ROOT / "tests/data/kermt_upstream"
@@ -106,17 +108,6 @@ def run_ours(data: Path, checkpoint: Path, args: argparse.Namespace, out: Path) 
            str(checkpoint), "--output_path", str(out / "ours.csv"), "--batch_size", str(args.batch_size),
            "--id_columns", "compound", "--concurrency", str(args.concurrency)]
     return measure(cmd, cwd=ROOT, env=env)
-
-
-def upstream_env(upstream: Path, out: Path) -> dict:
-    """Neutralise upstream's CPU-only blockers without touching its code (same stubs as bench/finetune.py)."""
-    stub = out / "stub"
-    (stub / "cuik_molmaker").mkdir(parents=True, exist_ok=True)
-    no_op = "def __getattr__(name):\n    return lambda *args, **kwargs: None  # never called on this path\n"
-    for module in ("__init__.py", "mol_features.py"):
-        (stub / "cuik_molmaker" / module).write_text(no_op)
-    (stub / "sitecustomize.py").write_text("import torch\ntorch.cuda.set_device = lambda *args, **kwargs: None\n")
-    return dict(os.environ, PYTHONPATH=f"{upstream}{os.pathsep}{stub}")
 
 
 def run_upstream(data: Path, checkpoint: Path, upstream: Path, args: argparse.Namespace, out: Path) -> Measured:
