@@ -1,6 +1,7 @@
 """Streaming screening on Ray Data: read -> validate + featurise (CPU tasks) -> model (actor pool) -> driver writes.
 
-    read_csv / read_parquet (lazy; SMILES + id columns)
+    read_csv / read_parquet (lazy; SMILES + id columns, as strings)
+      -> repartition(rows_per_block, strict=True)          small raw blocks, so featurising pipelines well
       -> map_batches(featurize_block)                      CPU tasks, per molecule (order-free work)
       -> repartition(rows_per_block, strict=True)          blocks of exactly rows_per_block rows, in input order
       -> map_batches(PredictStage | EmbedStage)            actor pool; one model load per actor; GPU when asked
@@ -16,7 +17,8 @@ so with invalid rows upstream's batches shift; drop them beforehand to reproduce
 
 Memory: the reader streams the file, Ray Data bounds the blocks in flight (backpressure) and the driver writes each
 block as it arrives, so peak memory does not grow with the input size (``--features_path`` is the exception: an
-``.npz`` is read whole and joined to the rows with ``Dataset.zip``, which materialises the SMILES column).
+``.npz`` is read whole and joined to the rows with ``Dataset.zip``, which materialises the SMILES column; zip is
+deprecated from Ray 2.64, which suggests a join on a row key instead).
 """
 
 from __future__ import annotations
