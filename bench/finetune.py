@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from upstream_env import upstream_env  # bench/ is on sys.path when this script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests/data/kermt_upstream_splits/train_val.csv"
 
@@ -55,15 +57,7 @@ def run_ours(data: Path, workers: int, args: argparse.Namespace, out: Path) -> l
 
 
 def run_upstream(data: Path, upstream: Path, args: argparse.Namespace, out: Path) -> list[float]:
-    stub = out / "stub"
-    (stub / "cuik_molmaker").mkdir(parents=True, exist_ok=True)
-    # upstream imports the optional cuik_molmaker package at module import; it is not installable offline
-    no_op = "def __getattr__(name):\n    return lambda *args, **kwargs: None  # never called on this path\n"
-    for module in ("__init__.py", "mol_features.py"):
-        (stub / "cuik_molmaker" / module).write_text(no_op)
-    # upstream calls torch.cuda.set_device(args.gpu) even with --no_cuda, which fails on a CPU-only torch
-    (stub / "sitecustomize.py").write_text("import torch\ntorch.cuda.set_device = lambda *args, **kwargs: None\n")
-    env = dict(os.environ, PYTHONPATH=f"{upstream}{os.pathsep}{stub}")
+    env = upstream_env(upstream, out)
     cmd = [sys.executable, "main.py", "finetune", "--data_path", str(data), "--save_dir", str(out / "upstream"),
            "--no_cuda", "--embedding_output_type", "atom", *model_flags(args)]
     done = subprocess.run(cmd, cwd=upstream, env=env, capture_output=True, text=True)

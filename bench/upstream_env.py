@@ -1,6 +1,6 @@
 """Environment that lets upstream KERMT's CLI run on a CPU-only machine without touching its code.
 
-(bench/finetune.py builds the same stubs inline; it can switch to this helper.)
+Used by bench/finetune.py and bench/predict.py.
 """
 
 from __future__ import annotations

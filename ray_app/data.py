@@ -28,7 +28,7 @@ def _list_column(values: np.ndarray, counts: np.ndarray, width: int) -> pa.Array
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.ascontiguousarray(values).reshape(-1)))
 
 
-def _flat_column(table: pa.Table, name: str, dtype: type, width: int) -> np.ndarray:
+def flat_column(table: pa.Table, name: str, dtype: type, width: int) -> np.ndarray:
     flat = pc.list_flatten(table.column(name).combine_chunks()).to_numpy(zero_copy_only=False)
     return np.asarray(flat, dtype=dtype).reshape(-1, width) if width > 1 else np.asarray(flat, dtype=dtype)
 
@@ -73,14 +73,14 @@ def featurize_on_cluster(
         raise RuntimeError(f"featurisation returned {table.num_rows} rows for {len(smiles)} inputs")
     width = len(table.column("features")[0]) if table.num_rows else 0
     graphs = FlatGraphs(
-        f_atoms=_flat_column(table, "f_atoms", np.float32, ATOM_FDIM),
-        bond_atoms=_flat_column(table, "bond_atoms", np.int64, 2),
-        bond_feats=_flat_column(table, "bond_feats", np.float32, BOND_ONLY_FDIM),
-        bond_rdkit_idx=_flat_column(table, "bond_rdkit_idx", np.int64, 1),
+        f_atoms=flat_column(table, "f_atoms", np.float32, ATOM_FDIM),
+        bond_atoms=flat_column(table, "bond_atoms", np.int64, 2),
+        bond_feats=flat_column(table, "bond_feats", np.float32, BOND_ONLY_FDIM),
+        bond_rdkit_idx=flat_column(table, "bond_rdkit_idx", np.int64, 1),
         atom_counts=table.column("atom_counts").to_numpy().astype(np.int64),
         bond_counts=table.column("bond_counts").to_numpy().astype(np.int64),
     )
-    features = _flat_column(table, "features", np.float64, max(width, 1)).reshape(len(smiles), width)
+    features = flat_column(table, "features", np.float64, max(width, 1)).reshape(len(smiles), width)
     return FeaturizedMolecules(
         smiles=tuple(str(s) for s in table.column("smiles").to_pylist()),
         reasons=tuple(r or None for r in table.column("reason").to_pylist()),

@@ -168,20 +168,22 @@ def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
 
 
 def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
-               callbacks: Sequence[Any] = ()) -> tuple[KermtFinetuneModel, list]:
+               callbacks: Sequence[Any] = (), label: str | None = None) -> tuple[KermtFinetuneModel, list]:
     """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history.
 
-    ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see every epoch's metrics)."""
+    ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see every epoch's metrics);
+    ``label`` names the run in log lines (default "fold F model M")."""
+    label = label or f"fold {fold} model {member}"
     c = setup.config
     width = splits.train.features.shape[1] if splits.train.features is not None else 0
     config = model_config(setup, width)
     seed = member_seed(c.seed + fold, member)
     state, load_summary = initial_state(setup, config, seed)
-    print(f"fold {fold} model {member}: {load_summary}", flush=True)
+    print(f"{label}: {load_summary}", flush=True)
     plan = MemberPlan(config, state, splits.train, splits.val, splits.target_scaler, seed, c.epochs, c.batch_size,
                       c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
                       c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
-                      label=f"fold {fold} model {member}")
+                      label=label)
     storage = c.storage_path or str(setup.save_dir / "ray_results")
     trainer = TorchTrainer(
         train_loop_per_worker,

@@ -35,7 +35,7 @@ from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.inference import Embedder, Ensemble, map_valid_batches
-from ray_app.data import FeaturizeBatch, _flat_column
+from ray_app.data import FeaturizeBatch, flat_column
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
@@ -104,9 +104,9 @@ def _attach_file_features(table: pa.Table, batch: pa.Table) -> pa.Table:
 def molecules_from_table(table: pa.Table) -> FeaturizedMolecules:
     """The featurise stage's columns (one block) back as FeaturizedMolecules (the inverse of FeaturizeBatch)."""
     n = table.num_rows
-    ragged = {name: _flat_column(table, name, dtype, width) for name, (dtype, width) in _RAGGED_COLUMNS.items()}
+    ragged = {name: flat_column(table, name, dtype, width) for name, (dtype, width) in _RAGGED_COLUMNS.items()}
     counts = {name: table.column(name).to_numpy().astype(np.int64) for name in ("atom_counts", "bond_counts")}
-    flat = _flat_column(table, "features", np.float64, 1)
+    flat = flat_column(table, "features", np.float64, 1)
     return FeaturizedMolecules(
         smiles=tuple(table.column("smiles").to_pylist()),
         reasons=tuple(r or None for r in table.column("reason").to_pylist()),

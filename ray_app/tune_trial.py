@@ -93,7 +93,8 @@ def run_trial(params: dict[str, Any], setup: RunSetup, objective: Objective) -> 
     trial_setup = replace(setup, config=config, sources={**setup.sources, **{k: "user" for k in params}},
                           run_id=f"trial-{trial_id}")
     _, splits = fold_splits(trial_setup, 0)
-    model, history = run_member(trial_setup, splits, 0, 0, callbacks=[ObjectiveReport(objective)])
+    model, history = run_member(trial_setup, splits, 0, 0, callbacks=[ObjectiveReport(objective)],
+                                label=f"trial {trial_id}")
     save_member(trial_setup, model, splits, directory, history)
     result = final_result(trial_setup, objective, history, test_score(trial_setup, model, splits))
     outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")

@@ -7,7 +7,6 @@ import random
 
 import numpy as np
 import pandas as pd
-import pytest
 import torch
 
 from kermt.data.featurize import featurize_smiles
