@@ -17,8 +17,9 @@ from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 
-# Per-row ragged columns and the width of one row element in each.
-_RAGGED = {"f_atoms": ATOM_FDIM, "bond_atoms": 2, "bond_feats": BOND_ONLY_FDIM, "bond_rdkit_idx": 1}
+# Per-row ragged columns: the dtype and the width of one row element in each.
+_RAGGED = {"f_atoms": (np.float32, ATOM_FDIM), "bond_atoms": (np.int64, 2),
+           "bond_feats": (np.float32, BOND_ONLY_FDIM), "bond_rdkit_idx": (np.int64, 1)}
 
 
 def _list_column(values: np.ndarray, counts: np.ndarray, width: int) -> pa.Array:
@@ -53,7 +54,7 @@ class FeaturizeBatch:
             "bond_counts": pa.array(graphs.bond_counts),
             "features": _list_column(done.features, np.ones(len(smiles), np.int64), done.features.shape[1]),
         }
-        for name, width in _RAGGED.items():
+        for name, (_, width) in _RAGGED.items():
             columns[name] = _list_column(getattr(graphs, name), counts[name], width)
         return pa.table(columns)
 
@@ -71,20 +72,19 @@ def featurize_on_cluster(
     table = pa.concat_tables(ray.get(ds.to_arrow_refs())).sort_by("row")
     if table.num_rows != len(smiles) or table.column("row").to_numpy()[-1] != len(smiles) - 1:
         raise RuntimeError(f"featurisation returned {table.num_rows} rows for {len(smiles)} inputs")
-    width = len(table.column("features")[0]) if table.num_rows else 0
-    graphs = FlatGraphs(
-        f_atoms=flat_column(table, "f_atoms", np.float32, ATOM_FDIM),
-        bond_atoms=flat_column(table, "bond_atoms", np.int64, 2),
-        bond_feats=flat_column(table, "bond_feats", np.float32, BOND_ONLY_FDIM),
-        bond_rdkit_idx=flat_column(table, "bond_rdkit_idx", np.int64, 1),
-        atom_counts=table.column("atom_counts").to_numpy().astype(np.int64),
-        bond_counts=table.column("bond_counts").to_numpy().astype(np.int64),
-    )
-    features = flat_column(table, "features", np.float64, max(width, 1)).reshape(len(smiles), width)
+    return molecules_from_table(table, generators)
+
+
+def molecules_from_table(table: pa.Table, features_generator: Sequence[str] = ()) -> FeaturizedMolecules:
+    """FeaturizeBatch's columns (any number of rows, in table order) back as FeaturizedMolecules."""
+    n = table.num_rows
+    ragged = {name: flat_column(table, name, dtype, width) for name, (dtype, width) in _RAGGED.items()}
+    counts = {name: table.column(name).to_numpy().astype(np.int64) for name in ("atom_counts", "bond_counts")}
+    flat = flat_column(table, "features", np.float64, 1)
     return FeaturizedMolecules(
-        smiles=tuple(str(s) for s in table.column("smiles").to_pylist()),
+        smiles=tuple(table.column("smiles").to_pylist()),
         reasons=tuple(r or None for r in table.column("reason").to_pylist()),
-        graphs=graphs,
-        features=features,
-        features_generator=generators,
+        graphs=FlatGraphs(**ragged, **counts),
+        features=flat.reshape(n, len(flat) // n if n else 0),
+        features_generator=tuple(features_generator),
     )

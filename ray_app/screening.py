@@ -31,20 +31,15 @@ import pyarrow as pa
 import torch
 
 from kermt.checkpoint import Checkpoint
-from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM
-from kermt.chem.molgraph import FlatGraphs
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.inference import Embedder, Ensemble, map_valid_batches
-from ray_app.data import FeaturizeBatch, flat_column
+from ray_app.data import FeaturizeBatch, molecules_from_table
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
 NO_FILE_FEATURES = "no features for this row in --features_path"
 TARGET_ROWS_PER_BLOCK = 1024
 FEATURIZE_CPUS = 0.5
-# FeaturizeBatch's per-row list columns: dtype and row width of each.
-_RAGGED_COLUMNS = {"f_atoms": (np.float32, ATOM_FDIM), "bond_atoms": (np.int64, 2),
-                   "bond_feats": (np.float32, BOND_ONLY_FDIM), "bond_rdkit_idx": (np.int64, 1)}
 
 
 def rows_per_block(batch_size: int, target: int = TARGET_ROWS_PER_BLOCK) -> int:
@@ -99,20 +94,6 @@ def _attach_file_features(table: pa.Table, batch: pa.Table) -> pa.Table:
     table = table.set_column(table.schema.get_field_index("features"), "features",
                              batch.column(FILE_FEATURES).cast(pa.large_list(pa.float64())))
     return table.set_column(table.schema.get_field_index("reason"), "reason", pa.array(reasons, pa.string()))
-
-
-def molecules_from_table(table: pa.Table) -> FeaturizedMolecules:
-    """The featurise stage's columns (one block) back as FeaturizedMolecules (the inverse of FeaturizeBatch)."""
-    n = table.num_rows
-    ragged = {name: flat_column(table, name, dtype, width) for name, (dtype, width) in _RAGGED_COLUMNS.items()}
-    counts = {name: table.column(name).to_numpy().astype(np.int64) for name in ("atom_counts", "bond_counts")}
-    flat = flat_column(table, "features", np.float64, 1)
-    return FeaturizedMolecules(
-        smiles=tuple(table.column("smiles").to_pylist()),
-        reasons=tuple(r or None for r in table.column("reason").to_pylist()),
-        graphs=FlatGraphs(**ragged, **counts),
-        features=flat.reshape(n, len(flat) // n if n else 0),
-    )
 
 
 def carried_columns(table: pa.Table, molecules: FeaturizedMolecules) -> dict[str, pa.Array]:
@@ -266,5 +247,5 @@ def drain(ds, write: Callable[[pa.Table], None]) -> StreamStats:
 
 __all__ = [
     "EmbedStage", "featurize_block", "InputSpec", "PredictStage", "StreamStats", "build_stream", "drain",
-    "molecules_from_table", "rows_per_block",
+    "rows_per_block",
 ]
