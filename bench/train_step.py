@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 from rdkit import Chem
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kermt.chem.descriptors import molecule_features
 from kermt.chem.molgraph import mol_to_graph
@@ -60,6 +61,8 @@ def load_upstream(path: Path, output_type: str, dropout: float) -> torch.nn.Modu
     # cuik_molmaker (GPU featurisation) is imported at module level upstream but unused here; it is not on PyPI
     # in a working form, so a stub module stands in for it.
     def unavailable(name: str):
+        if name.startswith("__"):  # module dunders (__file__, __spec__...) must stay missing for inspect
+            raise AttributeError(name)
         return lambda *args, **kwargs: None
 
     stub = types.ModuleType("cuik_molmaker")
@@ -119,6 +122,44 @@ def time_train_steps(model, step_fn, batches, seed: int) -> tuple[float, float, 
     return molecules / cpu, molecules / wall, first
 
 
+class DenseMatmulFlops(TorchDispatchMode):
+    """Counts the FLOPs of dense (strided) mm / addmm / bmm calls; sparse neighbour sums are left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        packet = func.overloadpacket
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if packet in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm) and all(
+            t.layout == torch.strided for t in tensors
+        ):
+            left, right = tensors[-2], tensors[-1]
+            self.flops += 2 * left.numel() * right.shape[-1]
+        return out
+
+
+def step_matmul_flops(model, step_fn, batches) -> float:
+    """Dense matmul FLOPs of forward + backward over ``batches`` (same depths as the timed runs)."""
+    with DenseMatmulFlops() as counter:
+        time_train_steps(model, step_fn, batches, seed=1)
+    return counter.flops
+
+
+def sgemm_flops_per_cpu_second(rows: int, hidden: int) -> float:
+    """Best of several [rows, hidden] x [hidden, hidden] products: this machine's matmul rate per CPU-second."""
+    x, w = torch.randn(rows, hidden), torch.randn(hidden, hidden)
+    best = 0.0
+    for _ in range(10):
+        cpu0 = time.process_time()
+        for _ in range(4):
+            torch.mm(x, w)
+        best = max(best, 4 * 2 * rows * hidden * hidden / (time.process_time() - cpu0))
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", type=Path, help="path of an upstream KERMT checkout to compare with")
@@ -126,6 +167,7 @@ def main() -> None:
                         help="upstream encoder outputs ('both' is what finetuning from a pretrained ckpt runs)")
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds; medians are compared")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--dropout", type=float, default=0.0, help="0 lets the outputs of both models be compared")
     opts = parser.parse_args()
@@ -138,20 +180,39 @@ def main() -> None:
         for param in ours.parameters():
             param.add_(0.01 * torch.randn_like(param))
     print(f"threads {opts.threads}, {len(timed)} timed batches of {opts.batch_size} molecules "
-          f"(mean {np.mean([g.f_atoms.shape[0] - 1 for g, _ in timed]) / opts.batch_size:.1f} atoms/molecule)")
-    time_train_steps(ours, _ours_step, warmup, seed=0)
-    ours_cpu, ours_wall, ours_first = time_train_steps(ours, _ours_step, timed, seed=1)
-    print(f"ours     : {ours_cpu:7.2f} mol/CPU-s  {ours_wall:7.2f} mol/s")
-    if opts.upstream is None:
+          f"(mean {np.mean([g.f_atoms.shape[0] - 1 for g, _ in timed]) / opts.batch_size:.1f} atoms/molecule), "
+          f"{opts.rounds} alternating rounds")
+    models = {"ours": (ours, _ours_step)}
+    if opts.upstream is not None:
+        upstream = load_upstream(opts.upstream, opts.upstream_output_type, opts.dropout)
+        missing, _ = upstream.load_state_dict(ours.state_dict(), strict=False)
+        assert all(".bond_from_" in k or ".ffn_bond_from_" in k for k in missing), missing
+        models["upstream"] = (upstream, _upstream_step)
+    rates, first = {name: [] for name in models}, {}
+    for name, (model, step_fn) in models.items():
+        time_train_steps(model, step_fn, warmup, seed=0)
+    for round_index in range(opts.rounds):
+        for name, (model, step_fn) in models.items():
+            cpu_rate, wall_rate, first[name] = time_train_steps(model, step_fn, timed, seed=1)
+            rates[name].append(cpu_rate)
+            print(f"round {round_index + 1} {name:9s}: {cpu_rate:6.2f} mol/CPU-s  {wall_rate:6.2f} mol/s")
+    medians = {name: float(np.median(values)) for name, values in rates.items()}
+    for name, median in medians.items():
+        print(f"{name:9s} median: {median:6.2f} mol/CPU-s")
+    molecules = sum(g.num_molecules for g, _ in timed)
+    flops = step_matmul_flops(ours, _ours_step, timed)
+    rows = int(np.mean([g.f_bonds.shape[0] for g, _ in timed]))
+    sgemm = sgemm_flops_per_cpu_second(rows, RELEASE["hidden"])
+    floor = molecules / (flops / sgemm)
+    print(f"matmul floor: ours does {flops / molecules / 1e9:.1f} GFLOP of dense matmul per molecule; at this "
+          f"machine's best sgemm rate ({sgemm / 1e9:.1f} GFLOP per CPU-s, [{rows} x {RELEASE['hidden']}] x "
+          f"[{RELEASE['hidden']} x {RELEASE['hidden']}]) no step doing that arithmetic exceeds {floor:.2f} mol/CPU-s")
+    if "upstream" not in models:
         return
-    upstream = load_upstream(opts.upstream, opts.upstream_output_type, opts.dropout)
-    missing, _ = upstream.load_state_dict(ours.state_dict(), strict=False)
-    assert all(".bond_from_" in k or ".ffn_bond_from_" in k for k in missing), missing
-    time_train_steps(upstream, _upstream_step, warmup, seed=0)
-    up_cpu, up_wall, up_first = time_train_steps(upstream, _upstream_step, timed, seed=1)
-    print(f"upstream : {up_cpu:7.2f} mol/CPU-s  {up_wall:7.2f} mol/s  (encoder outputs: {opts.upstream_output_type})")
-    print(f"speed-up : {ours_cpu / up_cpu:.2f}x per CPU-second")
+    print(f"speed-up : {medians['ours'] / medians['upstream']:.2f}x per CPU-second (medians); matmul floor = "
+          f"{floor / medians['upstream']:.2f}x upstream")
     if opts.dropout == 0.0:
+        ours_first, up_first = first["ours"], first["upstream"]
         diff = max(float((a - b).abs().max()) for a, b in zip(ours_first, up_first))
         scale = max(float(a.abs().max()) for a in up_first)
         print(f"train-mode outputs, same weights and depths: max |ours - upstream| = {diff:.2e} "

@@ -7,7 +7,7 @@ count how often each row is summed — padding slots included in "upstream" mode
 holds the number of padding slots), excluded in "zero" mode. The edge update ``Σ_{a2b[b2a[b]]} x − x[b2revb[b]]``
 becomes one matrix with a 0 where the reverse bond cancels (exact, where upstream adds then subtracts).
 
-A stack of encoders ``[K, R, hidden]`` is summed with one product by a block-diagonal matrix (cached per K).
+Each operator's transpose (for the backward) is built once per batch too.
 """
 
 from __future__ import annotations
@@ -51,21 +51,6 @@ def _transpose(operator: torch.Tensor) -> torch.Tensor:
     return _csr(cols, rows, coo.values(), (operator.shape[1], operator.shape[0]))
 
 
-def _block_diagonal(operator: torch.Tensor, copies: int) -> torch.Tensor:
-    """``copies`` copies of a CSR ``operator`` on the diagonal, built from its CSR arrays (no re-sorting)."""
-    crow, col, values = operator.crow_indices(), operator.col_indices(), operator.values()
-    n_rows, n_cols = operator.shape
-    nnz = col.shape[0]
-    block = torch.arange(copies, device=col.device)
-    big_crow = torch.cat([(crow[:-1].unsqueeze(0) + (block * nnz).unsqueeze(1)).reshape(-1), crow[-1:] * copies])
-    big_col = (col.unsqueeze(0) + (block * n_cols).unsqueeze(1)).reshape(-1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(
-            big_crow, big_col, values.repeat(copies), (copies * n_rows, copies * n_cols), check_invariants=False
-        )
-
-
 def _padded_lists(index: torch.Tensor, dtype: torch.dtype, padding: PaddingMode) -> tuple[torch.Tensor, ...]:
     """COO triplets summing row ``index[r, j]`` into row r for every slot j (padding slot 0 only if upstream)."""
     rows = torch.arange(index.shape[0], device=index.device).repeat_interleave(index.shape[1])
@@ -92,7 +77,7 @@ class GraphIndex:
     atom_to_bond: torch.Tensor
     b2revb: torch.Tensor
     padding: PaddingMode
-    _stacked: dict = field(default_factory=dict, compare=False, repr=False)
+    _transposed: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_batch(cls, graph: BatchMolGraph, padding: PaddingMode, dtype: torch.dtype) -> "GraphIndex":
@@ -122,24 +107,14 @@ class GraphIndex:
             padding=padding,
         )
 
-    def _product(self, name: str, copies: int, x: torch.Tensor) -> torch.Tensor:
-        """``x`` [rows, h] multiplied by operator ``name`` (block-diagonal with ``copies`` blocks if > 1)."""
-        if (name, 1) not in self._stacked:
-            operator = getattr(self, name)
-            self._stacked[(name, 1)] = (operator, _transpose(operator))
-        if (name, copies) not in self._stacked:
-            self._stacked[(name, copies)] = tuple(_block_diagonal(op, copies) for op in self._stacked[(name, 1)])
-        operator, transposed = self._stacked[(name, copies)]
+    def apply(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """Operator ``name`` applied to the rows of ``x``: [R_in, h] -> [R_out, h]."""
+        operator = getattr(self, name)
         if not torch.is_grad_enabled() or not x.requires_grad:
             return torch.sparse.mm(operator, x)
-        return _ConstantSparseProduct.apply(operator, transposed, x)
-
-    def apply(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        """Operator ``name`` applied to rows of ``x``: [R_in, h] -> [R_out, h] or [K, R_in, h] -> [K, R_out, h]."""
-        if x.dim() == 2:
-            return self._product(name, 1, x)
-        out = self._product(name, x.shape[0], x.reshape(-1, x.shape[-1]))
-        return out.view(x.shape[0], -1, x.shape[-1])
+        if name not in self._transposed:
+            self._transposed[name] = _transpose(operator)
+        return _ConstantSparseProduct.apply(operator, self._transposed[name], x)
 
     def sum_incoming_bonds(self, bond_x: torch.Tensor) -> torch.Tensor:
         """``Σ_{b ∈ a2b[a]} bond_x[b]`` for every atom a."""

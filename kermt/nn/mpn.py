@@ -1,11 +1,14 @@
-"""The q/k/v message-passing encoders of an MTBlock, run together (spec §4.3).
+"""The q/k/v message-passing encoders of an MTBlock (spec §4.3).
 
-Each :class:`MPNEncoder` owns only its parameters (``W_h``, ``act_func``: upstream's keys). The computation is
-done for all 3·H encoders of a block at once by :func:`run_encoders`: their messages live in one
-[K, R, hidden] tensor, the neighbour sums are one segment sum, and ``W_h`` of all encoders is one batched matmul.
+Each :class:`MPNEncoder` owns upstream's parameters (``W_h``, ``act_func``) and one iteration of its update
+``message <- dropout(act(inp + W_h(Σ neighbour messages)))``. :func:`run_encoders` runs every encoder of a block
+for its own (dynamic) number of iterations.
 
-Dynamic depth: encoders are sorted by iteration count (descending) so the encoders still iterating at step t are
-a prefix of the stack; the others keep their last message, exactly as if each had run its own loop.
+Why one 2-D tensor per encoder rather than one stacked [K, R, h] tensor: with dynamic depth the encoders stop at
+different iterations, and slicing a stacked tensor makes autograd materialise a zero gradient of the whole stack
+for every slice (a full-size fill and copy per iteration), which cost as much as a third of the matmul time.
+Per-encoder tensors keep the backward to the matmuls themselves; the neighbour sum of the shared input is
+computed once for all encoders.
 """
 
 from __future__ import annotations
@@ -20,15 +23,6 @@ from kermt.nn.aggregate import GraphIndex
 from kermt.nn.layers import make_activation
 
 
-class MPNEncoder(nn.Module):
-    """Parameters of one dyMPN encoder: ``W_h`` (hidden -> hidden, bias = ``bias``) and its own activation."""
-
-    def __init__(self, hidden_size: int, bias: bool, activation: str) -> None:
-        super().__init__()
-        self.act_func = make_activation(activation)
-        self.W_h = nn.Linear(hidden_size, hidden_size, bias=bias)
-
-
 @dataclass(frozen=True)
 class PassingMode:
     """How a stack of encoders passes messages: atom (node view) or directed-bond (edge view) messages."""
@@ -39,57 +33,28 @@ class PassingMode:
     training: bool
 
 
-@dataclass(frozen=True)
-class StackedParameters:
-    """The sorted encoders' parameters stacked once per forward; ``[:k]`` selects the first k encoders.
+class MPNEncoder(nn.Module):
+    """Parameters of one dyMPN encoder: ``W_h`` (hidden -> hidden, bias = ``bias``) and its own activation."""
 
-    weight_t [K, h_in, h_out]; bias [K, 1, h] or None; slopes [K] (PReLU) or None, then ``activation`` (a
-    parameter-free module shared by all encoders) is used.
-    """
+    def __init__(self, hidden_size: int, bias: bool, activation: str) -> None:
+        super().__init__()
+        self.act_func = make_activation(activation)
+        self.W_h = nn.Linear(hidden_size, hidden_size, bias=bias)
 
-    weight_t: torch.Tensor
-    bias: torch.Tensor | None
-    slopes: torch.Tensor | None
-    activation: nn.Module
-
-    @classmethod
-    def of(cls, encoders: list[MPNEncoder]) -> "StackedParameters":
-        first = encoders[0]
-        bias = None if first.W_h.bias is None else torch.stack([e.W_h.bias for e in encoders]).unsqueeze(1)
-        is_prelu = isinstance(first.act_func, nn.PReLU)
-        return cls(
-            weight_t=torch.stack([e.W_h.weight for e in encoders]).transpose(1, 2),
-            bias=bias,
-            slopes=torch.cat([e.act_func.weight for e in encoders]) if is_prelu else None,
-            activation=first.act_func,
-        )
-
-    def activate(self, z: torch.Tensor) -> torch.Tensor:
-        """Encoder k's activation on ``z[k]`` ([k, R, h]): PReLU with per-encoder slopes as one kernel."""
-        if self.slopes is None:
-            return self.activation(z)
-        # [1, k, R·h] puts the encoder axis on prelu's channel dimension without copying
-        return F.prelu(z.reshape(1, z.shape[0], -1), self.slopes[: z.shape[0]]).view_as(z)
+    def update(self, inp: torch.Tensor, incoming: torch.Tensor, mode: PassingMode) -> torch.Tensor:
+        """One iteration: ``dropout(act(inp + W_h(incoming)))``; inp, incoming [R, h] -> [R, h]."""
+        if self.W_h.bias is not None:
+            inp = inp + self.W_h.bias
+        # addmm adds the product to ``inp`` inside the GEMM: one pass fewer than linear-then-add
+        pre_activation = torch.addmm(inp, incoming, self.W_h.weight.t())
+        return F.dropout(self.act_func(pre_activation), mode.dropout, mode.training)
 
 
-def _step(
-    params: StackedParameters,
-    active: int,
-    inp: torch.Tensor,
-    message: torch.Tensor,
-    index: GraphIndex,
-    mode: PassingMode,
-) -> torch.Tensor:
-    """One iteration of the first ``active`` encoders: message [active, R, h] (or [R, h] while all encoders still
-    share the input) -> [active, R, h]; ``inp`` [R, h]."""
+def _neighbour_sum(message: torch.Tensor, index: GraphIndex, mode: PassingMode) -> torch.Tensor:
+    """Σ over neighbours of ``message`` [R, h]: atoms via a2a, or the directed-bond update."""
     if mode.undirected:
-        message = (message + message.index_select(-2, index.b2revb)) / 2
-    incoming = index.sum_neighbour_atoms(message) if mode.atom_messages else index.bond_messages(message)
-    hidden = torch.matmul(incoming, params.weight_t[:active])
-    if params.bias is not None:
-        hidden = hidden + params.bias[:active]
-    message = F.dropout(params.activate(inp + hidden), mode.dropout, mode.training)
-    return index.zero_padding_row(message)
+        message = (message + message.index_select(0, index.b2revb)) / 2
+    return index.sum_neighbour_atoms(message) if mode.atom_messages else index.bond_messages(message)
 
 
 def run_encoders(
@@ -98,28 +63,23 @@ def run_encoders(
     iterations: list[int],
     index: GraphIndex,
     mode: PassingMode,
-) -> torch.Tensor:
+) -> list[torch.Tensor]:
     """Run every encoder on the same input ``inp`` [R, h] for its own number of iterations.
 
-    Returns [K, R, h] in the order of ``encoders``. An encoder with 0 iterations returns ``inp``. The first
-    iteration aggregates the shared input once for all encoders.
+    Returns one [R, h] tensor per encoder, in the order of ``encoders``; an encoder with 0 iterations returns
+    ``inp``. Every encoder's first iteration sums the same input, so that sum is computed once.
     """
-    order = sorted(range(len(encoders)), key=lambda k: -iterations[k])
-    params = StackedParameters.of([encoders[k] for k in order])
-    sorted_iters = [iterations[k] for k in order]
-    message, count = inp, len(encoders)  # 2-D while every encoder still holds the shared input
-    finished: list[torch.Tensor] = []  # outputs of encoders that stopped, tail of the sorted order first
-    for step in range(max(sorted_iters, default=0)):
-        active = sum(1 for n in sorted_iters if n > step)
-        if active < count:
-            stopped = message[active:] if message.dim() == 3 else inp.expand(count - active, *inp.shape)
-            finished.append(stopped)
-            message = message[:active] if message.dim() == 3 else message
-            count = active
-        message = _step(params, active, inp, message, index, mode)
-    if message.dim() == 2:
-        message = message.expand(count, *message.shape)
-    in_sorted_order = torch.cat([message, *reversed(finished)], dim=0)
-    restore = torch.empty(len(order), dtype=torch.long)
-    restore[torch.tensor(order)] = torch.arange(len(order))
-    return in_sorted_order.index_select(0, restore.to(inp.device))
+    shared_incoming: torch.Tensor | None = None
+    outputs = []
+    for encoder, count in zip(encoders, iterations):
+        message = inp
+        for step in range(count):
+            if step == 0:
+                if shared_incoming is None:
+                    shared_incoming = _neighbour_sum(inp, index, mode)
+                incoming = shared_incoming
+            else:
+                incoming = _neighbour_sum(message, index, mode)
+            message = index.zero_padding_row(encoder.update(inp, incoming, mode))
+        outputs.append(message)
+    return outputs

@@ -78,8 +78,7 @@ class MTBlock(nn.Module):
         depths = depths if depths is not None else [self.depth] * len(encoders)
         iterations = [max(d - 1, 0) for d in depths]
         mode = PassingMode(self.atom_messages, self.undirected, self.dropout, self.training)
-        qkv = run_encoders(encoders, x, iterations, index, mode)  # [3H, R, h]
-        rows, num_heads = x.shape[0], len(self.heads)
-        qkv = qkv.view(num_heads, 3, rows, self.hidden_size).permute(1, 2, 0, 3)  # [3, R, H, h]
-        mixed = self.attn(qkv[0], qkv[1], qkv[2]).reshape(rows, -1)
+        outputs = run_encoders(encoders, x, iterations, index, mode)  # q, k, v of head 0, then head 1, ...
+        query, key, value = (torch.stack(outputs[i::3], dim=1) for i in range(3))  # each [R, H, h]
+        mixed = self.attn(query, key, value).reshape(x.shape[0], -1)
         return index.zero_padding_row(self.sublayer(self.W_o(mixed)))
