@@ -148,15 +148,19 @@ def step_matmul_flops(model, step_fn, batches) -> float:
     return counter.flops
 
 
-def sgemm_flops_per_cpu_second(rows: int, hidden: int) -> float:
-    """Best of several [rows, hidden] x [hidden, hidden] products: this machine's matmul rate per CPU-second."""
+def sgemm_flops_per_cpu_second(rows: int, hidden: int, threads: int) -> float:
+    """This machine's best matmul rate per CPU-second: best of several [rows, hidden] x [hidden, hidden]
+    products at 1 thread and at ``threads`` (one thread wastes no CPU time on synchronisation)."""
     x, w = torch.randn(rows, hidden), torch.randn(hidden, hidden)
     best = 0.0
-    for _ in range(10):
-        cpu0 = time.process_time()
-        for _ in range(4):
-            torch.mm(x, w)
-        best = max(best, 4 * 2 * rows * hidden * hidden / (time.process_time() - cpu0))
+    for thread_count in sorted({1, threads}):
+        torch.set_num_threads(thread_count)
+        for _ in range(10):
+            cpu0 = time.process_time()
+            for _ in range(4):
+                torch.mm(x, w)
+            best = max(best, 4 * 2 * rows * hidden * hidden / (time.process_time() - cpu0))
+    torch.set_num_threads(threads)
     return best
 
 
@@ -202,11 +206,13 @@ def main() -> None:
     molecules = sum(g.num_molecules for g, _ in timed)
     flops = step_matmul_flops(ours, _ours_step, timed)
     rows = int(np.mean([g.f_bonds.shape[0] for g, _ in timed]))
-    sgemm = sgemm_flops_per_cpu_second(rows, RELEASE["hidden"])
+    sgemm = sgemm_flops_per_cpu_second(rows, RELEASE["hidden"], opts.threads)
     floor = molecules / (flops / sgemm)
+    thread_counts = " or ".join(str(n) for n in sorted({1, opts.threads}))
     print(f"matmul floor: ours does {flops / molecules / 1e9:.1f} GFLOP of dense matmul per molecule; at this "
-          f"machine's best sgemm rate ({sgemm / 1e9:.1f} GFLOP per CPU-s, [{rows} x {RELEASE['hidden']}] x "
-          f"[{RELEASE['hidden']} x {RELEASE['hidden']}]) no step doing that arithmetic exceeds {floor:.2f} mol/CPU-s")
+          f"machine's best sgemm rate ({sgemm / 1e9:.1f} GFLOP per CPU-s at {thread_counts} thread(s), "
+          f"[{rows} x {RELEASE['hidden']}] x [{RELEASE['hidden']} x {RELEASE['hidden']}]) no step doing that "
+          f"arithmetic exceeds {floor:.2f} mol/CPU-s")
     if "upstream" not in models:
         return
     print(f"speed-up : {medians['ours'] / medians['upstream']:.2f}x per CPU-second (medians); matmul floor = "
