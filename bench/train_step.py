@@ -56,8 +56,8 @@ def make_batches(n_batches: int, batch_size: int) -> list[tuple[BatchMolGraph, t
     return batches
 
 
-def load_upstream(path: Path, output_type: str, dropout: float) -> torch.nn.Module:
-    """Upstream's finetune model built by its own ``build_model``."""
+def import_upstream_build_model(path: Path):
+    """Upstream's ``kermt.util.utils.build_model``, imported from the checkout at ``path`` (ours stays importable)."""
     # cuik_molmaker (GPU featurisation) is imported at module level upstream but unused here; it is not on PyPI
     # in a working form, so a stub module stands in for it.
     def unavailable(name: str):
@@ -77,11 +77,16 @@ def load_upstream(path: Path, output_type: str, dropout: float) -> torch.nn.Modu
         del sys.modules[name]
     sys.path.insert(0, str(path))
     try:
-        from kermt.util.utils import build_model as upstream_build_model  # noqa: PLC0415  (upstream's package)
+        from kermt.util.utils import build_model  # noqa: PLC0415  (upstream's package)
     finally:
         sys.path.remove(str(path))
         sys.modules.update(ours)
+    return build_model
 
+
+def load_upstream(path: Path, output_type: str, dropout: float) -> torch.nn.Module:
+    """Upstream's finetune model at the release architecture, built by its own ``build_model``."""
+    upstream_build_model = import_upstream_build_model(path)
     args = Namespace(
         parser_name="finetune", hidden_size=RELEASE["hidden"], bias=False, depth=RELEASE["depth"], dropout=dropout,
         activation="PReLU", undirected=False, dense=False, ffn_hidden_size=RELEASE["ffn"],

@@ -2,7 +2,8 @@
 gathered and summed, one encoder at a time, for per-encoder iteration counts as dynamic depth draws them.
 
 The fixture parity tests only cover eval mode, where every encoder runs the same depth; here the counts differ
-(including 0 and 1), and outputs and every gradient are compared.
+(including 0 and 1), and outputs and every gradient are compared. With dropout, the same torch seed must give the
+same masks: upstream draws them encoder by encoder (heads in order, q, k, v), iteration by iteration.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _upstream_loop(encoder: MPNEncoder, inp: torch.Tensor, count: int, graph, mo
     [(True, False, False), (True, False, True), (False, False, False), (False, True, False), (False, True, True)],
     ids=["node", "node_bias", "edge", "edge_undirected", "edge_undirected_bias"],
 )
-def test_dynamic_depth_equals_upstreams_loop(atom_messages, undirected, bias):
+@pytest.mark.parametrize("dropout", [0.0, 0.3], ids=["no_dropout", "dropout"])
+def test_dynamic_depth_equals_upstreams_loop(atom_messages, undirected, bias, dropout):
     graph = fixture_batch()
     rows = graph.f_atoms.shape[0] if atom_messages else graph.f_bonds.shape[0]
     torch.manual_seed(0)
@@ -48,11 +50,13 @@ def test_dynamic_depth_equals_upstreams_loop(atom_messages, undirected, bias):
         encoder.act_func.weight.data.fill_(0.1 + 0.05 * k)
     inp = torch.randn(rows, HIDDEN, dtype=torch.float64, requires_grad=True)
     encoders = [encoder.double() for encoder in encoders]
-    mode = PassingMode(atom_messages, undirected, dropout=0.0, training=True)
+    mode = PassingMode(atom_messages, undirected, dropout=dropout, training=True)
     index = GraphIndex.from_batch(graph, "upstream", torch.float64)
     weights = torch.randn(len(ITERATIONS), rows, HIDDEN, dtype=torch.float64)
 
+    torch.manual_seed(1)
     ours = run_encoders(encoders, inp, ITERATIONS, index, mode)
+    torch.manual_seed(1)
     reference = [_upstream_loop(e, inp, n, graph, mode) for e, n in zip(encoders, ITERATIONS)]
 
     parameters = [inp, *(p for e in encoders for p in e.parameters())]
