@@ -69,17 +69,12 @@ def run_encoders(
     Returns one [R, h] tensor per encoder, in the order of ``encoders``; an encoder with 0 iterations returns
     ``inp``. Every encoder's first iteration sums the same input, so that sum is computed once.
     """
-    shared_incoming: torch.Tensor | None = None
+    shared_incoming = _neighbour_sum(inp, index, mode) if max(iterations, default=0) > 0 else None
     outputs = []
     for encoder, count in zip(encoders, iterations):
         message = inp
         for step in range(count):
-            if step == 0:
-                if shared_incoming is None:
-                    shared_incoming = _neighbour_sum(inp, index, mode)
-                incoming = shared_incoming
-            else:
-                incoming = _neighbour_sum(message, index, mode)
+            incoming = shared_incoming if step == 0 else _neighbour_sum(message, index, mode)
             message = index.zero_padding_row(encoder.update(inp, incoming, mode))
         outputs.append(message)
     return outputs
