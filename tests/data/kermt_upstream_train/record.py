@@ -8,7 +8,8 @@ Upstream's own ``build_model`` builds the finetune model from ``ckpt_ft_reg.pt``
 the bond branches, whose dropout draws shift every later mask) and dropout ``DROPOUT``, and loads the checkpoint's
 weights. For each seed: numpy's global RNG (dynamic depths) and torch's RNG (dropout) are seeded, one forward in
 train mode on the 26-molecule fixture batch with its rdkit_2d_normalized features, then the backward of
-``LOSS_WEIGHT_A * sum(atom_view**2) + sum(bond_view**2)``. Saved: both views and every parameter's gradient.
+``LOSS_WEIGHT_A * sum(atom_view**2) + sum(bond_view**2)``. Saved: both views, every parameter's gradient and the
+settings (``dropout``, ``seeds``, ``loss_weight_a``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def main() -> None:
     model.load_state_dict(checkpoint["state_dict"])
     model.train()
     graph, features = fixture_batch(), list(outputs()["ft_reg_features_batch"])
-    record = {}
+    # the settings travel with the oracle, so the test reads them instead of repeating them
+    record = {"dropout": np.float64(DROPOUT), "seeds": np.array(SEEDS), "loss_weight_a": np.float64(LOSS_WEIGHT_A)}
     for seed in SEEDS:
         np.random.seed(seed)
         torch.manual_seed(seed)
