@@ -72,10 +72,30 @@ def finetune_loss(
     world_size: number of data-parallel ranks whose gradients are averaged (1 without DDP).
     """
     terms = two_view_terms(atom_view, bond_view, targets, dataset_type, dist_coff)
+    return reduce_terms(terms, label_count, world_size, log_sigma)
+
+
+def reduce_terms(
+    terms: torch.Tensor, label_count: torch.Tensor, world_size: int = 1, log_sigma: torch.Tensor | None = None
+) -> torch.Tensor:
+    """:func:`finetune_loss` from already computed :func:`two_view_terms` (a caller that also logs them)."""
     if log_sigma is None:
         return world_size * terms.sum() / torch.clamp(label_count, min=1.0)
     task_losses = world_size * terms.sum(dim=0) / torch.clamp(label_count, min=1.0)
     return (0.5 * torch.exp(-2.0 * log_sigma) * task_losses + log_sigma).sum()
+
+
+def connected_zero(*tensors: torch.Tensor | None) -> torch.Tensor:
+    """A 0 computed from ``tensors``: the loss of a worker's EMPTY share of a global batch.
+
+    A mean over no molecules is NaN, and NaN gradients, once all-reduced, would poison every rank. This is 0 instead,
+    and still a function of every output, so the backward gives each parameter that produced them a zero gradient
+    (DDP without ``find_unused_parameters`` needs one on every rank). The tensors must be finite (outputs are).
+    """
+    present = [t.sum() for t in tensors if t is not None]
+    if not present:
+        raise ValueError("connected_zero needs at least one tensor")
+    return torch.stack(present).sum() * 0.0
 
 
 def eval_task_loss(prediction: torch.Tensor, targets: LabelledTargets, dataset_type: DatasetType) -> torch.Tensor:

@@ -16,7 +16,7 @@ from torch import nn
 
 from kermt.data.dataset import MoleculeBatch, MoleculeSet
 from kermt.data.scalers import StandardScaler
-from kermt.losses import LabelledTargets, eval_task_loss, finetune_loss
+from kermt.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
 from kermt.metrics import nanmean, task_scores
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
@@ -33,6 +33,23 @@ class StepSettings:
     use_mtl_loss: bool = False
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """What one step contributes to the epoch's logs (detached 0-d tensors: no host sync inside the step).
+
+    label_loss_sum   this rank's Σ of the two-view label loss ℓ over its labels, without MTL weights; summed over
+                     ranks and steps and divided by the summed ``label_count`` it is the epoch's label loss (the
+                     number upstream logs as the train loss without MTL, and comparable with or without it)
+    label_count      the GLOBAL number of labels of the step (already summed over ranks)
+    objective_share  this rank's loss ÷ world size; summed over ranks it is exactly the step's objective (with MTL
+                     ``Σ_t ½e^{−2s_t}L_t + s_t``, whose ``s_t`` each rank carries once)
+    """
+
+    label_loss_sum: torch.Tensor
+    label_count: torch.Tensor
+    objective_share: torch.Tensor
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -42,8 +59,8 @@ def train_step(
     depth_rng: np.random.Generator | None = None,
     world_size: int = 1,
     all_reduce: AllReduce = no_reduce,
-) -> tuple[float, float]:
-    """One optimizer step on this worker's part of a global batch. Returns (local loss sum, global label count).
+) -> StepResult:
+    """One optimizer step on this worker's part of a global batch (see :class:`StepResult` for what it returns).
 
     ``model`` may be DDP-wrapped; its forward must accept (graph, features, depth_rng). Every rank must call
     this for every global batch, even with an empty share, so collectives stay matched.
@@ -53,12 +70,9 @@ def train_step(
     global_counts = all_reduce(counts.clone())
     output = model(batch.graph, batch.features, depth_rng)
     core = getattr(model, "module", model)
-    loss = finetune_loss(
-        output.atom_view,
-        output.bond_view,
-        targets,
-        settings.dataset_type,
-        settings.dist_coff,
+    terms = two_view_terms(output.atom_view, output.bond_view, targets, settings.dataset_type, settings.dist_coff)
+    loss = reduce_terms(
+        terms,
         global_counts if settings.use_mtl_loss else global_counts[0],
         world_size=world_size,
         log_sigma=core.mtl_log_sigma if settings.use_mtl_loss else None,
@@ -68,7 +82,7 @@ def train_step(
     loss.backward()
     optimizer.step()
     scheduler.step()
-    return float(loss.detach()) * float(global_counts.sum()) / world_size, float(global_counts.sum())
+    return StepResult(terms.detach().sum(), global_counts.sum(), loss.detach() / world_size)
 
 
 def _zero_touch(model: nn.Module) -> torch.Tensor:

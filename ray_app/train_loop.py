@@ -124,16 +124,20 @@ def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progre
     return Progress(**state["progress"])
 
 
-def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, device) -> float:
+def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, device) -> dict[str, float]:
+    """Train one epoch; returns ``train_loss`` (the label loss over every label of the epoch, without MTL weights)
+    and, with MTL, ``train_objective`` (the mean over steps of the loss the optimiser minimised)."""
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     settings = StepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss)
     torch.manual_seed(int(np.random.default_rng([plan.seed, progress.epoch, rank]).integers(2**62)))
     model.train()
     order = epoch_order(len(plan.train), plan.seed, progress.epoch)
-    loss_sum = label_sum = 0.0
-    for global_rows in global_batches(order, plan.batch_size * world):
-        rows = worker_share(global_rows, rank, world)
+    # [local label-loss sum, local objective share, global label count]: summed on the device, read once per epoch
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    steps = global_batches(order, plan.batch_size * world)
+    for global_rows in steps:
+        rows = worker_share(global_rows, rank, world)  # empty on some ranks when the last global batch is short
         keep = None
         if plan.bond_drop_rate > 0:
             counts = plan.train.graphs.bond_counts
@@ -141,13 +145,16 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
             keep = worker_keep_mask(global_rows, rows, counts, bond_keep_mask(global_rows, counts,
                                                                                plan.bond_drop_rate, drop_rng))
         batch = plan.train.batch(rows, keep).to(device)
-        local_loss, labels = train_step(model, optimizer, scheduler, batch, settings,
-                                        depth_rng(plan.seed, progress.global_step), world, _all_reduce)
-        loss_sum += local_loss
-        label_sum += labels
+        step = train_step(model, optimizer, scheduler, batch, settings,
+                          depth_rng(plan.seed, progress.global_step), world, _all_reduce)
+        sums += torch.stack([step.label_loss_sum, step.objective_share, step.label_count]).to(sums)
         progress.global_step += 1
-    total = _all_reduce(torch.tensor([loss_sum], dtype=torch.float64, device=device))
-    return float(total[0]) / max(label_sum, 1.0)
+    label_count = float(sums[2])  # already global: every rank holds the same value
+    total = _all_reduce(sums[:2].clone())
+    metrics = {"train_loss": float(total[0]) / max(label_count, 1.0)}
+    if settings.use_mtl_loss:
+        metrics["train_objective"] = float(total[1]) / max(len(steps), 1)
+    return metrics
 
 
 def _validate(plan: MemberPlan, model) -> dict[str, float]:
@@ -210,9 +217,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
         started = time.perf_counter()
-        train_loss = _train_epoch(plan, model, optimizer, scheduler, progress, device)
+        train_metrics = _train_epoch(plan, model, optimizer, scheduler, progress, device)
         trained = time.perf_counter()
-        metrics = {"epoch": progress.epoch, "train_loss": train_loss, **_validate(plan, model),
+        metrics = {"epoch": progress.epoch, **train_metrics, **_validate(plan, model),
                    "lr": scheduler.get_last_lr()[-1], "train_time_s": trained - started,
                    "val_time_s": time.perf_counter() - trained}
         if _improved(metrics[key], progress.best_value, direction):
@@ -224,7 +231,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         progress.history.append(metrics)
         progress.epoch += 1
         if rank == 0:
-            print(f"[{plan.label}] epoch {metrics['epoch']:4d}  loss_train {train_loss:.6f}  "
+            print(f"[{plan.label}] epoch {metrics['epoch']:4d}  loss_train {metrics['train_loss']:.6f}  "
                   f"loss_val {metrics['val_loss']:.6f}  {plan.metric}_val {metrics[f'val_{plan.metric}']:.6f}  "
                   f"lr {metrics['lr']:.3e}  t_time {metrics['train_time_s']:.1f}s  "
                   f"v_time {metrics['val_time_s']:.1f}s", flush=True)

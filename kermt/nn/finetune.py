@@ -116,7 +116,9 @@ class KermtFinetuneModel(nn.Module):
         readout_atom = self.readout(encoded.atom_from_atom, graph.a_scope)
         inputs = {"atom": readout_atom, "bond": readout_bond}
         if features is not None:
-            features = features.to(readout_atom.dtype).reshape(readout_atom.shape[0], -1)
+            # explicit width: reshape(M, -1) is ambiguous (an error) for a worker's empty share (M = 0)
+            width = self.config.head.features_size
+            features = features.to(readout_atom.dtype).reshape(readout_atom.shape[0], width)
             inputs = {view: torch.cat([vec, features], dim=1) for view, vec in inputs.items()}
         ffn_atom, atom_view = self._view_output("atom", inputs["atom"])
         ffn_bond, bond_view = self._view_output("bond", inputs["bond"])

@@ -38,7 +38,8 @@ def fingerprint_from_embeddings(
             raise ValueError(f"fingerprint source {source!r} needs the encoder's {name} output, which was not built")
         parts.append(readout(rows, graph.a_scope if name in ATOM_BRANCHES else graph.b_scope))
     if features is not None:
-        parts.append(features.to(parts[0].dtype).reshape(parts[0].shape[0], -1))
+        # explicit width: reshape(M, -1) is ambiguous (an error) for an empty batch (M = 0)
+        parts.append(features.to(parts[0].dtype).reshape(parts[0].shape[0], features.shape[-1]))
     return torch.cat(parts, dim=1)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from kermt.losses import connected_zero
 from kermt.nn.decoder import reconstruction_terms
 from kermt.nn.pretrain_cmim import cmim_terms
 from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
@@ -45,12 +46,12 @@ class PretrainLoss:
 
     def scalars(self) -> dict[str, float]:
         """Detached values under upstream's TensorBoard names (``loss``, ``av_loss``, ..., ``cmim_total``)."""
-        values = {"loss": float(self.total)}
+        values = {"loss": float(self.total.detach())}
         if self.vocab is not None:
-            values.update({f"{f.name}_loss": float(getattr(self.vocab, f.name)) for f in fields(self.vocab)})
+            values.update({f"{f.name}_loss": float(getattr(self.vocab, f.name).detach()) for f in fields(self.vocab)})
             values["vocab_loss"] = values.pop("total_loss")
         if self.cmim is not None:
-            values.update({f.name: float(getattr(self.cmim, f.name)) for f in fields(self.cmim)})
+            values.update({f.name: float(getattr(self.cmim, f.name).detach()) for f in fields(self.cmim)})
             values["cmim_total"] = values.pop("total")
         return values
 
@@ -59,6 +60,9 @@ def cmim_loss(output: PretrainOutput, temperature: float, config: PretrainLossCo
     """cMIM terms at the latent ``output.z`` the decoder was conditioned on, plus teacher-forced reconstruction."""
     if output.latent is None or output.z is None or output.decoder_logits is None or output.teacher is None:
         raise ValueError("cmim_loss needs the latent head and decoder outputs (pretrain_mode cmim or hybrid)")
+    if output.z.shape[0] == 0:  # a worker's empty share: 0, not the NaN of a mean over no molecules
+        zero = connected_zero(output.latent.mean, output.latent.log_scale, output.decoder_logits)
+        return CmimLoss(zero, zero, zero, zero, zero, zero, zero.detach())
     terms = cmim_terms(output.latent, output.z, temperature, config.normalize_loss, config.normalize_gradient)
     teacher = output.teacher
     recon = reconstruction_terms(output.decoder_logits, teacher.targets, teacher.padding_mask)

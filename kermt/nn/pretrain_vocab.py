@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
+from kermt.losses import connected_zero
 from kermt.nn.encoder import ATOM_BRANCHES, BOND_BRANCHES, EncoderOutput
 from kermt.nn.readout import Readout
 
@@ -169,8 +170,15 @@ def _pair_terms(
 
 
 def vocab_loss(preds: VocabPredictions, targets: VocabTargets, dist_coff: float = 0.1) -> VocabLoss:
-    """Upstream's ``VocabPredictionModule.compute_loss`` (spec §8.3); ``fg_dist`` is deliberately not scaled."""
+    """Upstream's ``VocabPredictionModule.compute_loss`` (spec §8.3); ``fg_dist`` is deliberately not scaled.
+
+    A batch without molecules (a worker's empty share) has every term 0: otherwise the fg means would be NaN and the
+    disagreement terms would score the padding row alone.
+    """
     fg_labels = targets.fg.to(_preds_dtype(preds))
+    if fg_labels.shape[0] == 0:
+        zero = connected_zero(*(getattr(preds, f.name) for f in fields(preds)))
+        return VocabLoss(total=zero, av=zero, bv=zero, fg=zero, av_dist=zero, bv_dist=zero, fg_dist=zero)
     av, fg_atom, av_dist, fg_atom_dist = _pair_terms(
         preds.atom_from_atom, preds.atom_from_bond, preds.fg_atom_from_atom, preds.fg_atom_from_bond,
         targets.atom, fg_labels,

@@ -33,22 +33,27 @@ ROOT = DATA_DIR.parents[1]
 SHIFT_INVARIANT = ("attn.linear_layers.1.bias",)
 
 
-def _molecule_set(smiles: list[str], targets: np.ndarray, scaler: StandardScaler) -> MoleculeSet:
-    done = featurize_smiles(smiles)
+def _molecule_set(smiles: list[str], targets: np.ndarray, scaler: StandardScaler,
+                  features_generator: tuple[str, ...] = ()) -> MoleculeSet:
+    done = featurize_smiles(smiles, features_generator)
     assert done.valid.all()
-    return MoleculeSet(done.graphs, None, scaler.transform(targets).astype(np.float32), done.smiles)
+    features = done.features.astype(np.float32) if features_generator else None
+    return MoleculeSet(done.graphs, features, scaler.transform(targets).astype(np.float32), done.smiles)
 
 
-def _plan(batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = False) -> MemberPlan:
+def _plan(batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = False, n_train: int = 44,
+          features_generator: tuple[str, ...] = ()) -> MemberPlan:
     table = load_molecule_table(ROOT / "data/sample/admet_demo.csv", max_rows=60)
-    train_y, val_y = table.targets[:44], table.targets[44:]
+    train_y, val_y = table.targets[:n_train], table.targets[44:]
     assert np.isnan(train_y).sum() > 10  # many missing labels: the global label count matters
     scaler = StandardScaler.fit(train_y)
     ckpt = read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")
     encoder = dataclasses.replace(ckpt.spec.encoder, dropout=0.0, padding=padding)
+    features_size = 200 * len(features_generator)  # rdkit_2d_normalized only, here
     config = FinetuneModelConfig(encoder, ReadoutConfig(self_attention=True),
                                  HeadConfig(num_tasks=3, dataset_type="regression", ffn_hidden_size=12,
-                                            activation=encoder.activation), use_mtl_loss)
+                                            features_size=features_size, activation=encoder.activation),
+                                 use_mtl_loss)
     torch.manual_seed(0)
     model = KermtFinetuneModel(config)
     for name, module in model.named_children():
@@ -57,7 +62,8 @@ def _plan(batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = F
     load_into_model(model, ckpt.state_dict, FRESH_HEAD_PREFIXES, ckpt.ignored_entries())
     return MemberPlan(
         model_config=config, initial_state=model.state_dict(),
-        train=_molecule_set(table.smiles[:44], train_y, scaler), val=_molecule_set(table.smiles[44:], val_y, scaler),
+        train=_molecule_set(table.smiles[:n_train], train_y, scaler, features_generator),
+        val=_molecule_set(table.smiles[44:], val_y, scaler, features_generator),
         target_scaler=scaler, seed=3, epochs=epochs, batch_size=batch_size, init_lr=1e-3, max_lr=3e-3,
         final_lr=5e-4, warmup_epochs=1.0, weight_decay=0.0, fine_tune_coff=0.5, dist_coff=0.15, bond_drop_rate=0.0,
         metric="rmse", select_by_loss=False, early_stop_epoch=100,
@@ -81,6 +87,11 @@ def test_two_workers_equal_one_worker_with_double_batch(ray_cluster, tmp_path, u
     double = _fit(_plan(4, "zero", use_mtl_loss=use_mtl_loss), 2, tmp_path, "double")
     # 44 molecules, global batch 8: 6 steps per epoch including a ragged tail of 4 (2 per worker)
     assert single["progress"]["global_step"] == double["progress"]["global_step"] == 12
+    _assert_same_training(single, double)
+
+
+def _assert_same_training(single: dict, double: dict) -> None:
+    """Same parameters (to float noise) and the same per-epoch train loss and validation metric."""
     compared = 0
     for name, value in single["model"].items():
         if name.endswith(SHIFT_INVARIANT):
@@ -88,9 +99,21 @@ def test_two_workers_equal_one_worker_with_double_batch(ray_cluster, tmp_path, u
         torch.testing.assert_close(double["model"][name], value, rtol=0, atol=1e-5, msg=name)
         compared += 1
     assert compared > 60
-    for a, b in zip(single["progress"]["history"], double["progress"]["history"]):
+    for a, b in zip(single["progress"]["history"], double["progress"]["history"], strict=True):
         assert a["val_rmse"] == pytest.approx(b["val_rmse"], abs=1e-6)
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+        assert a.get("train_objective") == pytest.approx(b.get("train_objective"), rel=1e-5)
+
+
+def test_a_worker_with_no_molecules_in_the_last_batch(ray_cluster, tmp_path):
+    # 41 molecules, global batch 8: the last global batch holds ONE molecule, so worker 1 gets none and must still
+    # run its forward (molecule features included), backward and collectives; MTL adds per-task label counts.
+    single = _fit(_plan(8, "zero", use_mtl_loss=True, n_train=41, features_generator=("rdkit_2d_normalized",)),
+                  1, tmp_path, "single")
+    double = _fit(_plan(4, "zero", use_mtl_loss=True, n_train=41, features_generator=("rdkit_2d_normalized",)),
+                  2, tmp_path, "double")
+    assert single["progress"]["global_step"] == double["progress"]["global_step"] == 12
+    _assert_same_training(single, double)
 
 
 def _kill_one_worker_after_first_checkpoint(storage: Path, name: str, done: threading.Event, killed: list) -> None:
