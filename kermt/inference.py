@@ -69,7 +69,7 @@ def find_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
     found: list[Path] = []
     for directory, subdirs, files in os.walk(root):
         here = Path(directory)
-        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+        subdirs[:] = _visible_after_recovery(here, subdirs)
         native = [here / d for d in subdirs if is_native_checkpoint(here / d)]
         found += native
         subdirs[:] = [d for d in subdirs if here / d not in native]
@@ -79,6 +79,16 @@ def find_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
     if not found:
         raise FileNotFoundError(f"no checkpoint under {root} (looked for native model directories and .pt files)")
     return sorted(found, key=_natural_key)
+
+
+def _visible_after_recovery(here: Path, subdirs: list[str]) -> list[str]:
+    """The visible subdirectories, with a native checkpoint an interrupted replacement left aside (``.X.old``
+    without ``X``) moved back into place first."""
+    from kermt.checkpoint.native import recover_native
+
+    parked = [d[1:-len(".old")] for d in subdirs if d.startswith(".") and d.endswith(".old")]
+    recovered = [name for name in parked if recover_native(here / name)]
+    return [d for d in subdirs if not d.startswith(".")] + recovered
 
 
 def read_members(paths: Sequence[str | Path], trust_pickle: bool = False) -> list[Checkpoint]:

@@ -12,6 +12,9 @@
   scalers, feature settings) and provenance (e.g. the source file's sha256).
 
 Writes are atomic: everything goes to a temporary directory next to the target, which is then renamed into place.
+Replacing an existing checkpoint renames the old one aside (``.<name>.old``), renames the new one in, then deletes
+the old one, so at every instant one of the two is a complete checkpoint. A crash between the two renames leaves
+only the aside copy: every reader (and the next write) moves it back first (:func:`recover_native`).
 """
 
 from __future__ import annotations
@@ -49,8 +52,33 @@ class NativeCheckpoint:
 
 
 def is_native_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a native checkpoint directory (after recovering an interrupted replacement of it)."""
     path = Path(path)
+    recover_native(path)
+    return _is_complete(path)
+
+
+def _is_complete(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+
+
+def aside_path(directory: Path) -> Path:
+    """Where a replacement parks the previous checkpoint until the new one is in place."""
+    return directory.parent / f".{directory.name}.old"
+
+
+def recover_native(directory: str | Path) -> bool:
+    """Move the previous checkpoint back if a replacement of ``directory`` stopped between its two renames (the
+    target is missing, its aside copy complete). Returns whether it did."""
+    directory = Path(directory)
+    aside = aside_path(directory)
+    if directory.exists() or not _is_complete(aside):
+        return False
+    try:
+        os.replace(aside, directory)
+    except FileNotFoundError:  # another reader recovered it first
+        return _is_complete(directory)
+    return True
 
 
 def _untie(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -90,14 +118,19 @@ def save_native(directory: str | Path, state_dict: dict[str, torch.Tensor], spec
 
 
 def _replace_directory(staging: Path, target: Path) -> None:
-    """Move ``staging`` to ``target``; an existing target is moved aside first and removed afterwards."""
-    if not target.exists():
-        os.replace(staging, target)
-        return
-    retired = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-    os.replace(target, retired)
+    """Move ``staging`` to ``target``: the old target is renamed aside, the new one renamed in, the old one deleted.
+
+    Never is there neither: a crash between the renames leaves the aside copy, which :func:`recover_native` moves
+    back; a crash after them leaves a stale aside copy next to the new target, deleted by the next write.
+    """
+    recover_native(target)
+    aside = aside_path(target)
+    if aside.exists():
+        shutil.rmtree(aside)  # stale: the target it was the previous version of is complete
+    if target.exists():
+        os.replace(target, aside)
     os.replace(staging, target)
-    shutil.rmtree(retired, ignore_errors=True)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def load_native(directory: str | Path) -> NativeCheckpoint:

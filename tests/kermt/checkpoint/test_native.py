@@ -15,6 +15,7 @@ from kermt.checkpoint import (
     save_native,
     unbuilt_encoder_tensors,
 )
+from kermt.inference import find_checkpoints
 from tests.conftest import FIXTURE_DIR
 
 
@@ -75,3 +76,51 @@ def test_save_replaces_atomically_and_a_failed_save_keeps_the_old_one(tmp_path):
 def test_not_a_native_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a native kermt checkpoint"):
         read_checkpoint(tmp_path)
+
+
+def _interrupted_replacement(tmp_path, checkpoint, runs: int = 1):
+    """The file-system state a crash between the two renames of a replacement leaves: the old checkpoint parked
+    as ``.model.old``, no ``model``, and a complete staging copy of the new one that never moved in."""
+    target = tmp_path / "model"
+    save_native(target, checkpoint.state_dict, checkpoint.spec, provenance={"run": runs})
+    staging = tmp_path / ".model.tmp-crashed"
+    save_native(staging, checkpoint.state_dict, checkpoint.spec, provenance={"run": runs + 1})
+    target.rename(tmp_path / ".model.old")
+    assert not target.exists()
+    return target
+
+
+def test_a_reader_recovers_a_checkpoint_left_aside_by_a_crash(tmp_path):
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_cls.pt")
+    target = _interrupted_replacement(tmp_path, checkpoint)
+    recovered = read_checkpoint(target)
+    assert recovered.format == "native" and recovered.provenance == {"run": 1}
+    _assert_same_tensors(recovered.state_dict, load_native(target).state_dict)
+    assert target.is_dir() and not (tmp_path / ".model.old").exists()
+
+
+def test_the_next_save_recovers_then_replaces(tmp_path):
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_cls.pt")
+    target = _interrupted_replacement(tmp_path, checkpoint)
+    save_native(target, checkpoint.state_dict, checkpoint.spec, provenance={"run": 3})
+    assert load_native(target).provenance == {"run": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.tmp-crashed", "model"]  # the crash's staging
+
+
+def test_a_crash_after_the_new_copy_moved_in_reads_the_new_one(tmp_path):
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_cls.pt")
+    target = tmp_path / "model"
+    save_native(tmp_path / ".model.old", checkpoint.state_dict, checkpoint.spec, provenance={"run": 1})
+    save_native(target, checkpoint.state_dict, checkpoint.spec, provenance={"run": 2})
+    assert load_native(target).provenance == {"run": 2}  # the stale aside copy is not taken
+    save_native(target, checkpoint.state_dict, checkpoint.spec, provenance={"run": 3})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_finding_members_recovers_a_checkpoint_left_aside(tmp_path):
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_cls.pt")
+    member = tmp_path / "fold_0" / "model_0"
+    member.mkdir(parents=True)
+    target = _interrupted_replacement(member, checkpoint)
+    assert find_checkpoints(tmp_path) == [target]
+    assert load_native(target).provenance == {"run": 1}
