@@ -12,12 +12,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 ACTIVATIONS = ("ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU")
 DatasetType = Literal["regression", "classification"]
 EmbeddingOutputType = Literal["atom", "bond", "both"]
 PaddingMode = Literal["upstream", "zero"]
+# Literal types are not checked at run time: a typo would otherwise build a model in no mode at all.
+EMBEDDING_OUTPUT_TYPES: tuple[str, ...] = get_args(EmbeddingOutputType)
+PADDING_MODES: tuple[str, ...] = get_args(PaddingMode)
 
 ATOM_FDIM = 151
 BOND_FDIM = 165  # source atom features (151) + bond features (14)
@@ -33,6 +36,10 @@ class EncoderConfig:
     ``padding``: "upstream" reproduces upstream exactly: the padding row 0 takes part in every neighbour sum, so
     embeddings depend on the batch's maximum atom degree (spec §3.4). "zero" keeps row 0 at zero after every
     transform, which makes each molecule's output independent of the rest of its batch.
+
+    ``undirected=True`` is refused: upstream's node blocks average ATOM messages with the reverse-BOND index
+    (``message[b2revb]``, spec §4.3), so upstream crashes at its first forward with it; no upstream model can
+    have been trained with it, and there are no upstream semantics to reproduce.
     """
 
     hidden_size: int = 800
@@ -51,6 +58,14 @@ class EncoderConfig:
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
+        _check_choice("padding", self.padding, PADDING_MODES)
+        _check_choice("embedding_output_type", self.embedding_output_type, EMBEDDING_OUTPUT_TYPES)
+        if self.undirected:
+            raise ValueError(
+                "undirected=True is not supported: upstream KERMT's node blocks index atom messages with reverse-bond "
+                "indices, so upstream itself fails at the first forward with it and no upstream model uses it; "
+                "leave undirected unset (False)"
+            )
         if self.hidden_size % self.num_attn_head:
             raise ValueError(
                 f"hidden_size {self.hidden_size} must be divisible by num_attn_head {self.num_attn_head}"
@@ -148,6 +163,11 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     return value
 
 
+def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key} {value!r} is not one of {allowed}{_did_you_mean(str(value), allowed)}")
+
+
 def _did_you_mean(key: str, valid: Any) -> str:
     close = difflib.get_close_matches(key, list(valid), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -157,11 +177,13 @@ __all__ = [
     "ACTIVATIONS",
     "ATOM_FDIM",
     "BOND_FDIM",
+    "EMBEDDING_OUTPUT_TYPES",
     "EncoderConfig",
     "FeaturizerConfig",
     "FEATURE_GENERATORS",
     "FinetuneModelConfig",
     "HeadConfig",
+    "PADDING_MODES",
     "ReadoutConfig",
     "from_dict",
     "to_dict",

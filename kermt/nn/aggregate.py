@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kermt.config import PaddingMode
+from kermt.config import PADDING_MODES, PaddingMode
 from kermt.data.batch import BatchMolGraph
 
 
@@ -55,7 +55,7 @@ def _padded_lists(index: torch.Tensor, dtype: torch.dtype, padding: PaddingMode)
     """COO triplets summing row ``index[r, j]`` into row r for every slot j (padding slot 0 only if upstream)."""
     rows = torch.arange(index.shape[0], device=index.device).repeat_interleave(index.shape[1])
     cols = index.reshape(-1)
-    if padding == "zero":
+    if padding == "zero":  # the same test as GraphIndex.zero_padding_row
         keep = cols != 0
         rows, cols = rows[keep], cols[keep]
     return rows, cols, torch.ones(rows.shape[0], dtype=dtype, device=index.device)
@@ -75,12 +75,13 @@ class GraphIndex:
     neighbour_atoms: torch.Tensor
     bond_update: torch.Tensor
     atom_to_bond: torch.Tensor
-    b2revb: torch.Tensor
     padding: PaddingMode
     _transposed: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_batch(cls, graph: BatchMolGraph, padding: PaddingMode, dtype: torch.dtype) -> "GraphIndex":
+        if padding not in PADDING_MODES:
+            raise ValueError(f"padding {padding!r} is not one of {PADDING_MODES}")
         n_atoms, n_bonds = graph.f_atoms.shape[0], graph.f_bonds.shape[0]
         b2a, b2revb = graph.b2a, graph.b2revb
         bond_rows, bond_cols, bond_vals = _padded_lists(graph.a2b, dtype, padding)
@@ -103,7 +104,6 @@ class GraphIndex:
                 torch.cat([around_rows, every_bond]), torch.cat([around_cols, b2a.index_select(0, b2revb)]),
                 torch.cat([around_vals, minus_one]), (n_bonds, n_atoms),
             ),
-            b2revb=b2revb,
             padding=padding,
         )
 
@@ -134,7 +134,7 @@ class GraphIndex:
 
     def zero_padding_row(self, x: torch.Tensor) -> torch.Tensor:
         """In "zero" mode, return ``x`` with row 0 (dimension -2) set to zero; in "upstream" mode, ``x`` itself."""
-        if self.padding == "upstream":
+        if self.padding != "zero":  # the same test as _padded_lists: "zero" is the one mode that changes sums
             return x
         keep = torch.ones(x.shape[-2], 1, dtype=x.dtype, device=x.device)
         keep[0] = 0

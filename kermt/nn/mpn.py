@@ -25,10 +25,12 @@ from kermt.nn.layers import make_activation
 
 @dataclass(frozen=True)
 class PassingMode:
-    """How a stack of encoders passes messages: atom (node view) or directed-bond (edge view) messages."""
+    """How a stack of encoders passes messages: atom (node view) or directed-bond (edge view) messages.
+
+    Upstream's ``undirected`` averaging is absent on purpose: :class:`~kermt.config.EncoderConfig` refuses it.
+    """
 
     atom_messages: bool
-    undirected: bool
     dropout: float
     training: bool
 
@@ -52,8 +54,6 @@ class MPNEncoder(nn.Module):
 
 def _neighbour_sum(message: torch.Tensor, index: GraphIndex, mode: PassingMode) -> torch.Tensor:
     """Σ over neighbours of ``message`` [R, h]: atoms via a2a, or the directed-bond update."""
-    if mode.undirected:
-        message = (message + message.index_select(0, index.b2revb)) / 2
     return index.sum_neighbour_atoms(message) if mode.atom_messages else index.bond_messages(message)
 
 

@@ -43,7 +43,6 @@ class MTBlock(nn.Module):
         self.atom_messages = atom_messages
         self.hidden_size = hidden
         self.depth = config.depth
-        self.undirected = config.undirected
         self.dropout = config.dropout
         self.heads = nn.ModuleList(
             Head(hidden, config.bias, config.activation) for _ in range(config.num_attn_head)
@@ -77,7 +76,7 @@ class MTBlock(nn.Module):
         encoders = [enc for head in self.heads for enc in head.encoders()]
         depths = depths if depths is not None else [self.depth] * len(encoders)
         iterations = [max(d - 1, 0) for d in depths]
-        mode = PassingMode(self.atom_messages, self.undirected, self.dropout, self.training)
+        mode = PassingMode(self.atom_messages, self.dropout, self.training)
         outputs = run_encoders(encoders, x, iterations, index, mode)  # q, k, v of head 0, then head 1, ...
         query, key, value = (torch.stack(outputs[i::3], dim=1) for i in range(3))  # each [R, H, h]
         mixed = self.attn(query, key, value).reshape(x.shape[0], -1)
