@@ -9,7 +9,7 @@ Typical use::
     export_upstream("out/model.pt", model.state_dict(), ckpt.spec, passthrough=unbuilt_encoder_tensors(ckpt))
 """
 
-from kermt.checkpoint.export import export_upstream, upstream_args
+from kermt.checkpoint.export import UnfaithfulExportError, export_upstream, upstream_args
 from kermt.checkpoint.loader import CheckpointMismatchError, LoadReport, load_into_model, plan_load
 from kermt.checkpoint.merge import ArchitectureConflictError, merge_encoder, merge_finetune_config
 from kermt.checkpoint.native import is_native_checkpoint, load_native, save_native
@@ -31,5 +31,5 @@ __all__ = [
     "FeatureSettings", "LoadReport", "UnsafeCheckpointError", "convert_to_native", "export_upstream",
     "is_native_checkpoint", "load_finetune_model", "load_into_model", "load_native", "load_pickled_checkpoint",
     "load_pretrain_model", "load_pretrained_weights", "merge_encoder", "merge_finetune_config", "plan_load", "read_checkpoint",
-    "save_native", "unbuilt_encoder_tensors", "upstream_args",
+    "save_native", "UnfaithfulExportError", "unbuilt_encoder_tensors", "upstream_args",
 ]

@@ -24,6 +24,10 @@ from kermt.checkpoint.keys import ATOM_BRANCH_PREFIXES
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.data.scalers import StandardScaler
 
+class UnfaithfulExportError(ValueError):
+    """The model cannot be written in upstream's layout without changing what it predicts."""
+
+
 # Keys our model has that upstream's KermtFinetuneTask does not (upstream keeps MTL weights in the loss, unsaved).
 _NOT_UPSTREAM = ("mtl_log_sigma",)
 
@@ -105,6 +109,14 @@ def export_upstream(path: str | Path, state_dict: dict[str, torch.Tensor], spec:
     """Write an upstream-compatible ``model.pt`` atomically; returns warnings (also worth logging)."""
     if spec.kind != "finetuned":
         raise ValueError(f"only finetuned models can be exported to upstream's model.pt layout, not {spec.kind}")
+    if spec.encoder.padding != "upstream":
+        # Upstream has one numerics: its padding row takes part in every neighbour sum. Weights trained with it
+        # kept at zero would give different predictions there, and no upstream arg can express it.
+        raise UnfaithfulExportError(
+            f"{path}: cannot export a model trained with padding={spec.encoder.padding!r} to upstream's model.pt: "
+            "upstream always sums its padding row, so it would predict differently with these weights; use the "
+            "native checkpoint with kermt, or train with padding='upstream' for an upstream-compatible file"
+        )
     upstream_sd, warnings = upstream_state_dict(state_dict, spec, passthrough)
     state = {
         "args": upstream_args(spec, args_overrides),
@@ -120,4 +132,4 @@ def export_upstream(path: str | Path, state_dict: dict[str, torch.Tensor], spec:
     return warnings
 
 
-__all__ = ["export_upstream", "upstream_args", "upstream_state_dict"]
+__all__ = ["UnfaithfulExportError", "export_upstream", "upstream_args", "upstream_state_dict"]

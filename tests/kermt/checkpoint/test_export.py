@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from kermt.checkpoint import (
+    UnfaithfulExportError,
     export_upstream,
     load_finetune_model,
     load_pickled_checkpoint,
@@ -20,6 +22,7 @@ from kermt.checkpoint import (
     unbuilt_encoder_tensors,
 )
 from tests.conftest import FIXTURE_DIR
+from tests.kermt.nn.upstream_fixtures import fixture_batch
 
 UPSTREAM = Path(os.environ.get("KERMT_UPSTREAM_DIR", "/work/upstream_kermt"))
 PREDICT_SCRIPT = Path(__file__).with_name("upstream_predict.py")
@@ -77,6 +80,25 @@ def test_only_finetuned_models_export(tmp_path):
     checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")
     with pytest.raises(ValueError, match="only finetuned"):
         export_upstream(tmp_path / "x.pt", checkpoint.state_dict, checkpoint.spec)
+
+
+def test_a_zero_padding_model_is_not_exported_because_upstream_would_predict_otherwise(tmp_path):
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_reg.pt")
+    model, _ = load_finetune_model(checkpoint)
+    zero_spec = dataclasses.replace(checkpoint.spec,
+                                    encoder=dataclasses.replace(checkpoint.spec.encoder, padding="zero"))
+    zero_model, _ = load_finetune_model(dataclasses.replace(checkpoint, spec=zero_spec))
+    graph = fixture_batch()
+    features = torch.rand(graph.a_scope.shape[0], checkpoint.spec.head.features_size,
+                          generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # the same weights predict differently in the two modes: the file cannot say which
+        upstream_mode, zero_mode = (m.eval()(graph, features).prediction for m in (model, zero_model))
+    assert not torch.allclose(upstream_mode, zero_mode, atol=1e-4)
+    path = tmp_path / "model.pt"
+    with pytest.raises(UnfaithfulExportError, match=r"model\.pt: cannot export a model trained with "
+                                                    r"padding='zero' to upstream's model\.pt"):
+        export_upstream(path, zero_model.state_dict(), zero_spec, passthrough=unbuilt_encoder_tensors(checkpoint))
+    assert not path.exists() and list(tmp_path.iterdir()) == []
 
 
 def _upstream_predict(checkpoint_dirs: list[Path]) -> list[np.ndarray]:
