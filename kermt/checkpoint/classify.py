@@ -68,15 +68,19 @@ def classify_kind(keys: list[str]) -> CheckpointKind:
 
 
 def describe_checkpoint(args: dict[str, Any], state_dict: dict[str, torch.Tensor], raw: dict[str, Any],
-                        source: str) -> CheckpointSpec:
-    """Build the :class:`CheckpointSpec` of an upstream checkpoint (``state_dict`` with canonical keys)."""
+                        source: str, dataset_type: str | None = None) -> CheckpointSpec:
+    """Build the :class:`CheckpointSpec` of an upstream checkpoint (``state_dict`` with canonical keys).
+
+    ``dataset_type``: the caller's (the user's ``--dataset_type``), used when the file does not store one.
+    """
     kind = classify_kind(list(state_dict))
     resolve = _Resolver(args, source)
     encoder = _encoder(state_dict, resolve)
     readout = head = None
     if kind == "finetuned":
         readout = _readout(state_dict, resolve)
-        head = _head(state_dict, resolve, readout.output_size(encoder.hidden_size), encoder)
+        task_type = _dataset_type(resolve, raw, dataset_type)
+        head = _head(state_dict, resolve, readout.output_size(encoder.hidden_size), encoder, task_type)
     generator = args.get("features_generator") or ()
     features = FeatureSettings(
         features_generator=tuple(generator),
@@ -114,6 +118,10 @@ def _encoder(sd: dict[str, torch.Tensor], resolve: _Resolver) -> EncoderConfig:
     activation = "PReLU" if prelu else resolve.from_args("activation", "ReLU")
     if prelu and saved_activation is None:
         resolve.notes.append("activation='PReLU' inferred from the PReLU slope tensors")
+    if resolve.args.get("undirected"):
+        raise ValueError(f"{resolve.source}: saved args say undirected=True, which upstream KERMT cannot run (its node "
+                         "blocks index atom messages with reverse-bond indices) and kermt refuses; this checkpoint "
+                         "was not trained by a working upstream model")
     return EncoderConfig(
         hidden_size=resolve.from_shape("hidden_size", node_w_i.shape[0]),
         depth=resolve.from_args("depth", EncoderConfig.depth),
@@ -160,14 +168,37 @@ def _readout(sd: dict[str, torch.Tensor], resolve: _Resolver) -> ReadoutConfig:
     )
 
 
-def _head(sd: dict[str, torch.Tensor], resolve: _Resolver, readout_size: int, encoder: EncoderConfig) -> HeadConfig:
+def _dataset_type(resolve: _Resolver, raw: dict[str, Any], given: str | None) -> str:
+    """Saved args, else the caller's value, else what the file shows: upstream stores target statistics
+    (``data_scaler``) for regression and None for classification. A file with neither is an error, not a guess."""
+    saved = resolve.args.get("dataset_type")
+    if saved is not None:
+        if given is not None and given != saved:
+            raise ValueError(f"{resolve.source}: the checkpoint was trained as {saved} but dataset_type={given!r} "
+                             "was asked for")
+        return saved
+    if given is not None:
+        resolve.notes.append(f"dataset_type={given!r} given (not stored in the checkpoint)")
+        return given
+    if "data_scaler" in raw:
+        inferred = "regression" if raw["data_scaler"] is not None else "classification"
+        resolve.notes.append(f"dataset_type={inferred!r} inferred: the file stores "
+                             f"{'target statistics' if inferred == 'regression' else 'no target statistics'} "
+                             "(upstream stores them for regression only)")
+        return inferred
+    raise ValueError(f"{resolve.source}: a finetuned checkpoint with no saved dataset_type and no data_scaler entry: "
+                     "cannot tell regression from classification; pass --dataset_type regression|classification")
+
+
+def _head(sd: dict[str, torch.Tensor], resolve: _Resolver, readout_size: int, encoder: EncoderConfig,
+          dataset_type: str) -> HeadConfig:
     shared = _linear_shapes(sd, _FFN)
     tasks = _indices(list(sd), _TASK_SPECIFIC)
     task_layers = _linear_shapes(sd, f"{_TASK_SPECIFIC}0.") if tasks else []
     ffn_hidden = shared[0][1] if len(shared) > 1 else resolve.args.get("ffn_hidden_size")
     return HeadConfig(
         num_tasks=resolve.from_shape("num_tasks", len(tasks) if tasks else shared[-1][1]),
-        dataset_type=resolve.from_args("dataset_type", "regression"),
+        dataset_type=dataset_type,
         features_size=resolve.from_shape("features_size", shared[0][0] - readout_size),
         ffn_hidden_size=resolve.from_shape("ffn_hidden_size", ffn_hidden) if len(shared) > 1 else ffn_hidden,
         ffn_num_layers=resolve.from_shape("ffn_num_layers", len(shared)),

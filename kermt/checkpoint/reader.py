@@ -39,8 +39,11 @@ class Checkpoint:
         return {name: _TRAINING_ENTRY_REASON for name in self.training_state}
 
 
-def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Checkpoint:
-    """Read an upstream ``.pt`` file (safely unless ``trust_pickle``) or a native checkpoint directory."""
+def read_checkpoint(path: str | Path, *, trust_pickle: bool = False, dataset_type: str | None = None) -> Checkpoint:
+    """Read an upstream ``.pt`` file (safely unless ``trust_pickle``) or a native checkpoint directory.
+
+    ``dataset_type``: the user's, needed only for an upstream finetuned file that stores neither its dataset_type
+    nor a ``data_scaler`` entry (native checkpoints always store it)."""
     path = Path(path)
     if is_native_checkpoint(path):
         native = load_native(path)
@@ -49,7 +52,7 @@ def read_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> Checkpoi
     if path.is_dir():
         raise FileNotFoundError(f"{path} is a directory but not a native kermt checkpoint (no config.json + "
                                 "model.safetensors); pass the .pt file itself for upstream checkpoints")
-    upstream = read_upstream_checkpoint(path, trust_pickle=trust_pickle)
+    upstream = read_upstream_checkpoint(path, trust_pickle=trust_pickle, dataset_type=dataset_type)
     provenance = {"source_format": "upstream-pt", "source_file": path.name, "source_sha256": upstream.sha256}
     return Checkpoint(path, "upstream", upstream.spec, upstream.state_dict,
                       training_state=upstream.training_state, provenance=provenance)

@@ -49,15 +49,18 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_upstream_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> UpstreamCheckpoint:
-    """Read and describe an upstream ``.pt`` file (safe loading unless ``trust_pickle``; see :mod:`safe_load`)."""
+def read_upstream_checkpoint(path: str | Path, *, trust_pickle: bool = False,
+                             dataset_type: str | None = None) -> UpstreamCheckpoint:
+    """Read and describe an upstream ``.pt`` file (safe loading unless ``trust_pickle``; see :mod:`safe_load`).
+
+    ``dataset_type``: the user's, for a finetuned file that does not store it (see ``describe_checkpoint``)."""
     path = Path(path)
     raw = load_pickled_checkpoint(path, trust_pickle=trust_pickle)
     if "state_dict" not in raw:
         raise ValueError(f"{path}: no 'state_dict' entry (found {sorted(raw)}); not an upstream KERMT checkpoint")
     args = _args_dict(raw.get("args"), path)
     state_dict = canonical_state_dict({k: v for k, v in raw["state_dict"].items()})
-    spec = describe_checkpoint(args, state_dict, raw, source=str(path))
+    spec = describe_checkpoint(args, state_dict, raw, source=str(path), dataset_type=dataset_type)
     if not args:
         spec = _with_note(spec, "no saved args (legacy file): architecture inferred from tensor shapes")
     training = {k: raw[k] for k in TRAINING_ENTRIES if k in raw}

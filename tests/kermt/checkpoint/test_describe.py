@@ -125,3 +125,39 @@ def test_saved_args_contradicting_the_tensors_are_an_error():
 def test_not_a_kermt_checkpoint():
     with pytest.raises(ValueError, match="no encoder keys"):
         classify_kind(["linear.weight"])
+
+
+@pytest.mark.parametrize(("name", "expected"), [("ckpt_ft_reg", "regression"), ("ckpt_ft_cls", "classification")])
+def test_argless_finetuned_file_takes_its_dataset_type_from_the_data_scaler_entry(name, expected):
+    raw = _raw(name)
+    assert (raw["data_scaler"] is None) == (expected == "classification")  # upstream: statistics for regression
+    spec = describe_checkpoint({}, canonical_state_dict(raw["state_dict"]), raw, source="argless.pt")
+    assert spec.head.dataset_type == expected
+    assert any(note.startswith(f"dataset_type={expected!r} inferred") for note in spec.notes)
+
+
+def test_finetuned_file_without_args_or_scaler_entry_needs_the_users_dataset_type():
+    raw = _raw("ckpt_ft_cls")
+    sd = canonical_state_dict(raw["state_dict"])
+    with pytest.raises(ValueError, match=r"bare\.pt: .*cannot tell regression from classification; pass "
+                                         r"--dataset_type"):
+        describe_checkpoint({}, sd, {"state_dict": raw["state_dict"]}, source="bare.pt")
+    spec = describe_checkpoint({}, sd, {"state_dict": raw["state_dict"]}, source="bare.pt",
+                               dataset_type="classification")
+    assert spec.head.dataset_type == "classification"
+    assert "dataset_type='classification' given (not stored in the checkpoint)" in spec.notes
+
+
+def test_a_users_dataset_type_contradicting_the_saved_one_is_an_error():
+    raw = _raw("ckpt_ft_cls")
+    args, sd = dict(vars(raw["args"])), canonical_state_dict(raw["state_dict"])
+    assert describe_checkpoint(args, sd, raw, "x.pt", "classification").head.dataset_type == "classification"
+    with pytest.raises(ValueError, match="trained as classification but dataset_type='regression'"):
+        describe_checkpoint(args, sd, raw, source="x.pt", dataset_type="regression")
+
+
+def test_saved_undirected_true_is_refused_naming_the_file():
+    raw = _raw("ckpt_ft_reg")
+    args = dict(vars(raw["args"]), undirected=True)
+    with pytest.raises(ValueError, match=r"x\.pt: saved args say undirected=True"):
+        describe_checkpoint(args, canonical_state_dict(raw["state_dict"]), raw, source="x.pt")
