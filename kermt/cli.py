@@ -14,6 +14,9 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from kermt.errors import UserError, run_reporting_user_errors, user_input
+from kermt.inputs import check_checkpoint_file
+
 
 @dataclass(frozen=True)
 class Command:
@@ -23,8 +26,15 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
-class CommandError(Exception):
-    """A user-facing failure: printed as one message, exit status 2, no traceback."""
+class CommandError(UserError):
+    """A user-facing failure of a subcommand (kept for callers of the old name; raise UserError instead)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is a :class:`UserError` (one line, exit 2) instead of usage text + exit."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UserError(f"{message} (see {self.prog} --help)")
 
 
 def _add_trust_flag(parser: argparse.ArgumentParser) -> None:
@@ -44,15 +54,12 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from kermt.checkpoint.inspect import inspect_checkpoint
-    from kermt.checkpoint.loader import CheckpointMismatchError
     from kermt.checkpoint.reader import read_checkpoint
-    from kermt.checkpoint.safe_load import UnsafeCheckpointError
 
-    try:
+    check_checkpoint_file(args.path, "file")
+    with user_input():  # everything here only reads the user's file
         checkpoint = read_checkpoint(args.path, trust_pickle=args.trust_checkpoint)
         report = inspect_checkpoint(checkpoint, load_check=not args.no_load_check)
-    except (UnsafeCheckpointError, CheckpointMismatchError, FileNotFoundError, ValueError) as error:
-        raise CommandError(str(error)) from error
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
@@ -65,7 +72,7 @@ COMMANDS: list[Command] = [
 
 
 def build_parser(commands: Sequence[Command] = tuple(COMMANDS)) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kermt", description="KERMT molecular property prediction")
+    parser = ArgumentParser(prog="kermt", description="KERMT molecular property prediction")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands:
         sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
@@ -74,13 +81,23 @@ def build_parser(commands: Sequence[Command] = tuple(COMMANDS)) -> argparse.Argu
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
+def prog_name(argv: Sequence[str], commands: Sequence[str]) -> str:
+    """``kermt <command>`` as error lines name it (``kermt`` when no known command is given)."""
+    return f"kermt {argv[0]}" if argv and argv[0] in commands else "kermt"
+
+
+def run_parsed(argv: Sequence[str], commands: Sequence[Command]) -> int:
+    """Parse ``argv`` against ``commands`` and run the chosen one; a user error is one line and exit status 2."""
+
+    def run() -> int:
+        args = build_parser(commands).parse_args(argv)
         return args._run(args)
-    except CommandError as error:
-        print(f"kermt {args.command}: error: {error}", file=sys.stderr)
-        return 2
+
+    return run_reporting_user_errors(prog_name(argv, [c.name for c in commands]), run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_parsed(list(sys.argv[1:] if argv is None else argv), COMMANDS)
 
 
 if __name__ == "__main__":

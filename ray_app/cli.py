@@ -2,6 +2,10 @@
 
 Ray subcommands own their whole argument list (their flags are generated from the typed run config), so they are
 dispatched before the top-level parser; they are still listed in ``kermt --help``.
+
+Errors: a :class:`kermt.errors.UserError`, also one raised inside a Ray task, actor or training worker (Ray wraps
+those; :func:`ray_causes` unwraps them), is printed as one line ``kermt <command>: error: <message>`` with exit
+status 2. Anything else is a bug and keeps its traceback. The ``jobs/`` entry points call :func:`main`.
 """
 
 from __future__ import annotations
@@ -11,23 +15,63 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kermt import cli as library_cli
+from kermt.errors import UserError, run_reporting_user_errors
+
+
+def ray_causes(error: BaseException) -> list[BaseException]:
+    """Exceptions a Ray error wraps: a task's or actor's ``cause`` (RayTaskError, and the dual classes Ray raises
+    that subclass the cause's class), Ray Train's per-worker failures and controller failure.
+
+    Ray Data wraps an exception raised in a map function in a ``UserCodeException`` whose own cause does not
+    survive the trip to the driver; only the remote traceback text does. There the user error is rebuilt from its
+    ``<module>.<class>: <message>`` line (the message's first line)."""
+    causes = [getattr(error, name, None) for name in ("cause", "controller_failure")]
+    failures = getattr(error, "worker_failures", None)
+    if isinstance(failures, dict):
+        causes.extend(failures.values())
+    if type(causes[0]).__name__ == "UserCodeException" and causes[0].__cause__ is None:
+        causes.append(user_error_from_traceback(str(error)))
+    return [c for c in causes if isinstance(c, BaseException) and c is not error]
+
+
+def user_error_from_traceback(text: str) -> UserError | None:
+    """The first ``<qualified UserError class>: <message>`` line of a traceback text, as a UserError."""
+    names, pending = set(), [UserError]
+    while pending:
+        cls = pending.pop()
+        names.add(f"{cls.__module__}.{cls.__qualname__}")
+        pending.extend(cls.__subclasses__())
+    for line in text.splitlines():
+        head, separator, message = line.partition(": ")
+        if separator and head.strip() in names:
+            return UserError(message.strip())
+    return None
 
 
 def _finetune(argv: list[str]) -> int:
     from ray_app.config import build_parser, resolve
+    from ray_app.inputs import check_inputs
 
     if any(a in ("-h", "--help") for a in argv):
         build_parser().print_help()
         return 0
-    try:
-        config, sources = resolve(argv)
-    except ValueError as error:
-        print(f"kermt finetune: error: {error}", file=sys.stderr)
-        return 2
+    config, sources = resolve(argv)
+    check_inputs(config)  # data files, labels, columns, checkpoint: before Ray starts
     from ray_app.finetune import run_finetune
 
     run_finetune(config, sources)
     return 0
+
+
+def _tune(argv: list[str]) -> int:
+    from ray_app.config import resolve
+    from ray_app.inputs import check_inputs
+    from ray_app.tune import TuneConfig, main
+
+    if not any(a in ("-h", "--help") for a in argv):
+        config, _ = resolve(argv, TuneConfig, "kermt tune")
+        check_inputs(config)  # the same input checks as finetune, before Ray starts
+    return main(argv)
 
 
 def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
@@ -41,8 +85,7 @@ def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
 
 RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "finetune": ("finetune on a Ray cluster (upstream main.py finetune flags + --num_workers/--use_gpu)", _finetune),
-    "tune": ("hyperparameter search: finetune trials in parallel with Ray Tune (Optuna, ASHA)",
-             _lazy("ray_app.tune", "main")),
+    "tune": ("hyperparameter search: finetune trials in parallel with Ray Tune (Optuna, ASHA)", _tune),
     "predict": ("streaming predictions with Ray Data (upstream main.py predict flags)",
                 _lazy("ray_app.predict", "main_predict")),
     "fingerprint": ("molecule fingerprints from a checkpoint (upstream main.py fingerprint flags)",
@@ -59,14 +102,10 @@ def _listed(name: str, help_text: str) -> library_cli.Command:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in RAY_COMMANDS:
-        return RAY_COMMANDS[argv[0]][1](argv[1:])
+        command = RAY_COMMANDS[argv[0]][1]
+        return run_reporting_user_errors(f"kermt {argv[0]}", lambda: command(argv[1:]), ray_causes)
     commands = list(library_cli.COMMANDS) + [_listed(n, h) for n, (h, _) in RAY_COMMANDS.items()]
-    args = library_cli.build_parser(commands).parse_args(argv)
-    try:
-        return args._run(args)
-    except library_cli.CommandError as error:
-        print(f"kermt {args.command}: error: {error}", file=sys.stderr)
-        return 2
+    return library_cli.run_parsed(argv, commands)
 
 
 if __name__ == "__main__":

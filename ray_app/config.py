@@ -23,6 +23,9 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kermt.cli import ArgumentParser
+from kermt.errors import UserError
+
 METRICS = (
     "auc", "prc-auc", "rmse", "mae", "r2", "accuracy", "recall", "sensitivity", "specificity",
     "matthews_corrcoef", "spearmanr",
@@ -37,7 +40,7 @@ class FinetuneConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # data
-    data_path: str = Field(description="CSV or Parquet with a SMILES column and target columns")
+    data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets")
     smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")
     target_columns: Optional[list[str]] = Field(None, description="targets (default: every other column)")
     separate_val_path: Optional[str] = Field(None, description="validation file (no split for val)")
@@ -159,7 +162,7 @@ def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] | None = 
     """One flag per field of ``schema`` (default FinetuneConfig). Defaults are argparse.SUPPRESS so we can tell
     what the user typed."""
     schema = schema or FinetuneConfig
-    parser = argparse.ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    parser = ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
     parser.add_argument("--config", help="YAML file with the same keys as the flags; flags override it")
     for name, field in schema.model_fields.items():
         base = _base_type(field.annotation)
@@ -181,14 +184,19 @@ def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] | None = 
 
 def load_yaml(path: str | Path, schema: type[BaseModel] | None = None) -> dict[str, Any]:
     schema = schema or FinetuneConfig
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as error:
+        raise UserError(f"--config {path}: cannot read it ({error.strerror or error})") from error
+    except yaml.YAMLError as error:
+        raise UserError(f"--config {path}: not valid YAML ({' '.join(str(error).split())})") from error
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of setting -> value, got {type(data).__name__}")
+        raise UserError(f"{path}: expected a mapping of setting -> value, got {type(data).__name__}")
     unknown = [k for k in data if k not in schema.model_fields]
     if unknown:
         key = unknown[0]
-        raise ValueError(f"{path}: unknown key {key!r}{did_you_mean(key, schema.model_fields)}")
+        raise UserError(f"{path}: unknown key {key!r}{did_you_mean(key, schema.model_fields)}")
     return data
 
 
@@ -202,7 +210,7 @@ def resolve(argv: list[str] | None, schema: type[BaseModel] | None = None,
     if unknown:
         flag = (flags or unknown)[0]
         valid = [f"--{name}" for name in schema.model_fields] + ["--config"]
-        raise ValueError(f"unknown argument {flag!r}{did_you_mean(flag, valid)}")
+        raise UserError(f"unknown argument {flag!r}{did_you_mean(flag, valid)}")
     args = vars(namespace)
     config_path = args.pop("config", None)
     from_file = load_yaml(config_path, schema) if config_path else {}
@@ -210,7 +218,7 @@ def resolve(argv: list[str] | None, schema: type[BaseModel] | None = None,
     try:
         config = schema(**values)
     except ValidationError as exc:
-        raise ValueError(_explain(exc, config_path, prog)) from None
+        raise UserError(_explain(exc, config_path, prog)) from None
     sources: dict[str, Source] = {}
     for name in schema.model_fields:
         sources[name] = "user" if name in args else "config" if name in from_file else "default"
@@ -223,7 +231,7 @@ def _explain(exc: ValidationError, config_path: str | None, prog: str) -> str:
         where = ".".join(str(p) for p in err["loc"])
         origin = f" (from {config_path} or the command line)" if config_path else ""
         lines.append(f"setting {where!r}{origin}: {err['msg']}" if where else err["msg"])
-    return f"invalid {prog.removeprefix('kermt ')} configuration:\n  " + "\n  ".join(lines)
+    return f"invalid {prog.removeprefix('kermt ')} configuration: " + "; ".join(lines)
 
 
 def to_yaml(config: FinetuneConfig) -> str:

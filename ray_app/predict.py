@@ -18,6 +18,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kermt.errors import run_reporting_user_errors
 from ray_app.config import FEATURE_GENERATORS, build_parser, did_you_mean, resolve
 
 
@@ -26,10 +27,12 @@ class ScreeningConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    data_path: str = Field(description="CSV or Parquet file with a SMILES column (local path or URI)")
+    data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst), Parquet or SMILES file (.smi, .cxsmiles: "
+                           "SMILES then a name) (local path or URI)")
     output_path: str = Field(description="output file (suffix decides the format)")
     smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")
-    id_columns: Optional[list[str]] = Field(None, description="columns copied to the output unchanged")
+    id_columns: Optional[list[str]] = Field(None, description="columns copied to the output unchanged (default: "
+                                            "a SMILES file's name column)")
     batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it, see README)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
     address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
@@ -81,15 +84,13 @@ class EmbedConfig(ScreeningConfig):
 
 
 def _run(prog: str, schema: type[BaseModel], argv: list[str], body) -> int:
+    """Resolve the settings and run ``body``; a user error (also one raised in a Ray task) is one line, exit 2."""
+    from ray_app.cli import ray_causes
+
     if any(a in ("-h", "--help") for a in argv):
         build_parser(prog, schema).print_help()
         return 0
-    try:
-        config, _ = resolve(argv, schema, prog)
-        return body(config)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
+    return run_reporting_user_errors(prog, lambda: body(resolve(argv, schema, prog)[0]), ray_causes)
 
 
 def main_predict(argv: list[str]) -> int:

@@ -26,9 +26,10 @@ from kermt.data.splits import (
     random_split,
     scaffold_balanced_split,
 )
-from kermt.data.tables import MoleculeTable, load_molecule_table, read_table
+from kermt.errors import UserError
 from ray_app.config import FinetuneConfig
 from ray_app.data import featurize_on_cluster
+from ray_app.inputs import read_labelled
 
 ALREADY_NORMALISED = ("rdkit_2d_normalized",)
 
@@ -52,19 +53,10 @@ def load_source(
     path: str, config: FinetuneConfig, target_names: list[str] | None, features_paths: list[str] | None,
     blinded_ok: bool = False,
 ) -> SourceData:
-    """Read one file, featurise it on the cluster, drop (and remember) invalid rows.
-
-    ``blinded_ok``: a file that has none of ``target_names`` (a blinded test set: SMILES only) gets all-NaN labels;
-    one that has only some of them is still an error naming the missing column."""
-    blinded = blinded_ok and bool(target_names) and not set(target_names) & set(read_table(path, 1).columns)
-    table: MoleculeTable = load_molecule_table(
-        path, config.smiles_column, [] if blinded else (target_names or config.target_columns),
-        require_targets=not blinded, max_rows=config.max_data_size,
-    )
+    """Read one file (see :func:`read_labelled`), featurise it on the cluster, drop (and remember) invalid rows."""
+    table, blinded = read_labelled(path, config, target_names, blinded_ok)
     if blinded:
         print(f"{path}: no label columns, so it is a blinded test set (predictions only, no test score)", flush=True)
-        table = MoleculeTable(table.path, table.smiles, list(target_names or []),
-                              np.full((len(table), len(target_names or [])), np.nan), table.extra_columns)
     featurized = featurize_on_cluster(table.smiles, config.features_generator or ())
     if features_paths:
         extra = [load_features(p, expected_rows=len(table))[0] for p in features_paths]
@@ -72,11 +64,11 @@ def load_source(
                                          np.concatenate(extra, axis=1), featurized.features_generator)
     invalid = tuple(featurized.invalid)
     if invalid and config.on_invalid == "error":
-        shown = "\n  ".join(str(bad) for bad in invalid[:10])
-        raise ValueError(f"{path}: {len(invalid)} invalid SMILES (--on_invalid error):\n  {shown}")
+        shown = "; ".join(str(bad) for bad in invalid[:10])
+        raise UserError(f"{path}: {len(invalid)} invalid SMILES (--on_invalid error): {shown}")
     rows = np.flatnonzero(featurized.valid)
     if len(rows) == 0:
-        raise ValueError(f"{path}: none of its {len(table)} rows has a valid SMILES")
+        raise UserError(f"{path}: none of its {len(table)} rows has a valid SMILES")
     return SourceData(path, table.target_names, rows, featurized.select(rows), table.targets[rows], invalid)
 
 

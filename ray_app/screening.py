@@ -32,6 +32,7 @@ import torch
 
 from kermt.checkpoint import Checkpoint
 from kermt.data.featurize import FeaturizedMolecules
+from kermt.errors import UserError
 from kermt.inference import Embedder, Ensemble, map_valid_batches
 from ray_app.data import FeaturizeBatch, molecules_from_table
 
@@ -108,7 +109,8 @@ def _device(use_gpu: bool) -> str:
     if not use_gpu:
         return "cpu"
     if not torch.cuda.is_available():
-        raise RuntimeError("--use_gpu was given but this actor sees no CUDA device")
+        raise UserError("--use_gpu was given but this model actor sees no CUDA device; run on GPU nodes or drop "
+                        "--use_gpu")
     return "cuda"
 
 

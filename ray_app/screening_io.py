@@ -1,7 +1,9 @@
 """Input and output files of the screening commands, read and written in a stream (memory flat in the row count).
 
-Inputs: a CSV or Parquet file (or URI) read lazily by Ray Data; only the SMILES and id columns are read, all as
-strings (per-block type inference could otherwise disagree between blocks, e.g. an id column that looks numeric).
+Inputs: a CSV (plain or compressed), Parquet or SMILES file (or URI; formats: ``kermt.data.formats``) read lazily by
+Ray Data; only the SMILES and id columns are read, all as strings (per-block type inference could otherwise
+disagree between blocks, e.g. an id column that looks numeric). A SMILES file is read as one text column of lines
+(compressed or not, by the same reader) that CPU tasks split into the SMILES and name columns.
 
 Outputs are written by the driver as blocks arrive, in input order, into a hidden staging file next to the target
 that is renamed into place at the end, so a failed run never leaves a truncated file behind:
@@ -29,32 +31,54 @@ import pyarrow.csv as pa_csv
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
+from kermt.data.formats import SmiLayout, input_format
+from kermt.errors import UserError
 from ray_app.config import did_you_mean
 
 TABLE_SUFFIXES = (".csv", ".parquet")
+LINE_COLUMN = "line"
+NO_DELIMITER = "\x1f"  # ASCII unit separator: never in a SMILES file, so each line is one CSV field
 
 
-def input_format(path: str) -> str:
-    suffix = Path(path.split("?")[0]).suffix.lower()
-    if suffix not in TABLE_SUFFIXES:
-        raise ValueError(f"data_path {path!r}: expected a .csv or .parquet file")
-    return suffix[1:]
+def _filesystem(path: str) -> tuple[pa_fs.FileSystem, str]:
+    filesystem, inner = pa_fs.FileSystem.from_uri(path) if "://" in path else (pa_fs.LocalFileSystem(), path)
+    if filesystem.get_file_info(inner).type != pa_fs.FileType.File:
+        raise UserError(f"data_path {path} does not exist or is not a file")
+    return filesystem, inner
+
+
+def _first_line(path: str) -> str:
+    filesystem, inner = _filesystem(path)
+    try:
+        with filesystem.open_input_stream(inner, compression=input_format(path).compression) as handle:
+            return io.TextIOWrapper(handle, encoding="utf-8-sig", newline="").readline()
+    except (OSError, UnicodeDecodeError, pa.ArrowException) as error:
+        raise UserError(f"data_path {path}: cannot read its first line ({' '.join(str(error).split())})") from error
 
 
 def column_names(path: str) -> list[str]:
-    """Header of a CSV / schema names of a Parquet file, local path or URI (only the first bytes are read)."""
-    filesystem, inner = pa_fs.FileSystem.from_uri(path) if "://" in path else (pa_fs.LocalFileSystem(), path)
-    if filesystem.get_file_info(inner).type != pa_fs.FileType.File:
-        raise FileNotFoundError(f"data_path {path} does not exist or is not a file")
-    if input_format(path) == "parquet":
-        with filesystem.open_input_file(inner) as handle:
-            return list(pq.read_schema(handle).names)
-    with filesystem.open_input_stream(inner) as handle:
-        first = io.TextIOWrapper(handle, encoding="utf-8-sig", newline="").readline()
+    """Header of a CSV / schema names of a Parquet file / the two columns of a SMILES file, local path or URI
+    (only the first bytes are read)."""
+    fmt = input_format(path)
+    if fmt.kind == "parquet":
+        filesystem, inner = _filesystem(path)
+        try:
+            with filesystem.open_input_file(inner) as handle:
+                return list(pq.read_schema(handle).names)
+        except pa.ArrowException as error:
+            raise UserError(f"data_path {path}: not a Parquet file ({error})") from error
+    first = _first_line(path)
+    if fmt.kind == "smi":
+        return list(SmiLayout.from_first_line(first).columns)
     header = next(csv.reader([first]), [])
     if not header:
-        raise ValueError(f"data_path {path} is empty (no header line)")
+        raise UserError(f"data_path {path} is empty (no header line)")
     return header
+
+
+def default_id_columns(path: str) -> tuple[str, ...]:
+    """The name column of a SMILES file (written back next to the predictions); none for other formats."""
+    return (column_names(path)[1],) if input_format(path).kind == "smi" else ()
 
 
 def pick_columns(names: Sequence[str], smiles_column: str | None, id_columns: Sequence[str]) -> str:
@@ -62,20 +86,45 @@ def pick_columns(names: Sequence[str], smiles_column: str | None, id_columns: Se
     smiles = smiles_column or names[0]
     for name in [smiles, *id_columns]:
         if name not in names:
-            raise ValueError(f"column {name!r} is not in the data (columns: {', '.join(names)})"
-                             f"{did_you_mean(name, names)}")
+            raise UserError(f"column {name!r} is not in the data (columns: {', '.join(names)})"
+                            f"{did_you_mean(name, names)}")
     return smiles
 
 
 def read_table_lazily(path: str, columns: Sequence[str]):
-    """A lazy Ray Dataset of ``columns`` (strings) of a CSV or Parquet file."""
+    """A lazy Ray Dataset of ``columns`` (strings) of a CSV, Parquet or SMILES file."""
     import ray
 
-    if input_format(path) == "parquet":
+    fmt = input_format(path)
+    if fmt.kind == "parquet":
         return ray.data.read_parquet(path, columns=list(columns))
+    if fmt.kind == "smi":
+        return _read_smi_lazily(path, columns)
     options = pa_csv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns},
                                     strings_can_be_null=True)
-    return ray.data.read_csv(path, convert_options=options)
+    return ray.data.read_csv(path, convert_options=options, file_extensions=None,
+                             arrow_open_stream_args={"compression": fmt.compression})
+
+
+def _read_smi_lazily(path: str, columns: Sequence[str]):
+    import ray
+
+    layout = SmiLayout.from_first_line(_first_line(path))
+    ds = ray.data.read_csv(
+        path, file_extensions=None, arrow_open_stream_args={"compression": input_format(path).compression},
+        read_options=pa_csv.ReadOptions(column_names=[LINE_COLUMN], skip_rows=int(layout.header)),
+        parse_options=pa_csv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False),
+        convert_options=pa_csv.ConvertOptions(column_types={LINE_COLUMN: pa.string()}),
+    )
+    return ds.map_batches(split_smi_lines, fn_kwargs={"layout": layout, "columns": tuple(columns)},
+                          batch_format="pyarrow", batch_size=None)
+
+
+def split_smi_lines(batch: pa.Table, layout: SmiLayout, columns: Sequence[str]) -> pa.Table:
+    """map_batches function: lines of a SMILES file -> its ``columns`` (of the layout's two), as strings."""
+    lines = [line or "" for line in batch.column(LINE_COLUMN).to_pylist()]
+    parsed = dict(zip(layout.columns, layout.parse(lines)))
+    return pa.table({name: pa.array(parsed[name], pa.string()) for name in columns})
 
 
 def _staging(path: Path) -> Path:
@@ -90,7 +139,7 @@ class TableWriter:
         self.path = Path(path)
         self.format = self.path.suffix.lower()[1:]
         if f".{self.format}" not in TABLE_SUFFIXES:
-            raise ValueError(f"output_path {path}: expected a .csv or .parquet file")
+            raise UserError(f"output_path {path}: expected a .csv or .parquet file")
         self.staging = _staging(self.path)
         self._writer = None
 
@@ -186,6 +235,6 @@ def write_metadata_json(path: Path, header: dict, lists: dict[str, JsonListSpool
 
 
 __all__ = [
-    "ArraySpool", "JsonListSpool", "TableWriter", "column_names", "input_format", "pick_columns",
-    "read_table_lazily", "write_metadata_json", "write_npy", "write_npz",
+    "ArraySpool", "JsonListSpool", "TableWriter", "column_names", "default_id_columns", "pick_columns",
+    "read_table_lazily", "split_smi_lines", "write_metadata_json", "write_npy", "write_npz",
 ]

@@ -15,13 +15,15 @@ import numpy as np
 import pyarrow as pa
 
 from kermt.checkpoint import Checkpoint, read_checkpoint
+from kermt.errors import UserError, user_input
+from kermt.inputs import check_checkpoint_file
 from kermt.data.feature_files import load_features_files
 from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_features,
                              read_members, task_names)
 from ray_app.predict import (EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log)
 from ray_app.screening import EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain
-from ray_app.screening_io import (ArraySpool, JsonListSpool, TableWriter, column_names, pick_columns,
-                                  write_metadata_json, write_npy, write_npz)
+from ray_app.screening_io import (ArraySpool, JsonListSpool, TableWriter, column_names, default_id_columns,
+                                  pick_columns, write_metadata_json, write_npy, write_npz)
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,8 @@ class Source:
 
 
 def _source(config: ScreeningConfig) -> Source:
-    ids = tuple(config.id_columns or ())
+    """The SMILES and id columns (by default a SMILES file's name column is an id column)."""
+    ids = tuple(config.id_columns) if config.id_columns is not None else default_id_columns(config.data_path)
     return Source(pick_columns(column_names(config.data_path), config.smiles_column, ids), ids)
 
 
@@ -68,14 +71,14 @@ def _check_row_count(data_path: str, spec: InputSpec, feature_rows: int) -> None
 
     rows = read_table_lazily(data_path, [spec.smiles_column]).count()
     if rows != feature_rows:
-        raise ValueError(f"--features_path has {feature_rows} rows but {data_path} has {rows}; feature files need "
+        raise UserError(f"--features_path has {feature_rows} rows but {data_path} has {rows}; feature files need "
                          "one row per data row")
 
 
 def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit, abort) -> int:
     if stats.valid == 0:
         abort()
-        raise ValueError(stats.all_invalid_message(config.data_path))
+        raise UserError(stats.all_invalid_message(config.data_path))
     commit()
     log(elapsed_line(stats.rows, stats.valid, started, config.output_path))
     return 0
@@ -86,6 +89,8 @@ def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit,
 
 def _members(config: PredictConfig) -> list[Checkpoint]:
     paths = find_checkpoints(config.checkpoint_dir) if config.checkpoint_dir else [Path(config.checkpoint_path)]
+    for path in paths:
+        check_checkpoint_file(path, "--checkpoint_dir member" if config.checkpoint_dir else "--checkpoint_path")
     members = read_members(paths, trust_pickle=config.trust_checkpoint)
     log(f"ensemble of {len(members)} model(s): " + ", ".join(str(m.path) for m in members))
     return members
@@ -100,23 +105,39 @@ def _feature_plan(config, specs) -> tuple[FeaturePlan, tuple[np.ndarray, np.ndar
     return plan, file_features
 
 
+@dataclass(frozen=True)
+class PredictPlan:
+    members: list[Checkpoint]
+    features: FeaturePlan
+    file_features: tuple[np.ndarray, np.ndarray] | None
+    source: Source
+
+
+def plan_predict(config: PredictConfig) -> PredictPlan:
+    """Everything predict checks before Ray starts; a ValueError here is about the input (a UserError)."""
+    with user_input():
+        members = _members(config)
+        plan, file_features = _feature_plan(config, [m.spec for m in members])
+        scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
+        if config.no_features_scaling and scaled:
+            raise UserError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
+                            "(its scaler is applied); drop the flag")
+        source = _source(config)
+        names = task_names(members[0].spec)
+        clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
+        if clash:
+            raise UserError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
+    return PredictPlan(members, plan, file_features, source)
+
+
 def run_predict(config: PredictConfig) -> int:
     started = time.perf_counter()
-    members = _members(config)
-    plan, file_features = _feature_plan(config, [m.spec for m in members])
-    scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
-    if config.no_features_scaling and scaled:
-        raise ValueError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
-                         "(its scaler is applied); drop the flag")
-    source = _source(config)
-    names = task_names(members[0].spec)
-    clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
-    if clash:
-        raise ValueError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
+    checked = plan_predict(config)
+    members, plan, file_features, source = checked.members, checked.features, checked.file_features, checked.source
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file)
+    writer = TableWriter(config.output_path)
     ds = _stream(config, spec, PredictStage, {"members": members, "uncertainty": config.uncertainty},
                  file_features)
-    writer = TableWriter(config.output_path)
 
     def write(block: pa.Table) -> None:
         writer.write(block.rename_columns([source.smiles_column, *block.column_names[1:]]))
@@ -129,7 +150,9 @@ def run_predict(config: PredictConfig) -> int:
 
 
 def _embedding_checkpoint(config: FingerprintConfig | EmbedConfig) -> Checkpoint:
-    checkpoint = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint)
+    check_checkpoint_file(config.checkpoint_path, "--checkpoint_path")
+    with user_input():
+        checkpoint = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint)
     log(f"{checkpoint.path}: {checkpoint.spec.kind} checkpoint")
     return checkpoint
 
@@ -137,7 +160,8 @@ def _embedding_checkpoint(config: FingerprintConfig | EmbedConfig) -> Checkpoint
 def run_fingerprint(config: FingerprintConfig) -> int:
     started = time.perf_counter()
     checkpoint = _embedding_checkpoint(config)
-    Embedder(checkpoint).check_source(config.fingerprint_source)  # fail before the cluster starts
+    with user_input():
+        Embedder(checkpoint).check_source(config.fingerprint_source)  # fail before the cluster starts
     file_features = _file_features(config.features_path)
     if config.features_generator is None and file_features is None:
         generator: tuple[str, ...] = ()  # upstream appends molecule features only when asked
@@ -167,10 +191,10 @@ def run_embed(config: EmbedConfig) -> int:
     checkpoint = _embedding_checkpoint(config)
     source = _source(config)
     spec = InputSpec(source.smiles_column, source.id_columns, canonical=True)
-    ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
     output = Path(config.output_path)
     if output.suffix.lower() in (".csv", ".npy", ".npz"):
-        raise ValueError(f"output_path {output}: embed writes a .parquet file or a directory of .npy files")
+        raise UserError(f"output_path {output}: embed writes a .parquet file or a directory of .npy files")
+    ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
     if output.suffix.lower() == ".parquet":
         writer = TableWriter(output)
         return _finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)

@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, Mapping
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from kermt.errors import UserError
 from ray_app.config import FinetuneConfig, did_you_mean
 
 Kind = Literal["fixed", "choice", "uniform", "loguniform"]
@@ -42,7 +43,7 @@ TUNABLE = (
 )  # fmt: skip
 
 
-class SearchSpaceError(ValueError):
+class SearchSpaceError(UserError):
     """A search space that cannot be used; the message names the offending key."""
 
 
@@ -142,7 +143,7 @@ def load_space(path: str | Path) -> SearchSpace:
     except OSError as error:
         raise SearchSpaceError(f"cannot read search space {path}: {error.strerror}") from None
     except yaml.YAMLError as error:
-        raise SearchSpaceError(f"search space {path} is not valid YAML: {error}") from None
+        raise SearchSpaceError(f"search space {path} is not valid YAML: {' '.join(str(error).split())}") from None
     return parse_space(data, str(path))
 
 

@@ -12,7 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import zipfile
+
 import numpy as np
+
+from kermt.errors import UserError
 
 
 def save_features(path: str | Path, features: np.ndarray, valid: np.ndarray | None = None) -> None:
@@ -36,20 +40,33 @@ def load_features(path: str | Path, expected_rows: int | None = None) -> tuple[n
     valid rows becomes 0, as upstream does when it attaches loaded features to a datapoint.
     ``expected_rows``: the CSV's data-row count; a mismatch is an error.
     """
-    with np.load(path, allow_pickle=False) as data:
-        features = np.asarray(data["features"], dtype=np.float64)
-        valid = np.asarray(data["valid"], dtype=bool) if "valid" in data.files else None
+    features, valid = _read_npz(Path(path))
     if features.ndim == 1:  # a single-feature file saved as a vector
         features = features[:, None]
     if valid is None:
         valid = ~np.isnan(features).all(axis=1) if features.shape[1] else np.ones(len(features), dtype=bool)
     features[valid] = np.nan_to_num(features[valid], nan=0.0, posinf=np.inf, neginf=-np.inf)
     if expected_rows is not None and features.shape[0] != expected_rows:
-        raise ValueError(
+        raise UserError(
             f"{path}: {features.shape[0]} feature rows but the data has {expected_rows} rows; features must "
             "have one row per CSV row (upstream's save_features drops invalid rows, which misaligns them)"
         )
     return features, valid
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """(features, valid or None) of a features file; a missing or malformed file is a UserError naming it."""
+    if not path.is_file():
+        raise UserError(f"features file not found: {path}")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        raise UserError(f"{path}: cannot read it as an .npz features file ({error})") from error
+    if not isinstance(data, np.lib.npyio.NpzFile) or "features" not in data.files:
+        raise UserError(f"{path}: not a features file (an .npz with a 'features' array, as save_features writes)")
+    with data:
+        return (np.asarray(data["features"], dtype=np.float64),
+                np.asarray(data["valid"], dtype=bool) if "valid" in data.files else None)
 
 
 def load_features_files(paths: Sequence[str | Path], expected_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -58,11 +75,11 @@ def load_features_files(paths: Sequence[str | Path], expected_rows: int | None =
     A row is valid only if it is valid in every file.
     """
     if not paths:
-        raise ValueError("no feature files given")
+        raise UserError("no feature files given")
     loaded = [load_features(p, expected_rows) for p in paths]
     rows = {f.shape[0] for f, _ in loaded}
     if len(rows) > 1:
-        raise ValueError(f"feature files have different row counts {sorted(rows)}: {list(map(str, paths))}")
+        raise UserError(f"feature files have different row counts {sorted(rows)}: {list(map(str, paths))}")
     features = np.concatenate([f for f, _ in loaded], axis=1)
     valid = np.logical_and.reduce([v for _, v in loaded])
     return features, valid

@@ -1,8 +1,9 @@
-"""Reading molecule tables (CSV or Parquet): a SMILES column, target columns, clear errors.
+"""Reading molecule tables (CSV, compressed CSV, Parquet, SMILES files): a SMILES column, targets, clear errors.
 
 Upstream's contract is kept: the SMILES column is the first column unless named, every other column is a target
 unless ``target_columns`` are given, and an empty cell is a missing label. Unlike upstream, a non-numeric label is
-an error naming the file, row and column instead of a crash deep inside training.
+an error naming the file, row and column instead of a crash deep inside training. Formats: ``kermt.data.formats``
+(a SMILES file has a SMILES and a name column, and no labels).
 """
 
 from __future__ import annotations
@@ -12,8 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import io
+import itertools
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+
+from kermt.data.formats import InputFormat, SmiLayout, input_format
+from kermt.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -31,14 +39,46 @@ class MoleculeTable:
 
 
 def read_table(path: str | Path, max_rows: int | None = None) -> pd.DataFrame:
-    """CSV (every cell read as text, so labels are parsed by us) or Parquet, by suffix."""
+    """A data file by its name (see ``kermt.data.formats``); CSV and SMILES-file cells are read as text, so labels
+    are parsed by us. A missing, unreadable or malformed file is a UserError naming it."""
+    fmt = input_format(path)
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"data file not found: {path}")
-    if path.suffix.lower() in (".parquet", ".pq"):
-        frame = pd.read_parquet(path)
-        return frame.head(max_rows) if max_rows is not None else frame
-    return pd.read_csv(path, dtype=str, keep_default_na=False, nrows=max_rows)
+    if not path.is_file():
+        raise UserError(f"data file not found: {path}" if not path.exists() else f"{path} is not a file")
+    try:
+        if fmt.kind == "parquet":
+            frame = pd.read_parquet(path)
+            return frame.head(max_rows) if max_rows is not None else frame
+        with io.TextIOWrapper(pa.input_stream(str(path), compression=fmt.compression), encoding="utf-8-sig",
+                              newline="") as handle:
+            if fmt.kind == "smi":
+                return _read_smi(handle, max_rows)
+            return pd.read_csv(handle, dtype=str, keep_default_na=False, nrows=max_rows)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, pa.ArrowException, OSError) as error:
+        raise UserError(f"{path}: cannot read it as {_describe(fmt)} ({' '.join(str(error).split())})") from error
+
+
+def _describe(fmt: InputFormat) -> str:
+    names = {"csv": "CSV", "parquet": "Parquet", "smi": "a SMILES file"}
+    return names[fmt.kind] + (f" ({fmt.compression}-compressed)" if fmt.compression else "")
+
+
+def _read_smi(handle: io.TextIOBase, max_rows: int | None) -> pd.DataFrame:
+    first = handle.readline()
+    layout = SmiLayout.from_first_line(first)
+    lines = handle if layout.header else itertools.chain([first], handle)
+    smiles, names = layout.parse(lines if max_rows is None else _first_data_lines(lines, max_rows))
+    return pd.DataFrame({layout.columns[0]: smiles, layout.columns[1]: names}, dtype=str)
+
+
+def _first_data_lines(lines, count: int) -> list[str]:
+    kept = []
+    for line in lines:
+        if len(kept) == count:
+            break
+        if line.strip() and not line.lstrip().startswith("#"):
+            kept.append(line)
+    return kept
 
 
 def load_molecule_table(
@@ -52,13 +92,16 @@ def load_molecule_table(
     """Read ``path`` and parse its labels. ``keep_columns`` are carried through untouched (ids, names)."""
     frame = read_table(path, max_rows)
     if frame.shape[1] == 0:
-        raise ValueError(f"{path}: the file has no columns")
+        raise UserError(f"{path}: the file has no columns")
     smiles_column = smiles_column or str(frame.columns[0])
     _require_columns(path, frame, [smiles_column, *keep_columns, *(target_columns or [])])
+    smi_file = input_format(path).kind == "smi"
     if target_columns is None:
-        target_columns = [c for c in frame.columns if c != smiles_column and c not in keep_columns]
+        target_columns = [] if smi_file else [c for c in frame.columns if c != smiles_column and c not in keep_columns]
     if require_targets and not target_columns:
-        raise ValueError(f"{path}: no target columns (the file has only {list(frame.columns)})")
+        what = "a SMILES file holds no labels; use a CSV or Parquet file with label columns" if smi_file else (
+            f"the file has only {list(frame.columns)}")
+        raise UserError(f"{path}: no target columns ({what})")
     smiles = ["" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in frame[smiles_column]]
     targets = np.stack([_parse_labels(path, frame, c) for c in target_columns], axis=1) if target_columns else (
         np.zeros((len(frame), 0))
@@ -72,7 +115,7 @@ def _require_columns(path: str | Path, frame: pd.DataFrame, columns: Sequence[st
         if column not in frame.columns:
             close = difflib.get_close_matches(column, [str(c) for c in frame.columns], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{path}: no column {column!r}{hint}; columns are {list(frame.columns)}")
+            raise UserError(f"{path}: no column {column!r}{hint}; columns are {list(frame.columns)}")
 
 
 def _parse_labels(path: str | Path, frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -85,7 +128,7 @@ def _parse_labels(path: str | Path, frame: pd.DataFrame, column: str) -> np.ndar
     bad = np.flatnonzero(np.isnan(values) & (text != "").to_numpy() & (text.str.lower() != "nan").to_numpy())
     if len(bad):
         row = int(bad[0])
-        raise ValueError(
+        raise UserError(
             f"{path}: row {row + 1} (data row {row}), column {column!r}: label {text.iloc[row]!r} is not a number. "
             "Leave the cell empty for a missing label, or choose the target columns with --target_columns."
         )
@@ -105,7 +148,7 @@ def check_classification_labels(path: str, targets: np.ndarray, target_names: Se
     bad = np.argwhere(~np.isnan(targets) & ~np.isin(targets, (0.0, 1.0)))
     if len(bad):
         row, col = (int(i) for i in bad[0])
-        raise ValueError(
+        raise UserError(
             f"{path}: data row {row}, column {target_names[col]!r}: label {targets[row, col]:g} is not 0 or 1, "
             "but dataset_type is classification. Use --dataset_type regression or fix the label."
         )

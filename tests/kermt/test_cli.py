@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from kermt.cli import build_parser, main
+from kermt.errors import UserError
 from tests.conftest import FIXTURE_DIR
 
 KERMT_SCRIPT = Path(sys.executable).with_name("kermt")
@@ -46,7 +47,7 @@ def test_inspect_refuses_code_running_checkpoint(tmp_path, capsys):
 
 def test_subcommands_are_registered_through_one_table():
     parser = build_parser()
-    with pytest.raises(SystemExit):
+    with pytest.raises(UserError, match="required: COMMAND"):  # one line from main, not usage text
         parser.parse_args([])
     args = parser.parse_args(["inspect", "x.pt", "--trust_checkpoint"])
     assert args.command == "inspect" and args.trust_checkpoint is True
