@@ -170,6 +170,39 @@ def molecule_features(mols: Sequence[Chem.Mol | str | None], generators: Sequenc
     return np.concatenate(blocks, axis=1) if blocks else np.zeros((len(mols), 0))
 
 
+def feature_column_names(generators: Sequence[str]) -> list[str]:
+    """``generator:column`` for every column :func:`molecule_features` returns (Morgan columns are ``bit_<i>``)."""
+    names: list[str] = []
+    for name in generators:
+        if name in ("rdkit_2d", "rdkit_2d_normalized"):
+            columns: Sequence[str] = RDKIT2D_COLUMNS
+        elif name == "fgtasklabel":
+            columns = FG_COLUMNS
+        else:
+            columns = [f"bit_{i}" for i in range(GENERATOR_WIDTHS[name])]
+        names += [f"{name}:{column}" for column in columns]
+    return names
+
+
+def infinite_feature_reasons(features: np.ndarray, generators: Sequence[str]) -> dict[int, str]:
+    """Rows of ``features`` holding ±inf -> why they cannot be used, naming the first such column.
+
+    A raw descriptor can overflow (e.g. Ipc of a very large molecule). Upstream passes it on: its feature scaler then
+    turns the whole column into -inf or NaN for every molecule, silently. Such a row is invalid instead.
+    """
+    rows, columns = np.nonzero(np.isinf(features))
+    if rows.size == 0:
+        return {}
+    names = feature_column_names(generators)
+    reasons: dict[int, str] = {}
+    for row, column in zip(rows.tolist(), columns.tolist()):  # row-major: a row's first column comes first
+        if row not in reasons:
+            count = int(np.isinf(features[row]).sum())
+            reasons[row] = (f"infinite feature: {names[column]} (column {column}) is {features[row, column]:+}"
+                            + (f", and {count - 1} more column(s)" if count > 1 else ""))
+    return reasons
+
+
 def _one_generator(name: str, mols: Sequence[Chem.Mol | None], raw: tuple | None) -> np.ndarray:
     if name == "morgan":
         return morgan_bits(mols)
@@ -184,5 +217,6 @@ def _one_generator(name: str, mols: Sequence[Chem.Mol | None], raw: tuple | None
     return np.where(np.isnan(fragments), np.nan, (fragments != 0).astype(np.float64))
 
 
-__all__ = ["FG_COLUMNS", "GENERATOR_WIDTHS", "RDKIT2D_COLUMNS", "canonical_mol", "molecule_features",
+__all__ = ["FG_COLUMNS", "GENERATOR_WIDTHS", "RDKIT2D_COLUMNS", "canonical_mol", "feature_column_names",
+           "infinite_feature_reasons", "molecule_features",
            "morgan_bits", "morgan_counts", "normalize_rdkit2d", "raw_rdkit2d"]

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kermt.chem.descriptors import molecule_features
+from kermt.chem.descriptors import infinite_feature_reasons, molecule_features
 from kermt.chem.molgraph import FlatGraphs, build_graphs
 from kermt.chem.validation import InvalidSmiles, parse_many
 from kermt.data.batch import BatchMolGraph
@@ -108,12 +108,16 @@ def featurize_smiles(
     reasons: list[str | None] = [None] * len(mols)
     for bad in invalid:
         reasons[bad.row] = bad.reason
+    # features before graphs, so a row with an infinite feature is invalid like any other (no atoms, NaN features)
+    features = molecule_features(mols, tuple(features_generator))
+    for row, reason in infinite_feature_reasons(features, features_generator).items():
+        reasons[row], mols[row] = f"{UNFEATURIZABLE}: {reason}", None
     graphs, errors = build_graphs(mols, bond_drop_rate, rng)
     for row, error in enumerate(errors):
         if error is not None:  # e.g. a formal charge upstream's layout cannot encode
             reasons[row], mols[row] = f"{UNFEATURIZABLE}: {error}", None
-    features = molecule_features(mols, tuple(features_generator))
     valid_rows = np.array([m is not None for m in mols], dtype=bool)
+    features[~valid_rows] = np.nan
     features[valid_rows] = np.nan_to_num(features[valid_rows], nan=0.0, posinf=np.inf, neginf=-np.inf)
     return FeaturizedMolecules(
         smiles=tuple(str(s) for s in smiles),

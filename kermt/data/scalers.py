@@ -23,8 +23,8 @@ class StandardScaler:
 
     @classmethod
     def fit(cls, values: np.ndarray) -> "StandardScaler":
-        """Fit on ``values`` [N, C] (NaN = missing)."""
-        values = np.asarray(values, dtype=np.float64)
+        """Fit on ``values`` [N, C] (NaN = missing; ±inf is an error naming the row and column)."""
+        values = _finite_or_missing(values, "fit a scaler on")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled just below
             means = np.nanmean(values, axis=0)
@@ -34,8 +34,8 @@ class StandardScaler:
         return cls(means, stds)
 
     def transform(self, values: np.ndarray) -> np.ndarray:
-        """(x - mean) / std; NaN stays NaN."""
-        return (np.asarray(values, dtype=np.float64) - self.means) / self.stds
+        """(x - mean) / std; NaN stays NaN, ±inf is an error naming the row and column."""
+        return (_finite_or_missing(values, "scale") - self.means) / self.stds
 
     def inverse_transform(self, values: np.ndarray) -> np.ndarray:
         """x * std + mean, computed in float64 as upstream does."""
@@ -54,3 +54,19 @@ class StandardScaler:
         if means.shape != stds.shape or means.ndim != 1:
             raise ValueError(f"scaler means {means.shape} and stds {stds.shape} must be equal-length 1-D arrays")
         return cls(means, stds)
+
+
+def _finite_or_missing(values: np.ndarray, action: str) -> np.ndarray:
+    """``values`` as float64 [N, C]; ±inf raises. Upstream's scaler lets it through: the column's mean becomes ±inf
+    and every molecule's scaled value in that column -inf or NaN, so the model trains on garbage without a word."""
+    values = np.asarray(values, dtype=np.float64)
+    infinite = np.isinf(values)
+    if infinite.any():
+        first = tuple(int(i) for i in np.argwhere(infinite)[0])
+        row, column = (first + (0,))[:2]  # a 1-D input is one column
+        raise ValueError(
+            f"cannot {action} infinite values: row {row}, column {column} is {values[first]:+} "
+            f"({int(infinite.sum())} infinite value(s) in all; rows counted from 0 in the {len(values)} rows "
+            "given); remove or fix those rows (a missing value must be empty/NaN, not inf)"
+        )
+    return values

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kermt.chem.descriptors import RDKIT2D_COLUMNS, infinite_feature_reasons
 from kermt.chem.validation import EMPTY, NO_HEAVY_ATOMS, UNPARSABLE
+from kermt.data import featurize as featurize_module
 from kermt.data.feature_files import load_features, load_features_files, save_features
 from kermt.data.featurize import UNFEATURIZABLE, FeaturizedMolecules, featurize_smiles
 from tests.conftest import FIXTURE_DIR
@@ -77,3 +79,32 @@ def test_upstream_style_file_without_mask_and_several_files(tmp_path):
     features, valid = load_features_files([tmp_path / "up.npz", tmp_path / "ours.npz"], expected_rows=3)
     assert valid.tolist() == [True, False, False]
     assert features[0].tolist() == [1.0, 0.0, 1.0]  # NaN inside a valid row -> 0, as upstream
+
+
+def test_infinite_feature_reasons_name_generator_and_column():
+    features = np.zeros((3, 200 + 2048))
+    features[1, 5] = np.inf
+    features[2, 200 + 17] = -np.inf
+    features[2, 201 + 17] = np.inf
+    reasons = infinite_feature_reasons(features, ("rdkit_2d", "morgan_count"))
+    assert reasons == {1: f"infinite feature: rdkit_2d:{RDKIT2D_COLUMNS[5]} (column 5) is +inf",
+                       2: "infinite feature: morgan_count:bit_17 (column 217) is -inf, and 1 more column(s)"}
+
+
+def test_a_row_with_an_infinite_feature_is_invalid_naming_the_column(monkeypatch):
+    # No small molecule overflows a descriptor, so one row of the real features is made infinite, as an overflowing
+    # Ipc would be; everything else is the real pipeline.
+    real = featurize_module.molecule_features
+
+    def with_an_overflow(mols, generators):
+        features = real(mols, generators)
+        features[1, RDKIT2D_COLUMNS.index("Ipc")] = np.inf
+        return features
+
+    monkeypatch.setattr(featurize_module, "molecule_features", with_an_overflow)
+    done = featurize_smiles(["CCO", "c1ccccc1O", "CC(=O)N"], ("rdkit_2d",))
+    assert done.valid.tolist() == [True, False, True]
+    assert done.reasons[1] == f"{UNFEATURIZABLE}: infinite feature: rdkit_2d:Ipc (column " \
+                              f"{RDKIT2D_COLUMNS.index('Ipc')}) is +inf"
+    assert done.graphs.atom_counts[1] == 0 and np.isnan(done.features[1]).all()
+    assert np.isfinite(done.features[[0, 2]]).all() and done.graphs.atom_counts[[0, 2]].tolist() == [3, 4]

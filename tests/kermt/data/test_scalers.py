@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from kermt.data.scalers import StandardScaler
@@ -42,3 +43,16 @@ def test_reads_upstream_checkpoint_scaler():
     scaler = StandardScaler.from_dict(ckpt["data_scaler"])
     np.testing.assert_allclose(scaler.means, [0.02153846, 0.34291667], atol=1e-8)
     np.testing.assert_allclose(scaler.stds, [1.59861404, 0.90467526], atol=1e-8)
+
+
+def test_infinite_values_are_an_error_naming_row_and_column():
+    x = np.array([[1.0, 2.0], [np.nan, 3.0], [4.0, np.inf], [5.0, -np.inf]])
+    with pytest.raises(ValueError, match=r"cannot fit a scaler on infinite values: row 2, column 1 is \+inf "
+                                         r"\(2 infinite value\(s\) in all"):
+        StandardScaler.fit(x)
+    scaler = StandardScaler.fit(x[:2])  # NaN is a missing value, not an error
+    assert scaler.means.tolist() == [1.0, 2.5]
+    with pytest.raises(ValueError, match=r"cannot scale infinite values: row 0, column 1 is -inf"):
+        scaler.transform(x[3:])
+    with pytest.raises(ValueError, match=r"row 1, column 0 is \+inf"):
+        StandardScaler.fit(np.array([0.5, np.inf]))
