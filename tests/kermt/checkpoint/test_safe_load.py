@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from torch.serialization import get_unsafe_globals_in_checkpoint
 
 from kermt.checkpoint.safe_load import UnsafeCheckpointError, load_pickled_checkpoint
 from tests.conftest import FIXTURE_DIR
@@ -126,3 +129,19 @@ def test_missing_file_and_non_dict_are_clear_errors(tmp_path):
     torch.save(torch.zeros(2), tmp_path / "tensor.pt")
     with pytest.raises(ValueError, match="expected a dict"):
         load_pickled_checkpoint(tmp_path / "tensor.pt")
+
+
+def _floor(package: str) -> tuple[int, ...]:
+    """The ``>=`` floor of ``package`` in pyproject.toml's dependencies, as a version tuple."""
+    text = (Path(__file__).parents[3] / "pyproject.toml").read_text()
+    match = re.search(rf'^\s*"{package}>=([0-9.]+)"', text, re.MULTILINE)
+    assert match, f"{package} has no >= floor in pyproject.toml"
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def test_dependency_floors_cover_what_safe_loading_uses():
+    # torch.serialization.safe_globals arrived in torch 2.5; get_unsafe_globals_in_checkpoint and (callable, name)
+    # allowlist entries in 2.6. The fixtures pickle numpy._core.* names, which numpy 2.0 introduced.
+    assert _floor("torch") >= (2, 6)
+    assert _floor("numpy") >= (2, 0)
+    assert "numpy._core.multiarray._reconstruct" in get_unsafe_globals_in_checkpoint(FIXTURE_DIR / "ckpt_ft_reg.pt")
