@@ -17,6 +17,7 @@ from kermt.checkpoint.keys import ENCODER_PREFIX
 from kermt.checkpoint.spec import CheckpointKind, CheckpointSpec, FeatureSettings
 from kermt.config import EncoderConfig, HeadConfig, ReadoutConfig
 from kermt.data.scalers import StandardScaler
+from kermt.errors import UserError
 
 _BLOCK = "kermt.encoders.node_blocks."
 _FFN = "mol_atom_from_atom_ffn."
@@ -186,7 +187,7 @@ def _dataset_type(resolve: _Resolver, raw: dict[str, Any], given: str | None) ->
                              f"{'target statistics' if inferred == 'regression' else 'no target statistics'} "
                              "(upstream stores them for regression only)")
         return inferred
-    raise ValueError(f"{resolve.source}: a finetuned checkpoint with no saved dataset_type and no data_scaler entry: "
+    raise UserError(f"{resolve.source}: a finetuned checkpoint with no saved dataset_type and no data_scaler entry: "
                      "cannot tell regression from classification; pass --dataset_type regression|classification")
 
 

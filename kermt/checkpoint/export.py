@@ -23,8 +23,9 @@ import torch
 from kermt.checkpoint.keys import ATOM_BRANCH_PREFIXES
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.data.scalers import StandardScaler
+from kermt.errors import UserError
 
-class UnfaithfulExportError(ValueError):
+class UnfaithfulExportError(UserError):
     """The model cannot be written in upstream's layout without changing what it predicts."""
 
 

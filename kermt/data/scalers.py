@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from kermt.errors import UserError
+
 
 @dataclass(frozen=True)
 class StandardScaler:
@@ -64,7 +66,7 @@ def _finite_or_missing(values: np.ndarray, action: str) -> np.ndarray:
     if infinite.any():
         first = tuple(int(i) for i in np.argwhere(infinite)[0])
         row, column = (first + (0,))[:2]  # a 1-D input is one column
-        raise ValueError(
+        raise UserError(
             f"cannot {action} infinite values: row {row}, column {column} is {values[first]:+} "
             f"({int(infinite.sum())} infinite value(s) in all; rows counted from 0 in the {len(values)} rows "
             "given); remove or fix those rows (a missing value must be empty/NaN, not inf)"

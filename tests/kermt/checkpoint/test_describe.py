@@ -13,6 +13,7 @@ from kermt.checkpoint.classify import classify_kind, describe_checkpoint
 from kermt.checkpoint.keys import canonical_state_dict
 from kermt.checkpoint.safe_load import load_pickled_checkpoint
 from kermt.checkpoint.upstream import read_upstream_checkpoint
+from kermt.errors import UserError
 from tests.conftest import FIXTURE_DIR
 
 STRUCTURE = json.loads((FIXTURE_DIR / "ckpt_structure.json").read_text())
@@ -139,7 +140,7 @@ def test_argless_finetuned_file_takes_its_dataset_type_from_the_data_scaler_entr
 def test_finetuned_file_without_args_or_scaler_entry_needs_the_users_dataset_type():
     raw = _raw("ckpt_ft_cls")
     sd = canonical_state_dict(raw["state_dict"])
-    with pytest.raises(ValueError, match=r"bare\.pt: .*cannot tell regression from classification; pass "
+    with pytest.raises(UserError, match=r"bare\.pt: .*cannot tell regression from classification; pass "
                                          r"--dataset_type"):
         describe_checkpoint({}, sd, {"state_dict": raw["state_dict"]}, source="bare.pt")
     spec = describe_checkpoint({}, sd, {"state_dict": raw["state_dict"]}, source="bare.pt",

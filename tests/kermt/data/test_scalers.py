@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from kermt.data.scalers import StandardScaler
+from kermt.errors import UserError
 from tests.conftest import FIXTURE_DIR
 
 
@@ -47,7 +48,7 @@ def test_reads_upstream_checkpoint_scaler():
 
 def test_infinite_values_are_an_error_naming_row_and_column():
     x = np.array([[1.0, 2.0], [np.nan, 3.0], [4.0, np.inf], [5.0, -np.inf]])
-    with pytest.raises(ValueError, match=r"cannot fit a scaler on infinite values: row 2, column 1 is \+inf "
+    with pytest.raises(UserError, match=r"cannot fit a scaler on infinite values: row 2, column 1 is \+inf "
                                          r"\(2 infinite value\(s\) in all"):
         StandardScaler.fit(x)
     scaler = StandardScaler.fit(x[:2])  # NaN is a missing value, not an error
