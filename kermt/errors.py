@@ -26,6 +26,22 @@ class UserError(ValueError):
     """Bad user input. The message is what the user reads: name the file/row/column/key and what to do."""
 
 
+# Library exceptions that are about the user's input by definition (a setting contradicting the checkpoint, a
+# checkpoint that does not fit or holds code): reported like UserError wherever they are raised. Named, not
+# imported: a class whose module was never imported cannot have been raised, and importing it costs torch.
+INPUT_ERROR_CLASSES = (
+    ("kermt.checkpoint.merge", "ArchitectureConflictError"),
+    ("kermt.checkpoint.loader", "CheckpointMismatchError"),
+    ("kermt.checkpoint.safe_load", "UnsafeCheckpointError"),
+)
+
+
+def _user_error_classes() -> tuple[type[BaseException], ...]:
+    loaded = [getattr(sys.modules[module], name, None) for module, name in INPUT_ERROR_CLASSES
+              if module in sys.modules]
+    return (UserError, *[cls for cls in loaded if isinstance(cls, type)])
+
+
 @contextmanager
 def user_input(context: str | None = None) -> Iterator[None]:
     """Inside, :data:`INPUT_ERRORS` become :class:`UserError` (``context: message`` when a context is given).
@@ -63,20 +79,20 @@ def wrapped_causes(error: BaseException) -> list[BaseException]:
 
 def find_user_error(
     error: BaseException, unwrap: Callable[[BaseException], list[BaseException]] = lambda e: [],
-) -> UserError | None:
-    """The :class:`UserError` that ``error`` is or was caused by, else None.
+) -> BaseException | None:
+    """The :class:`UserError` (or :data:`INPUT_ERROR_CLASSES` error) that ``error`` is or was caused by, else None.
 
     ``unwrap(e)`` lists further causes a framework keeps elsewhere (Ray's task and worker errors); when it names
     any, ``e`` itself is a wrapper and is not taken even if it is an instance of UserError (Ray's wrapper classes
     subclass the cause's class but carry the remote traceback as their message)."""
-    queue, seen = [error], set()
+    classes, queue, seen = _user_error_classes(), [error], set()
     while queue:
         current = queue.pop(0)
         if id(current) in seen:
             continue
         seen.add(id(current))
         inner = unwrap(current)
-        if not inner and isinstance(current, UserError):
+        if not inner and isinstance(current, classes):
             return current
         queue.extend(inner + wrapped_causes(current))
     return None
@@ -98,5 +114,5 @@ def run_reporting_user_errors(
         return EXIT_USER_ERROR
 
 
-__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "UserError", "find_user_error", "one_line",
+__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "INPUT_ERROR_CLASSES", "UserError", "find_user_error", "one_line",
            "run_reporting_user_errors", "user_input", "wrapped_causes"]

@@ -230,7 +230,8 @@ def _explain(exc: ValidationError, config_path: str | None, prog: str) -> str:
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"])
         origin = f" (from {config_path} or the command line)" if config_path else ""
-        lines.append(f"setting {where!r}{origin}: {err['msg']}" if where else err["msg"])
+        message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+        lines.append(f"setting {where!r}{origin}: {message}" if where else message)
     return f"invalid {prog.removeprefix('kermt ')} configuration: " + "; ".join(lines)
 
 
