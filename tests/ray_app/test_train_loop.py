@@ -120,12 +120,16 @@ def test_a_worker_with_no_molecules_in_the_last_batch(ray_cluster, tmp_path):
 
 def _kill_one_worker_after_first_checkpoint(storage: Path, name: str, done: threading.Event, killed: list) -> None:
     """Wait until epoch 0's checkpoint exists, then SIGKILL one training worker process."""
+    import ray
     from ray.util.state import list_actors
 
+    # this test's cluster by address: with another Ray instance on the machine, an address-less call refuses to pick
+    address = ray.get_runtime_context().gcs_address
     while not done.is_set():
         checkpoints = list((storage / name).glob("checkpoint_*"))
         if checkpoints:
-            workers = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")])
+            workers = list_actors(address=address,
+                                  filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")])
             if workers:
                 os.kill(max(int(w.pid) for w in workers), signal.SIGKILL)
                 killed.append(len(checkpoints))
