@@ -88,6 +88,8 @@ RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "tune": ("hyperparameter search: finetune trials in parallel with Ray Tune (Optuna, ASHA)", _tune),
     "predict": ("streaming predictions with Ray Data (upstream main.py predict flags)",
                 _lazy("ray_app.predict", "main_predict")),
+    "eval": ("score a model or ensemble on a labelled file (upstream main.py eval; metrics, test_result.csv)",
+             _lazy("ray_app.predict", "main_eval")),
     "fingerprint": ("molecule fingerprints from a checkpoint (upstream main.py fingerprint flags)",
                     _lazy("ray_app.predict", "main_fingerprint")),
     "embed": ("readout embeddings (and cmim/hybrid latents) as Parquet or .npy",

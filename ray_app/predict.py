@@ -19,7 +19,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kermt.errors import run_reporting_user_errors
-from ray_app.config import FEATURE_GENERATORS, build_parser, did_you_mean, resolve
+from ray_app.config import FEATURE_GENERATORS, METRICS, build_parser, did_you_mean, resolve
 
 
 class ScreeningConfig(BaseModel):
@@ -74,6 +74,17 @@ class PredictConfig(FeatureFlags, ScreeningConfig):
         return self
 
 
+class EvalConfig(PredictConfig):
+    """`kermt eval`: PredictConfig plus the labels and the metric; ``output_path`` is upstream's test_result.csv."""
+
+    output_path: str = Field(description="test_result.csv in upstream's layout: SMILES, preds per task, targets")
+    target_columns: Optional[list[str]] = Field(None, description="label columns, one per task in the model's "
+                                                "order (default: the columns named like the model's tasks)")
+    metric: Optional[Literal[METRICS]] = Field(  # type: ignore[valid-type]
+        None, description="default: auc (classification) or rmse")
+    show_individual_scores: bool = Field(False, description="also print the score of each task")
+
+
 class FingerprintConfig(FeatureFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
     fingerprint_source: Literal["atom", "bond", "both"] = Field("both", description="embedding families to pool")
@@ -99,6 +110,12 @@ def main_predict(argv: list[str]) -> int:
     return _run("kermt predict", PredictConfig, argv, run_predict)
 
 
+def main_eval(argv: list[str]) -> int:
+    from ray_app.screening_eval import run_eval
+
+    return _run("kermt eval", EvalConfig, argv, run_eval)
+
+
 def main_fingerprint(argv: list[str]) -> int:
     from ray_app.screening_run import run_fingerprint
 
@@ -121,4 +138,5 @@ def elapsed_line(rows: int, valid: int, started: float, output: str | Path) -> s
             f"({rows / max(seconds, 1e-9):.0f} molecules/s)")
 
 
-__all__ = ["EmbedConfig", "FingerprintConfig", "PredictConfig", "main_embed", "main_fingerprint", "main_predict"]
+__all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "PredictConfig", "main_embed", "main_eval",
+           "main_fingerprint", "main_predict"]

@@ -37,6 +37,7 @@ from kermt.inference import Embedder, Ensemble, map_valid_batches
 from ray_app.data import FeaturizeBatch, molecules_from_table
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
+LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
 FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
 NO_FILE_FEATURES = "no features for this row in --features_path"
 TARGET_ROWS_PER_BLOCK = 1024
@@ -68,6 +69,7 @@ class InputSpec:
     features_generator: tuple[str, ...] = ()
     canonical: bool = False
     file_features: bool = False
+    label_columns: tuple[str, ...] = ()
 
 
 def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
@@ -83,8 +85,9 @@ def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
         table = _attach_file_features(table, batch)
     if canonical is not None:
         table = table.append_column("canonical_smiles", pa.array(canonical, pa.string()))
-    for name in spec.id_columns:
-        table = table.append_column(ID_PREFIX + name, batch.column(name).cast(pa.string()))
+    for prefix, names in ((ID_PREFIX, spec.id_columns), (LABEL_PREFIX, spec.label_columns)):
+        for name in names:
+            table = table.append_column(prefix + name, batch.column(name).cast(pa.string()))
     return table
 
 
@@ -98,8 +101,10 @@ def _attach_file_features(table: pa.Table, batch: pa.Table) -> pa.Table:
 
 
 def carried_columns(table: pa.Table, molecules: FeaturizedMolecules) -> dict[str, pa.Array]:
-    """Columns every output keeps: ids (their own names), ``valid`` and ``error`` (empty when valid)."""
+    """Columns every output keeps: ids (their own names), labels (``label::<name>``), ``valid`` and ``error``
+    (empty when valid)."""
     out = {name[len(ID_PREFIX):]: table.column(name) for name in table.column_names if name.startswith(ID_PREFIX)}
+    out.update({name: table.column(name) for name in table.column_names if name.startswith(LABEL_PREFIX)})
     out["valid"] = pa.array(molecules.valid)
     out["error"] = pa.array([r or "" for r in molecules.reasons], pa.string())
     return out
@@ -212,7 +217,7 @@ def build_stream(data_path: str, spec: InputSpec, batch_size: int, stage: type, 
 
     from ray_app.screening_io import read_table_lazily
 
-    ds = read_table_lazily(data_path, [spec.smiles_column, *spec.id_columns])
+    ds = read_table_lazily(data_path, list(dict.fromkeys([spec.smiles_column, *spec.id_columns, *spec.label_columns])))
     if file_features is not None:
         ds = ds.zip(_file_features_dataset(*file_features))
     block = rows_per_block(batch_size)

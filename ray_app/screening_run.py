@@ -75,7 +75,7 @@ def _check_row_count(data_path: str, spec: InputSpec, feature_rows: int) -> None
                          "one row per data row")
 
 
-def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit, abort) -> int:
+def finish(stats: StreamStats, config: ScreeningConfig, started: float, commit, abort) -> int:
     if stats.valid == 0:
         abort()
         raise UserError(stats.all_invalid_message(config.data_path))
@@ -130,20 +130,26 @@ def plan_predict(config: PredictConfig) -> PredictPlan:
     return PredictPlan(members, plan, file_features, source)
 
 
+def predict_stream(config: PredictConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
+    """The lazy dataset of prediction blocks (starts Ray); ``label_columns`` travel along as ``label::<name>``."""
+    plan, source = checked.features, checked.source
+    spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
+                     label_columns=label_columns)
+    return _stream(config, spec, PredictStage, {"members": checked.members, "uncertainty": config.uncertainty},
+                   checked.file_features)
+
+
 def run_predict(config: PredictConfig) -> int:
     started = time.perf_counter()
     checked = plan_predict(config)
-    members, plan, file_features, source = checked.members, checked.features, checked.file_features, checked.source
-    spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file)
     writer = TableWriter(config.output_path)
-    ds = _stream(config, spec, PredictStage, {"members": members, "uncertainty": config.uncertainty},
-                 file_features)
+    ds = predict_stream(config, checked)
 
     def write(block: pa.Table) -> None:
-        writer.write(block.rename_columns([source.smiles_column, *block.column_names[1:]]))
+        writer.write(block.rename_columns([checked.source.smiles_column, *block.column_names[1:]]))
 
     stats = drain(ds, write)
-    return _finish(stats, config, started, writer.commit, writer.abort)
+    return finish(stats, config, started, writer.commit, writer.abort)
 
 
 # ------------------------------------------------------------------------------------------ fingerprint / embed
@@ -183,7 +189,7 @@ def run_fingerprint(config: FingerprintConfig) -> int:
         spools["valid"].append(block.column("valid").to_numpy(zero_copy_only=False))
 
     stats = drain(ds, write)
-    return _finish(stats, config, started, lambda: write_npz(output, spools), lambda: None)
+    return finish(stats, config, started, lambda: write_npz(output, spools), lambda: None)
 
 
 def run_embed(config: EmbedConfig) -> int:
@@ -197,9 +203,9 @@ def run_embed(config: EmbedConfig) -> int:
     ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
     if output.suffix.lower() == ".parquet":
         writer = TableWriter(output)
-        return _finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)
+        return finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)
     writer = NpyDirectoryWriter(output, {"checkpoint": str(checkpoint.path), "kind": checkpoint.spec.kind})
-    return _finish(drain(ds, writer.write), config, started, writer.commit, lambda: None)
+    return finish(drain(ds, writer.write), config, started, writer.commit, lambda: None)
 
 
 class NpyDirectoryWriter:
@@ -231,4 +237,5 @@ class NpyDirectoryWriter:
         write_metadata_json(self.directory / "metadata.json", header, self.lists)
 
 
-__all__ = ["NpyDirectoryWriter", "run_embed", "run_fingerprint", "run_predict"]
+__all__ = ["NpyDirectoryWriter", "PredictPlan", "finish", "plan_predict", "predict_stream", "run_embed",
+           "run_fingerprint", "run_predict"]

@@ -103,7 +103,7 @@ def load_molecule_table(
             f"the file has only {list(frame.columns)}")
         raise UserError(f"{path}: no target columns ({what})")
     smiles = ["" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in frame[smiles_column]]
-    targets = np.stack([_parse_labels(path, frame, c) for c in target_columns], axis=1) if target_columns else (
+    targets = np.stack([parse_labels(path, frame[c], c) for c in target_columns], axis=1) if target_columns else (
         np.zeros((len(frame), 0))
     )
     extra = {c: frame[c].tolist() for c in keep_columns}
@@ -118,18 +118,19 @@ def _require_columns(path: str | Path, frame: pd.DataFrame, columns: Sequence[st
             raise UserError(f"{path}: no column {column!r}{hint}; columns are {list(frame.columns)}")
 
 
-def _parse_labels(path: str | Path, frame: pd.DataFrame, column: str) -> np.ndarray:
-    """Float labels; '' / None / NaN are missing. Anything else non-numeric is an error naming its row."""
-    raw = frame[column]
+def parse_labels(path: str | Path, raw: pd.Series, column: str, first_row: int = 0) -> np.ndarray:
+    """Float labels; '' / None / NaN are missing. Anything else non-numeric is an error naming its row
+    (``first_row``: the data row of ``raw``'s first value, for a file read in blocks)."""
     if pd.api.types.is_numeric_dtype(raw):
         return raw.to_numpy(dtype=np.float64)
     text = raw.fillna("").astype(str).str.strip()
     values = pd.to_numeric(text.where(text != "", None), errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(np.isnan(values) & (text != "").to_numpy() & (text.str.lower() != "nan").to_numpy())
     if len(bad):
-        row = int(bad[0])
+        at = int(bad[0])
+        row = first_row + at
         raise UserError(
-            f"{path}: row {row + 1} (data row {row}), column {column!r}: label {text.iloc[row]!r} is not a number. "
+            f"{path}: row {row + 1} (data row {row}), column {column!r}: label {text.iloc[at]!r} is not a number. "
             "Leave the cell empty for a missing label, or choose the target columns with --target_columns."
         )
     return values
@@ -143,12 +144,14 @@ def infer_dataset_type(targets: np.ndarray) -> str:
     return "regression"
 
 
-def check_classification_labels(path: str, targets: np.ndarray, target_names: Sequence[str]) -> None:
+def check_classification_labels(path: str, targets: np.ndarray, target_names: Sequence[str],
+                                first_row: int = 0) -> None:
     """Classification labels must be exactly 0 or 1 (upstream asserts this late; we say where)."""
     bad = np.argwhere(~np.isnan(targets) & ~np.isin(targets, (0.0, 1.0)))
     if len(bad):
-        row, col = (int(i) for i in bad[0])
+        at, col = (int(i) for i in bad[0])
         raise UserError(
-            f"{path}: data row {row}, column {target_names[col]!r}: label {targets[row, col]:g} is not 0 or 1, "
+            f"{path}: data row {first_row + at}, column {target_names[col]!r}: label {targets[at, col]:g} is not "
+            "0 or 1, "
             "but dataset_type is classification. Use --dataset_type regression or fix the label."
         )
