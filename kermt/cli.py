@@ -4,6 +4,9 @@ One subcommand per task. Each is a :class:`Command`: a name, a one-line help, a 
 to its sub-parser, and a function that runs it from the parsed Namespace (argparse stops here: the run function
 converts the Namespace to typed config before calling library code). To add a subcommand (finetune, tune,
 predict, fingerprint, embed, pretrain), write its two functions and append it to :data:`COMMANDS`.
+
+Bad input is a :class:`kermt.errors.UserError`: printed as one line ``kermt <command>: error: <message>`` with exit
+status 2 (argparse's own usage errors too); any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -24,10 +27,6 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
-
-
-class CommandError(UserError):
-    """A user-facing failure of a subcommand (kept for callers of the old name; raise UserError instead)."""
 
 
 class ArgumentParser(argparse.ArgumentParser):

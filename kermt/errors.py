@@ -77,25 +77,34 @@ def wrapped_causes(error: BaseException) -> list[BaseException]:
     return []
 
 
-def find_user_error(
-    error: BaseException, unwrap: Callable[[BaseException], list[BaseException]] = lambda e: [],
+def find_cause(
+    error: BaseException, accept: Callable[[BaseException], bool],
+    unwrap: Callable[[BaseException], list[BaseException]] = lambda e: [],
 ) -> BaseException | None:
-    """The :class:`UserError` (or :data:`INPUT_ERROR_CLASSES` error) that ``error`` is or was caused by, else None.
+    """The first exception in ``error``'s causes (itself included, see :func:`wrapped_causes`) that ``accept``\s.
 
     ``unwrap(e)`` lists further causes a framework keeps elsewhere (Ray's task and worker errors); when it names
-    any, ``e`` itself is a wrapper and is not taken even if it is an instance of UserError (Ray's wrapper classes
-    subclass the cause's class but carry the remote traceback as their message)."""
-    classes, queue, seen = _user_error_classes(), [error], set()
+    any, ``e`` itself is a wrapper and is not tested (Ray's wrapper classes subclass the cause's class but carry
+    the remote traceback as their message)."""
+    queue, seen = [error], set()
     while queue:
         current = queue.pop(0)
         if id(current) in seen:
             continue
         seen.add(id(current))
         inner = unwrap(current)
-        if not inner and isinstance(current, classes):
+        if not inner and accept(current):
             return current
         queue.extend(inner + wrapped_causes(current))
     return None
+
+
+def find_user_error(
+    error: BaseException, unwrap: Callable[[BaseException], list[BaseException]] = lambda e: [],
+) -> BaseException | None:
+    """The :class:`UserError` (or :data:`INPUT_ERROR_CLASSES` error) that ``error`` is or was caused by, else None."""
+    classes = _user_error_classes()
+    return find_cause(error, lambda e: isinstance(e, classes), unwrap)
 
 
 def run_reporting_user_errors(
@@ -114,5 +123,5 @@ def run_reporting_user_errors(
         return EXIT_USER_ERROR
 
 
-__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "INPUT_ERROR_CLASSES", "UserError", "find_user_error", "one_line",
+__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "INPUT_ERROR_CLASSES", "UserError", "find_cause", "find_user_error", "one_line",
            "run_reporting_user_errors", "user_input", "wrapped_causes"]

@@ -32,7 +32,7 @@ import torch
 
 from kermt.checkpoint import Checkpoint
 from kermt.data.featurize import FeaturizedMolecules
-from kermt.errors import UserError
+from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble, map_valid_batches
 from ray_app.data import FeaturizeBatch, molecules_from_table
 
@@ -244,12 +244,33 @@ def _file_features_dataset(features: np.ndarray, valid: np.ndarray):
 
 
 def drain(ds, write: Callable[[pa.Table], None]) -> StreamStats:
-    """Iterate the output blocks in input order on the driver, handing each to ``write``."""
+    """Iterate the output blocks in input order on the driver, handing each to ``write``. A malformed CSV (found
+    by a read task) is a UserError."""
     stats = StreamStats()
-    for block in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1):
-        stats.add(block)
-        write(block)
+    try:
+        for block in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1):
+            stats.add(block)
+            write(block)
+    except Exception as error:
+        unreadable = _malformed_csv(error)
+        if unreadable is None:
+            raise
+        raise unreadable from error
     return stats
+
+
+MALFORMED_CSV = "Failed to read CSV file: "  # Ray Data's message (pyarrow's detail does not reach the driver)
+
+
+def _malformed_csv(error: BaseException) -> UserError | None:
+    from ray_app.cli import ray_causes
+
+    found = find_cause(error, lambda e: isinstance(e, ValueError) and str(e).startswith(MALFORMED_CSV), ray_causes)
+    if found is None:
+        return None
+    path = str(found)[len(MALFORMED_CSV):].split(". ")[0]
+    return UserError(f"{path}: malformed CSV: a row has more or fewer fields than the header, or a quote is not "
+                     "closed; fix the file")
 
 
 __all__ = [

@@ -45,3 +45,12 @@ def test_fingerprints_of_a_compressed_smiles_file_equal_the_csv(ray_cluster, tmp
     assert arrays[0][0].shape == (26, 64) and arrays[0][1].all()
     np.testing.assert_array_equal(arrays[1][0], arrays[0][0])
     np.testing.assert_array_equal(arrays[1][1], arrays[0][1])
+
+
+def test_a_malformed_csv_found_by_a_read_task_is_a_user_error(ray_cluster, tmp_path, capsys):
+    (tmp_path / "ragged.csv").write_text("smiles,name\nCCO,a\nCCC,b,extra\n")
+    assert main_predict(["--data_path", str(tmp_path / "ragged.csv"), "--checkpoint_path", CHECKPOINT,
+                         "--output_path", str(tmp_path / "o.csv")]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("kermt predict: error: ") and "ragged.csv: malformed CSV" in last
+    assert not (tmp_path / "o.csv").exists()
