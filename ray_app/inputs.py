@@ -58,7 +58,7 @@ def check_inputs(config: FinetuneConfig) -> None:
             check_classification_labels(table.path, table.targets, data.target_names)
     for flag, path in _optional_files(config):
         if not Path(path).exists():
-            raise UserError(f"--{flag} {path}: no such file or directory")
+            raise UserError(f"--{flag} {path} does not exist")
     if config.checkpoint_path:
         from kermt.checkpoint import read_checkpoint
 

@@ -52,7 +52,8 @@ def fixture_frame() -> pd.DataFrame:
 @pytest.mark.parametrize("name,expected", [
     ("a.csv", InputFormat("csv")), ("a.CSV.GZ", InputFormat("csv", "gzip")), ("a.csv.zst", InputFormat("csv", "zstd")),
     ("a.csv.bz2", InputFormat("csv", "bz2")), ("s3://b/a.parquet?v=1", InputFormat("parquet")),
-    ("a.pq", InputFormat("parquet")), ("lib.v2.smi", InputFormat("smi")), ("a.cxsmiles.zst", InputFormat("smi", "zstd")),
+    ("a.pq", InputFormat("parquet")), ("lib.v2.smi", InputFormat("smi")),
+    ("a.cxsmiles.zst", InputFormat("smi", "zstd")),
 ])
 def test_format_comes_from_the_name(name, expected):
     assert input_format(name) == expected
