@@ -81,7 +81,7 @@ def find_cause(
     error: BaseException, accept: Callable[[BaseException], bool],
     unwrap: Callable[[BaseException], list[BaseException]] = lambda e: [],
 ) -> BaseException | None:
-    """The first exception in ``error``'s causes (itself included, see :func:`wrapped_causes`) that ``accept``\s.
+    """The first exception among ``error`` and its causes (see :func:`wrapped_causes`) for which ``accept`` is true.
 
     ``unwrap(e)`` lists further causes a framework keeps elsewhere (Ray's task and worker errors); when it names
     any, ``e`` itself is a wrapper and is not tested (Ray's wrapper classes subclass the cause's class but carry
@@ -123,5 +123,5 @@ def run_reporting_user_errors(
         return EXIT_USER_ERROR
 
 
-__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "INPUT_ERROR_CLASSES", "UserError", "find_cause", "find_user_error", "one_line",
-           "run_reporting_user_errors", "user_input", "wrapped_causes"]
+__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "INPUT_ERROR_CLASSES", "UserError", "find_cause", "find_user_error",
+           "one_line", "run_reporting_user_errors", "user_input", "wrapped_causes"]

@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from kermt.checkpoint import Checkpoint, read_checkpoint
-from kermt.errors import UserError, user_input
-from kermt.inputs import check_checkpoint_file
 from kermt.data.feature_files import load_features_files
+from kermt.errors import UserError, user_input
 from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_features,
                              read_members, task_names)
+from kermt.inputs import check_checkpoint_file
 from ray_app.predict import (EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log)
 from ray_app.screening import EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain
 from ray_app.screening_io import (ArraySpool, JsonListSpool, TableWriter, column_names, default_id_columns,
@@ -72,10 +72,10 @@ def _check_row_count(data_path: str, spec: InputSpec, feature_rows: int) -> None
     rows = read_table_lazily(data_path, [spec.smiles_column]).count()
     if rows != feature_rows:
         raise UserError(f"--features_path has {feature_rows} rows but {data_path} has {rows}; feature files need "
-                         "one row per data row")
+                        "one row per data row")
 
 
-def finish(stats: StreamStats, config: ScreeningConfig, started: float, commit, abort) -> int:
+def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit, abort) -> int:
     if stats.valid == 0:
         abort()
         raise UserError(stats.all_invalid_message(config.data_path))
@@ -149,7 +149,7 @@ def run_predict(config: PredictConfig) -> int:
         writer.write(block.rename_columns([checked.source.smiles_column, *block.column_names[1:]]))
 
     stats = drain(ds, write)
-    return finish(stats, config, started, writer.commit, writer.abort)
+    return _finish(stats, config, started, writer.commit, writer.abort)
 
 
 # ------------------------------------------------------------------------------------------ fingerprint / embed
@@ -189,7 +189,7 @@ def run_fingerprint(config: FingerprintConfig) -> int:
         spools["valid"].append(block.column("valid").to_numpy(zero_copy_only=False))
 
     stats = drain(ds, write)
-    return finish(stats, config, started, lambda: write_npz(output, spools), lambda: None)
+    return _finish(stats, config, started, lambda: write_npz(output, spools), lambda: None)
 
 
 def run_embed(config: EmbedConfig) -> int:
@@ -203,9 +203,9 @@ def run_embed(config: EmbedConfig) -> int:
     ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
     if output.suffix.lower() == ".parquet":
         writer = TableWriter(output)
-        return finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)
+        return _finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)
     writer = NpyDirectoryWriter(output, {"checkpoint": str(checkpoint.path), "kind": checkpoint.spec.kind})
-    return finish(drain(ds, writer.write), config, started, writer.commit, lambda: None)
+    return _finish(drain(ds, writer.write), config, started, writer.commit, lambda: None)
 
 
 class NpyDirectoryWriter:
@@ -237,5 +237,5 @@ class NpyDirectoryWriter:
         write_metadata_json(self.directory / "metadata.json", header, self.lists)
 
 
-__all__ = ["NpyDirectoryWriter", "PredictPlan", "finish", "plan_predict", "predict_stream", "run_embed",
+__all__ = ["NpyDirectoryWriter", "PredictPlan", "plan_predict", "predict_stream", "run_embed",
            "run_fingerprint", "run_predict"]
