@@ -49,6 +49,9 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     _add_trust_flag(parser)
     parser.add_argument("--no_load_check", action="store_true",
                         help="skip rebuilding the model and loading the weights (finetuned checkpoints)")
+    parser.add_argument("--dataset_type", choices=("regression", "classification"),
+                        help="only for an upstream finetuned checkpoint that stores neither its dataset type nor "
+                             "target statistics (a checkpoint that stores it decides)")
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
@@ -57,7 +60,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
     check_checkpoint_file(args.path, "file")
     with user_input():  # everything here only reads the user's file
-        checkpoint = read_checkpoint(args.path, trust_pickle=args.trust_checkpoint)
+        checkpoint = read_checkpoint(args.path, trust_pickle=args.trust_checkpoint, dataset_type=args.dataset_type)
         report = inspect_checkpoint(checkpoint, load_check=not args.no_load_check)
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -26,22 +26,6 @@ class UserError(ValueError):
     """Bad user input. The message is what the user reads: name the file/row/column/key and what to do."""
 
 
-# Library exceptions that are about the user's input by definition (a setting contradicting the checkpoint, a
-# checkpoint that does not fit or holds code): reported like UserError wherever they are raised. Named, not
-# imported: a class whose module was never imported cannot have been raised, and importing it costs torch.
-INPUT_ERROR_CLASSES = (
-    ("kermt.checkpoint.merge", "ArchitectureConflictError"),
-    ("kermt.checkpoint.loader", "CheckpointMismatchError"),
-    ("kermt.checkpoint.safe_load", "UnsafeCheckpointError"),
-)
-
-
-def _user_error_classes() -> tuple[type[BaseException], ...]:
-    loaded = [getattr(sys.modules[module], name, None) for module, name in INPUT_ERROR_CLASSES
-              if module in sys.modules]
-    return (UserError, *[cls for cls in loaded if isinstance(cls, type)])
-
-
 @contextmanager
 def user_input(context: str | None = None) -> Iterator[None]:
     """Inside, :data:`INPUT_ERRORS` become :class:`UserError` (``context: message`` when a context is given).
@@ -102,9 +86,8 @@ def find_cause(
 def find_user_error(
     error: BaseException, unwrap: Callable[[BaseException], list[BaseException]] = lambda e: [],
 ) -> BaseException | None:
-    """The :class:`UserError` (or :data:`INPUT_ERROR_CLASSES` error) that ``error`` is or was caused by, else None."""
-    classes = _user_error_classes()
-    return find_cause(error, lambda e: isinstance(e, classes), unwrap)
+    """The :class:`UserError` that ``error`` is or was caused by, else None."""
+    return find_cause(error, lambda e: isinstance(e, UserError), unwrap)
 
 
 def run_reporting_user_errors(
@@ -123,5 +106,5 @@ def run_reporting_user_errors(
         return EXIT_USER_ERROR
 
 
-__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "INPUT_ERROR_CLASSES", "UserError", "find_cause", "find_user_error",
+__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "UserError", "find_cause", "find_user_error",
            "one_line", "run_reporting_user_errors", "user_input", "wrapped_causes"]

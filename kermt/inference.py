@@ -35,6 +35,7 @@ from kermt.checkpoint.spec import CheckpointSpec
 from kermt.chem.descriptors import GENERATOR_WIDTHS
 from kermt.config import ReadoutConfig
 from kermt.data.featurize import FeaturizedMolecules
+from kermt.errors import UserError
 from kermt.nn.encoder import KermtEmbedding
 from kermt.nn.fingerprint import FingerprintSource, fingerprint_from_embeddings
 from kermt.nn.readout import Readout
@@ -43,7 +44,7 @@ FAMILIES = ("atom_from_atom", "atom_from_bond", "bond_from_atom", "bond_from_bon
 SKIPPED_FILES = ("last_checkpoint.pt", "training_state.pt")  # resumable training state, not a best model
 
 
-class FeatureMismatchError(ValueError):
+class FeatureMismatchError(UserError):
     """The molecule features offered for prediction are not the ones the checkpoint was trained with."""
 
 
@@ -65,7 +66,8 @@ def find_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
 
     root = Path(checkpoint_dir)
     if not root.is_dir():
-        raise FileNotFoundError(f"checkpoint_dir {root} is not a directory")
+        raise UserError(f"--checkpoint_dir {root} is not a directory" + ("" if root.exists() else " (it does not "
+                        "exist)") + "; pass the directory a finetune run saved to, or --checkpoint_path for one model")
     found: list[Path] = []
     for directory, subdirs, files in os.walk(root):
         here = Path(directory)
@@ -77,7 +79,8 @@ def find_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
             found += [here / f for f in files if f.endswith(".pt") and f not in SKIPPED_FILES
                       and not f.startswith(".")]
     if not found:
-        raise FileNotFoundError(f"no checkpoint under {root} (looked for native model directories and .pt files)")
+        raise UserError(f"--checkpoint_dir {root}: no checkpoint under it (looked for native model directories and "
+                        ".pt files); pass the --save_dir of a finished finetune run")
     return sorted(found, key=_natural_key)
 
 
@@ -91,12 +94,14 @@ def _visible_after_recovery(here: Path, subdirs: list[str]) -> list[str]:
     return [d for d in subdirs if not d.startswith(".")] + recovered
 
 
-def read_members(paths: Sequence[str | Path], trust_pickle: bool = False) -> list[Checkpoint]:
-    """Read every member; each must be a finetuned checkpoint."""
-    members = [read_checkpoint(p, trust_pickle=trust_pickle) for p in paths]
+def read_members(paths: Sequence[str | Path], trust_pickle: bool = False,
+                 dataset_type: str | None = None) -> list[Checkpoint]:
+    """Read every member; each must be a finetuned checkpoint. ``dataset_type``: the user's, for a file that stores
+    neither its dataset type nor a ``data_scaler`` entry (see :func:`kermt.checkpoint.read_checkpoint`)."""
+    members = [read_checkpoint(p, trust_pickle=trust_pickle, dataset_type=dataset_type) for p in paths]
     for member in members:
         if member.spec.kind != "finetuned":
-            raise ValueError(f"{member.path} is a {member.spec.kind} (pretraining) checkpoint: it has no prediction "
+            raise UserError(f"{member.path} is a {member.spec.kind} (pretraining) checkpoint: it has no prediction "
                              "head; use `kermt fingerprint` or `kermt embed` for its embeddings")
     return members
 
@@ -129,7 +134,8 @@ def _expected(spec: CheckpointSpec) -> tuple[tuple[str, ...], int]:
     if settings.use_cuikmolmaker_featurization or any("cuik" in g for g in settings.features_generator):
         raise FeatureMismatchError(
             "the checkpoint was trained with cuik-molmaker descriptors, which differ from descriptastorus by up to "
-            "1.0 per value; this app computes descriptastorus features only, so it cannot reproduce them")
+            "1.0 per value; this app computes descriptastorus features only, so it cannot reproduce them: predict "
+            "with upstream KERMT and cuik-molmaker, or retrain with --features_generator rdkit_2d_normalized")
     return tuple(settings.features_generator), spec.head.features_size
 
 
@@ -148,7 +154,8 @@ def plan_features(specs: Sequence[CheckpointSpec], features_generator: Sequence[
     expected = {_expected(spec) for spec in specs}
     if len(expected) > 1:
         raise FeatureMismatchError("ensemble members were trained with different molecule features: "
-                                   + "; ".join(describe_expected(*e) for e in sorted(expected)))
+                                   + "; ".join(describe_expected(*e) for e in sorted(expected))
+                                   + "; predict with each group of members separately")
     generator, width = expected.pop()
     wanted = describe_expected(generator, width)
     if features_generator is not None and features_path_width is not None:
@@ -167,7 +174,8 @@ def plan_features(specs: Sequence[CheckpointSpec], features_generator: Sequence[
     if width and not generator:
         raise FeatureMismatchError(f"the checkpoint expects {wanted}; pass them with --features_path")
     if generator and sum(GENERATOR_WIDTHS[g] for g in generator) != width:
-        raise FeatureMismatchError(f"the checkpoint records generator {generator} but a features width of {width}")
+        raise FeatureMismatchError(f"the checkpoint records generator {generator} but a features width of {width}; "
+                                   "the file is inconsistent: pass the features it was trained with via --features_path")
     note = f"molecule features: {' '.join(generator)} (from the checkpoint)" if generator else None
     return FeaturePlan(generator, width, note=note)
 
@@ -208,7 +216,8 @@ class Ensemble:
         names = {task_names(s) for s in self.specs}
         kinds = {s.head.dataset_type for s in self.specs}
         if len(names) > 1 or len(kinds) > 1:
-            raise ValueError(f"ensemble members disagree on tasks {sorted(names)} or dataset type {sorted(kinds)}")
+            raise UserError(f"ensemble members disagree on tasks {sorted(names)} or dataset type {sorted(kinds)}: "
+                            "their models were trained on different data; predict with each group separately")
         self.task_names = names.pop()
         self.dataset_type = kinds.pop()
         self.device = torch.device(device)
@@ -299,7 +308,7 @@ class Embedder:
         needed = {"atom": FAMILIES[:2], "bond": FAMILIES[2:], "both": FAMILIES}[source]
         missing = [f for f in needed if f not in self.families]
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"--fingerprint_source {source} needs the encoder's {', '.join(missing)} output, but {self.path} has "
                 "no bond-output branches (a finetuned model built without them); use --fingerprint_source atom")
 

@@ -64,4 +64,5 @@ def check_inputs(config: FinetuneConfig) -> None:
 
         check_checkpoint_file(config.checkpoint_path, "--checkpoint_path")
         with user_input(f"--checkpoint_path {config.checkpoint_path}"):
-            read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint)
+            read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
+                            dataset_type=config.dataset_type)

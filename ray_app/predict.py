@@ -35,6 +35,9 @@ class ScreeningConfig(BaseModel):
                                             "a SMILES file's name column)")
     batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it, see README)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
+    dataset_type: Optional[Literal["regression", "classification"]] = Field(
+        None, description="only for an upstream finetuned checkpoint that stores neither its dataset type nor "
+        "target statistics (a checkpoint that stores it decides; a different value is an error)")
     address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
     use_gpu: bool = Field(False, description="run the model actors on GPUs")
     num_gpus_per_actor: float = Field(1.0, gt=0, description="GPUs per model actor with --use_gpu (fractions ok)")

@@ -91,7 +91,7 @@ def _members(config: PredictConfig) -> list[Checkpoint]:
     paths = find_checkpoints(config.checkpoint_dir) if config.checkpoint_dir else [Path(config.checkpoint_path)]
     for path in paths:
         check_checkpoint_file(path, "--checkpoint_dir member" if config.checkpoint_dir else "--checkpoint_path")
-    members = read_members(paths, trust_pickle=config.trust_checkpoint)
+    members = read_members(paths, trust_pickle=config.trust_checkpoint, dataset_type=config.dataset_type)
     log(f"ensemble of {len(members)} model(s): " + ", ".join(str(m.path) for m in members))
     return members
 
@@ -158,7 +158,8 @@ def run_predict(config: PredictConfig) -> int:
 def _embedding_checkpoint(config: FingerprintConfig | EmbedConfig) -> Checkpoint:
     check_checkpoint_file(config.checkpoint_path, "--checkpoint_path")
     with user_input():
-        checkpoint = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint)
+        checkpoint = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
+                                     dataset_type=config.dataset_type)
     log(f"{checkpoint.path}: {checkpoint.spec.kind} checkpoint")
     return checkpoint
 

@@ -40,7 +40,8 @@ class _Resolver:
     def from_shape(self, name: str, value: Any) -> Any:
         saved = self.args.get(name)
         if saved is not None and saved != value:
-            raise ValueError(f"{self.source}: saved args say {name}={saved!r} but the tensors imply {value!r}")
+            raise UserError(f"{self.source}: saved args say {name}={saved!r} but the tensors imply {value!r}; the "
+                            "file is inconsistent (edited or damaged): use the checkpoint as it was saved")
         if name not in self.args:
             self.notes.append(f"{name}={value!r} inferred from tensor shapes (not in saved args)")
         return value
@@ -52,13 +53,14 @@ class _Resolver:
         return default
 
 
-def classify_kind(keys: list[str]) -> CheckpointKind:
+def classify_kind(keys: list[str], source: str = "checkpoint") -> CheckpointKind:
     """grover_base (encoder only) | vocab | cmim | hybrid | finetuned, from canonical key prefixes."""
     def has(*prefixes: str) -> bool:
         return any(k.startswith(prefixes) for k in keys)
 
     if not has(ENCODER_PREFIX):
-        raise ValueError("no encoder keys (kermt.*, grover.* or latent_dist.kermt.*): not a KERMT/GROVER checkpoint")
+        raise UserError(f"{source}: no encoder keys (kermt.*, grover.* or latent_dist.kermt.*): not a KERMT/GROVER "
+                        "checkpoint; pass a model saved by KERMT, GROVER or kermt")
     if has("mol_atom_from_atom_ffn", "mol_atom_from_bond_ffn"):
         return "finetuned"
     vocab = has("vocab_module.", "av_task_", "bv_task_", "fg_task_all.")
@@ -74,7 +76,7 @@ def describe_checkpoint(args: dict[str, Any], state_dict: dict[str, torch.Tensor
 
     ``dataset_type``: the caller's (the user's ``--dataset_type``), used when the file does not store one.
     """
-    kind = classify_kind(list(state_dict))
+    kind = classify_kind(list(state_dict), source)
     resolve = _Resolver(args, source)
     encoder = _encoder(state_dict, resolve)
     readout = head = None
@@ -114,13 +116,13 @@ def _encoder(sd: dict[str, torch.Tensor], resolve: _Resolver) -> EncoderConfig:
     prelu = f"{_BLOCK}0.act_func.weight" in sd
     saved_activation = resolve.args.get("activation")
     if saved_activation is not None and (saved_activation == "PReLU") != prelu:
-        raise ValueError(f"{resolve.source}: saved activation {saved_activation!r} contradicts the tensors "
+        raise UserError(f"{resolve.source}: saved activation {saved_activation!r} contradicts the tensors "
                          f"({'has' if prelu else 'no'} PReLU slopes)")
     activation = "PReLU" if prelu else resolve.from_args("activation", "ReLU")
     if prelu and saved_activation is None:
         resolve.notes.append("activation='PReLU' inferred from the PReLU slope tensors")
     if resolve.args.get("undirected"):
-        raise ValueError(f"{resolve.source}: saved args say undirected=True, which upstream KERMT cannot run (its node "
+        raise UserError(f"{resolve.source}: saved args say undirected=True, which upstream KERMT cannot run (its node "
                          "blocks index atom messages with reverse-bond indices) and kermt refuses; this checkpoint "
                          "was not trained by a working upstream model")
     return EncoderConfig(
@@ -147,7 +149,8 @@ def _output_type(keys: list[str], resolve: _Resolver) -> str:
         resolve.notes.append(f"embedding_output_type={built!r} inferred from the output branches present")
         return built
     if built != "both" and saved != built:  # upstream builds all four branches whatever the type, so "both" fits any
-        raise ValueError(f"{resolve.source}: saved embedding_output_type={saved!r} but only {built} branches exist")
+        raise UserError(f"{resolve.source}: saved embedding_output_type={saved!r} but only {built} branches exist; "
+                        "the file is inconsistent (edited or damaged)")
     return saved
 
 
@@ -175,8 +178,8 @@ def _dataset_type(resolve: _Resolver, raw: dict[str, Any], given: str | None) ->
     saved = resolve.args.get("dataset_type")
     if saved is not None:
         if given is not None and given != saved:
-            raise ValueError(f"{resolve.source}: the checkpoint was trained as {saved} but dataset_type={given!r} "
-                             "was asked for")
+            raise UserError(f"{resolve.source}: the checkpoint was trained as {saved} but dataset_type={given!r} "
+                            "was asked for; drop --dataset_type (the checkpoint decides it)")
         return saved
     if given is not None:
         resolve.notes.append(f"dataset_type={given!r} given (not stored in the checkpoint)")

@@ -16,9 +16,10 @@ import torch
 from torch import nn
 
 from kermt.checkpoint.keys import OTHER_GROUP, group_of
+from kermt.errors import UserError
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """The checkpoint does not fit the model (missing key, shape mismatch or unexplained key)."""
 
 

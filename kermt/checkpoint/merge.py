@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt.errors import UserError
 
 ENCODER_ARCHITECTURE = ("hidden_size", "depth", "num_attn_head", "num_mt_block", "activation", "bias", "undirected",
                         "atom_fdim", "bond_fdim")
@@ -28,7 +29,7 @@ HEAD_ARCHITECTURE = ("num_tasks", "dataset_type", "features_size", "ffn_hidden_s
                      "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size", "activation")
 
 
-class ArchitectureConflictError(ValueError):
+class ArchitectureConflictError(UserError):
     """A user setting contradicts the architecture stored in the checkpoint."""
 
 

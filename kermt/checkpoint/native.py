@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from kermt.checkpoint.loader import tied_groups
 from kermt.checkpoint.spec import CheckpointSpec
+from kermt.errors import UserError
 
 FORMAT_NAME = "kermt-native"
 FORMAT_VERSION = 1
@@ -137,29 +139,52 @@ def load_native(directory: str | Path) -> NativeCheckpoint:
     """Read a native checkpoint directory (no pickle involved)."""
     directory = Path(directory)
     if not is_native_checkpoint(directory):
-        raise FileNotFoundError(f"{directory} is not a native kermt checkpoint (needs {CONFIG_FILE} and {WEIGHTS_FILE})")
-    config = json.loads((directory / CONFIG_FILE).read_text())
+        raise UserError(f"{directory} is not a native kermt checkpoint (needs {CONFIG_FILE} and {WEIGHTS_FILE}); "
+                        "pass a model directory written by kermt, or an upstream .pt file")
+    config = _read_config(directory / CONFIG_FILE)
     if config.get("format") != FORMAT_NAME:
-        raise ValueError(f"{directory / CONFIG_FILE}: format {config.get('format')!r}, expected {FORMAT_NAME!r}")
+        raise UserError(f"{directory / CONFIG_FILE}: format {config.get('format')!r}, expected {FORMAT_NAME!r}; "
+                        "this directory was not written by kermt")
     if config.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(f"{directory}: format version {config['format_version']} is newer than this kermt "
-                         f"understands ({FORMAT_VERSION}); upgrade kermt")
-    weights = load_file(str(directory / WEIGHTS_FILE))
+        raise UserError(f"{directory}: format version {config['format_version']} is newer than this kermt "
+                        f"understands ({FORMAT_VERSION}); upgrade kermt")
+    weights = _read_tensors(directory / WEIGHTS_FILE)
     tied: dict[str, str] = config.pop("tied", {})
-    state_dict = _with_aliases(weights, tied)
+    state_dict = _with_aliases(weights, tied, directory)
     passthrough_names = config.pop("passthrough", [])
-    passthrough = load_file(str(directory / PASSTHROUGH_FILE)) if passthrough_names else {}
+    passthrough = _read_tensors(directory / PASSTHROUGH_FILE) if passthrough_names else {}
     provenance = config.pop("provenance", {})
     for key in ("format", "format_version"):
         config.pop(key)
     return NativeCheckpoint(directory, CheckpointSpec.from_dict(config), state_dict, passthrough, provenance)
 
 
-def _with_aliases(weights: dict[str, torch.Tensor], tied: dict[str, str]) -> dict[str, torch.Tensor]:
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"{path}: cannot read it as JSON ({error}); the checkpoint is damaged: copy it again") from error
+    if not isinstance(config, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(config).__name__}; the checkpoint is damaged")
+    return config
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise UserError(f"{path} is missing; the native checkpoint is incomplete: copy the whole directory again")
+    try:
+        return load_file(str(path))
+    except (OSError, SafetensorError) as error:
+        raise UserError(f"{path}: cannot read it as safetensors ({error}); the file is truncated or corrupt: copy "
+                        "the checkpoint again") from error
+
+
+def _with_aliases(weights: dict[str, torch.Tensor], tied: dict[str, str], directory: Path) -> dict[str, torch.Tensor]:
     """Re-insert every tied name as the very tensor object of the name it is tied to."""
     missing = sorted(target for target in tied.values() if target not in weights)
     if missing:
-        raise ValueError(f"native checkpoint ties names to tensors it does not hold: {missing[:3]}")
+        raise UserError(f"{directory}: the native checkpoint ties names to tensors it does not hold: {missing[:3]}; "
+                        "the checkpoint is damaged")
     state_dict = dict(weights)
     for alias, target in tied.items():
         state_dict[alias] = weights[target]

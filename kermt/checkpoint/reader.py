@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 from kermt.checkpoint.keys import BOND_BRANCH_PREFIXES
-from kermt.checkpoint.loader import LoadReport, load_into_model
+from kermt.checkpoint.loader import CheckpointMismatchError, LoadReport, load_into_model
 from kermt.checkpoint.native import is_native_checkpoint, load_native, save_native
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.checkpoint.upstream import read_upstream_checkpoint
+from kermt.errors import UserError
 
 # Parameters a finetune model gets fresh when its encoder comes from a pretraining checkpoint.
 FRESH_HEAD_PREFIXES = ("readout.", "mol_atom_from_atom_ffn", "mol_atom_from_bond_ffn", "mtl_log_sigma")
@@ -50,8 +51,8 @@ def read_checkpoint(path: str | Path, *, trust_pickle: bool = False, dataset_typ
         return Checkpoint(path, "native", native.spec, native.state_dict, native.passthrough,
                           provenance=native.provenance)
     if path.is_dir():
-        raise FileNotFoundError(f"{path} is a directory but not a native kermt checkpoint (no config.json + "
-                                "model.safetensors); pass the .pt file itself for upstream checkpoints")
+        raise UserError(f"{path} is a directory but not a native kermt checkpoint (no config.json + "
+                        "model.safetensors); pass the .pt file itself for upstream checkpoints")
     upstream = read_upstream_checkpoint(path, trust_pickle=trust_pickle, dataset_type=dataset_type)
     provenance = {"source_format": "upstream-pt", "source_file": path.name, "source_sha256": upstream.sha256}
     return Checkpoint(path, "upstream", upstream.spec, upstream.state_dict,
@@ -64,8 +65,7 @@ def load_finetune_model(checkpoint: Checkpoint) -> tuple[nn.Module, LoadReport]:
 
     model = KermtFinetuneModel(checkpoint.spec.finetune_model_config())
     fresh = FRESH_FROM_UPSTREAM_FINETUNED if checkpoint.format == "upstream" else ()
-    report = load_into_model(model, checkpoint.state_dict, fresh, checkpoint.ignored_entries())
-    return model, report
+    return model, _load(model, checkpoint, fresh)
 
 
 def load_pretrain_model(checkpoint: Checkpoint) -> tuple[nn.Module, LoadReport]:
@@ -76,18 +76,28 @@ def load_pretrain_model(checkpoint: Checkpoint) -> tuple[nn.Module, LoadReport]:
     from kermt.nn.pretrain_model import KermtPretrainModel
 
     if checkpoint.spec.kind not in ("vocab", "cmim", "hybrid"):
-        raise ValueError(f"{checkpoint.path} is a {checkpoint.spec.kind} checkpoint, not a pretraining one")
+        raise UserError(f"{checkpoint.path} is a {checkpoint.spec.kind} checkpoint, not a pretraining one; pass a "
+                        "vocab, cmim or hybrid pretraining checkpoint")
     names = {f.name for f in dataclasses.fields(PretrainHeadsConfig)}
     settings = {k: v for k, v in checkpoint.spec.pretrain.items() if k in names}
     settings["pretrain_mode"] = checkpoint.spec.kind  # the tensors decide, whatever args.pretrain_mode said
     model = KermtPretrainModel(checkpoint.spec.encoder, PretrainHeadsConfig(**settings))
-    return model, load_into_model(model, checkpoint.state_dict, (), checkpoint.ignored_entries())
+    return model, _load(model, checkpoint, ())
 
 
 def load_pretrained_weights(model: nn.Module, checkpoint: Checkpoint,
                             expected_fresh_prefixes: tuple[str, ...] = FRESH_HEAD_PREFIXES) -> LoadReport:
     """Load a pretrained encoder into a finetune model whose head is new (reported as initialised fresh)."""
-    return load_into_model(model, checkpoint.state_dict, expected_fresh_prefixes, checkpoint.ignored_entries())
+    return _load(model, checkpoint, expected_fresh_prefixes)
+
+
+def _load(model: nn.Module, checkpoint: Checkpoint, fresh: tuple[str, ...]) -> LoadReport:
+    """:func:`load_into_model`; a checkpoint that does not fit names its file."""
+    try:
+        return load_into_model(model, checkpoint.state_dict, fresh, checkpoint.ignored_entries())
+    except CheckpointMismatchError as error:
+        raise CheckpointMismatchError(f"{checkpoint.path}: {error}\nThe file's tensors do not match the model it "
+                                      "describes: use the checkpoint as it was saved") from error
 
 
 def unbuilt_encoder_tensors(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:

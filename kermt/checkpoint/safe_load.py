@@ -14,12 +14,16 @@ import codecs
 import collections
 import pickle
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
+
+from kermt.errors import UserError
 
 # One entry per global that upstream checkpoints pickle. Each only rebuilds plain data (no attribute lookups on
 # arbitrary objects, no callables of the file's choosing). numpy 1.x wrote ``numpy.core.*``; numpy 2 writes
@@ -50,8 +54,12 @@ def _global_name(entry: Callable | tuple[Callable, str]) -> str:
 ALLOWED_GLOBALS: frozenset[str] = frozenset(_global_name(entry) for entry in _ALLOWED)
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
+class UnsafeCheckpointError(UserError, pickle.UnpicklingError):
     """A checkpoint's pickle references a global outside the allowlist; nothing from it was executed."""
+
+
+class UnreadableCheckpointError(UserError):
+    """A file that looks like a checkpoint but torch cannot read (truncated, corrupt, not a torch.save file)."""
 
 
 def load_pickled_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> dict[str, Any]:
@@ -63,27 +71,55 @@ def load_pickled_checkpoint(path: str | Path, *, trust_pickle: bool = False) -> 
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
+        raise UserError(f"checkpoint {path} does not exist or is not a file; check the path")
     if trust_pickle:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        with _unreadable_as_user_error(path):
+            state = torch.load(path, map_location="cpu", weights_only=False)
     else:
         _refuse_unlisted_globals(path)
-        try:
-            with safe_globals(_ALLOWED):
-                state = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as error:  # legacy (non-zip) files are not pre-scanned
-            raise _unsafe_error(path, _offending_from_message(str(error))) from None
+        with _unreadable_as_user_error(path):
+            try:
+                with safe_globals(_ALLOWED):
+                    state = torch.load(path, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError as error:  # legacy (non-zip) files are not pre-scanned
+                if "GLOBAL" not in str(error) and "Unsupported global" not in str(error):
+                    raise
+                raise _unsafe_error(path, _offending_from_message(str(error))) from None
     if not isinstance(state, dict):
-        raise ValueError(f"checkpoint {path} holds a {type(state).__name__}, expected a dict")
+        raise UserError(f"checkpoint {path} holds a {type(state).__name__}, expected a dict of model entries; "
+                        "pass a checkpoint saved by KERMT, GROVER or kermt")
     return state
+
+
+@contextmanager
+def _unreadable_as_user_error(path: Path) -> Iterator[None]:
+    """torch's errors for a file it cannot read (truncated zip, corrupt pickle) as one that names the file. Any
+    exception counts: what torch.load raises for damaged bytes varies (RuntimeError, EOFError, struct.error, ...)."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as error:  # noqa: BLE001 - see the docstring
+        raise UnreadableCheckpointError(
+            f"checkpoint {path} cannot be read ({_torch_reason(error)}); the file is truncated or corrupt: copy or download it "
+            "again") from error
+
+
+def _torch_reason(error: BaseException) -> str:
+    """The informative part of torch's message: the weights-only unpickler's reason, else the first sentence."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n\n")[0]
+    text = " ".join(text.split())
+    return (text.split(". ")[0].rstrip(".") or type(error).__name__)[:160]
 
 
 def _refuse_unlisted_globals(path: Path) -> None:
     """Scan the pickle opcodes (no execution) of a zip-format checkpoint and refuse unlisted globals."""
     try:
         found = get_unsafe_globals_in_checkpoint(path)
-    except (RuntimeError, ValueError, pickle.UnpicklingError):
-        return  # not zip format: torch.load's own weights_only unpickler still refuses unlisted globals
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError):
+        return  # not zip format, or damaged: torch.load refuses unlisted globals itself, or reports the damage
     offending = [name for name in found if name not in ALLOWED_GLOBALS]
     if offending:
         raise _unsafe_error(path, offending)
@@ -102,4 +138,4 @@ def _unsafe_error(path: Path, offending: list[str]) -> UnsafeCheckpointError:
     )
 
 
-__all__ = ["ALLOWED_GLOBALS", "UnsafeCheckpointError", "load_pickled_checkpoint"]
+__all__ = ["ALLOWED_GLOBALS", "UnreadableCheckpointError", "UnsafeCheckpointError", "load_pickled_checkpoint"]

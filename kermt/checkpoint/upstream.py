@@ -19,6 +19,7 @@ from kermt.checkpoint.classify import describe_checkpoint
 from kermt.checkpoint.keys import canonical_state_dict
 from kermt.checkpoint.safe_load import load_pickled_checkpoint
 from kermt.checkpoint.spec import CheckpointSpec
+from kermt.errors import UserError
 
 MODEL_ENTRIES = ("args", "state_dict", "data_scaler", "features_scaler")
 TRAINING_ENTRIES = ("optimizer", "scheduler", "epoch", "scheduler_step", "batch_idx", "wandb_run_id")
@@ -57,7 +58,8 @@ def read_upstream_checkpoint(path: str | Path, *, trust_pickle: bool = False,
     path = Path(path)
     raw = load_pickled_checkpoint(path, trust_pickle=trust_pickle)
     if "state_dict" not in raw:
-        raise ValueError(f"{path}: no 'state_dict' entry (found {sorted(raw)}); not an upstream KERMT checkpoint")
+        raise UserError(f"{path}: no 'state_dict' entry (found {sorted(raw)}); not an upstream KERMT checkpoint: "
+                        "pass a model.pt saved by KERMT or GROVER")
     args = _args_dict(raw.get("args"), path)
     state_dict = canonical_state_dict({k: v for k, v in raw["state_dict"].items()})
     spec = describe_checkpoint(args, state_dict, raw, source=str(path), dataset_type=dataset_type)
@@ -75,7 +77,8 @@ def _args_dict(args: Any, path: Path) -> dict[str, Any]:
         return dict(vars(args))
     if isinstance(args, dict):
         return dict(args)
-    raise ValueError(f"{path}: 'args' is a {type(args).__name__}, expected an argparse.Namespace")
+    raise UserError(f"{path}: 'args' is a {type(args).__name__}, expected an argparse.Namespace; the file was not "
+                    "saved by KERMT or GROVER")
 
 
 def _with_note(spec: CheckpointSpec, note: str) -> CheckpointSpec:

@@ -37,7 +37,8 @@ def load_features(path: str | Path, expected_rows: int | None = None) -> tuple[n
     """Read one features file. Returns (features [N, F] float64, valid [N] bool).
 
     Files without a ``valid`` array (upstream's) count every row that is not all-NaN as valid. NaN inside
-    valid rows becomes 0, as upstream does when it attaches loaded features to a datapoint.
+    valid rows becomes 0, as upstream does when it attaches loaded features to a datapoint; ±inf in a valid row is
+    an error naming the row and column (upstream lets it reach the scaler, which turns the column into garbage).
     ``expected_rows``: the CSV's data-row count; a mismatch is an error.
     """
     features, valid = _read_npz(Path(path))
@@ -45,6 +46,10 @@ def load_features(path: str | Path, expected_rows: int | None = None) -> tuple[n
         features = features[:, None]
     if valid is None:
         valid = ~np.isnan(features).all(axis=1) if features.shape[1] else np.ones(len(features), dtype=bool)
+    if valid.shape != (features.shape[0],):
+        raise UserError(f"{path}: 'valid' has shape {valid.shape} but 'features' has {features.shape[0]} rows; "
+                        "rewrite the file with save_features")
+    _refuse_infinite(path, features, valid)
     features[valid] = np.nan_to_num(features[valid], nan=0.0, posinf=np.inf, neginf=-np.inf)
     if expected_rows is not None and features.shape[0] != expected_rows:
         raise UserError(
@@ -52,6 +57,16 @@ def load_features(path: str | Path, expected_rows: int | None = None) -> tuple[n
             "have one row per CSV row (upstream's save_features drops invalid rows, which misaligns them)"
         )
     return features, valid
+
+
+def _refuse_infinite(path: str | Path, features: np.ndarray, valid: np.ndarray) -> None:
+    infinite = np.isinf(features) & valid[:, None]
+    if infinite.any():
+        row, column = (int(i) for i in np.argwhere(infinite)[0])
+        raise UserError(
+            f"{path}: row {row} (data row {row}, counted from 0), column {column} is {features[row, column]:+}; "
+            f"{int(infinite.sum())} infinite value(s) in all. Features must be finite: recompute them, or write NaN "
+            "for a value that is missing (it becomes 0, as upstream)")
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:

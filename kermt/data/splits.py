@@ -22,6 +22,8 @@ from pathlib import Path
 from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
+from kermt.errors import UserError
+
 SPLIT_TYPES = ("random", "scaffold_balanced", "index_predetermined", "crossval", "predetermined")
 
 
@@ -39,7 +41,8 @@ class Split:
 
 def check_sizes(sizes: Sequence[float]) -> tuple[float, float, float]:
     if len(sizes) != 3 or any(s < 0 for s in sizes) or abs(sum(sizes) - 1.0) > 1e-6:
-        raise ValueError(f"split_sizes must be three non-negative fractions summing to 1, got {list(sizes)}")
+        raise UserError(f"split_sizes must be three non-negative fractions summing to 1, got {list(sizes)}; pass "
+                        "e.g. --split_sizes 0.8 0.1 0.1")
     return float(sizes[0]), float(sizes[1]), float(sizes[2])
 
 
@@ -93,29 +96,49 @@ def load_index_file(path: str | Path) -> list:
     """Read a JSON index file. Pickle files are refused: they can run code (convert them to JSON once)."""
     path = Path(path)
     if path.suffix in (".pkl", ".pckl", ".pickle"):
-        raise ValueError(
+        raise UserError(
             f"{path}: pickled index files are not loaded (unpickling can run code). Convert it to JSON, e.g. "
             f"python -c \"import pickle,json; json.dump(pickle.load(open('{path}','rb')), open('{path.with_suffix('.json')}','w'))\""
         )
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as error:
+        raise UserError(f"index file {path}: cannot read it ({error.strerror or error}); check the path") from error
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"index file {path}: not valid JSON ({error}); index files are JSON lists of row-index "
+                        "lists") from error
+    if not isinstance(data, list):
+        raise UserError(f"index file {path}: expected a JSON list (one entry per fold), got {type(data).__name__}")
+    return data
+
+
+def _fold(path: str | Path, folds: list, fold: int, flag: str | None = None) -> list:
+    """Entry ``fold`` of an index file's list of folds (a list itself), or a UserError naming the file and what
+    to change: ``flag`` (e.g. --test_fold_index) when the user named the fold, else --num_folds."""
+    if not 0 <= fold < len(folds):
+        remedy = (f"use a {flag} in [0, {len(folds)})" if flag else f"run with --num_folds {len(folds)} or fewer")
+        raise UserError(f"index file {path}: {flag or 'fold'} {fold} requested but the file holds {len(folds)} "
+                        f"folds; {remedy}")
+    if not isinstance(folds[fold], list):
+        raise UserError(f"index file {path}: fold {fold} is a {type(folds[fold]).__name__}, expected a list")
+    return folds[fold]
 
 
 def index_predetermined_split(index_file: str | Path, fold: int, n: int) -> Split:
     """Fold ``fold`` of a JSON list ``[[train_idx, val_idx, test_idx], ...]`` (row indices after validation)."""
-    folds = load_index_file(index_file)
-    if not 0 <= fold < len(folds):
-        raise ValueError(f"{index_file}: fold {fold} requested but the file holds {len(folds)} folds")
-    return _checked_split(folds[fold], n, f"{index_file} fold {fold}")
+    parts = _fold(index_file, load_index_file(index_file), fold)
+    return _checked_split(parts, n, f"index file {index_file} fold {fold}")
 
 
 def crossval_split(index_dir: str | Path, index_file: str | Path, fold: int, n: int) -> Split:
     """Fold ``fold`` lists file ids per part; each id names ``{index_dir}/{id}.json`` holding row indices."""
-    folds = load_index_file(index_file)
-    if not 0 <= fold < len(folds):
-        raise ValueError(f"{index_file}: fold {fold} requested but the file holds {len(folds)} folds")
-    parts = [[i for file_id in ids for i in load_index_file(Path(index_dir) / f"{file_id}.json")] for ids in folds[fold]]
-    return _checked_split(parts, n, f"{index_file} fold {fold}")
+    ids_per_part = _fold(index_file, load_index_file(index_file), fold)
+    if not all(isinstance(ids, list) for ids in ids_per_part):
+        raise UserError(f"index file {index_file}: fold {fold} must hold [train, val, test] lists of file ids")
+    parts = [[i for file_id in ids for i in load_index_file(Path(index_dir) / f"{file_id}.json")]
+             for ids in ids_per_part]
+    return _checked_split(parts, n, f"index file {index_file} fold {fold}")
 
 
 def predetermined_split(
@@ -128,27 +151,25 @@ def predetermined_split(
 ) -> Split:
     """Test = one fold; val = another fold or a seeded cut of the remaining rows at int(s0 * len)."""
     folds = load_index_file(folds_file)
-    for name, index in (("test_fold_index", test_fold_index), ("val_fold_index", val_fold_index)):
-        if index is not None and not 0 <= index < len(folds):
-            raise ValueError(f"{folds_file}: {name} {index} out of range for {len(folds)} folds")
-    test = list(folds[test_fold_index])
+    test = list(_fold(folds_file, folds, test_fold_index, "--test_fold_index"))
     if val_fold_index is not None:
-        val = list(folds[val_fold_index])
+        val = list(_fold(folds_file, folds, val_fold_index, "--val_fold_index"))
         used = {test_fold_index, val_fold_index}
-        train = [i for k, fold in enumerate(folds) if k not in used for i in fold]
+        train = [i for k in range(len(folds)) if k not in used for i in _fold(folds_file, folds, k)]
     else:
-        rest = [i for k, fold in enumerate(folds) if k != test_fold_index for i in fold]
+        rest = [i for k in range(len(folds)) if k != test_fold_index for i in _fold(folds_file, folds, k)]
         random.Random(seed).shuffle(rest)
         cut = int(check_sizes(sizes)[0] * len(rest))
         train, val = rest[:cut], rest[cut:]
-    return _checked_split([train, val, test], n, str(folds_file))
+    return _checked_split([train, val, test], n, f"folds file {folds_file}")
 
 
 def _checked_split(parts: Sequence[Sequence[int]], n: int, source: str) -> Split:
-    if len(parts) != 3:
-        raise ValueError(f"{source}: expected [train, val, test] index lists, got {len(parts)} lists")
+    if len(parts) != 3 or not all(isinstance(part, list) for part in parts):
+        raise UserError(f"{source}: expected [train, val, test] index lists, got {len(parts)} entries")
     for name, part in zip(("train", "val", "test"), parts):
-        bad = [i for i in part if not (isinstance(i, int) and 0 <= i < n)]
+        bad = [i for i in part if not (isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n)]
         if bad:
-            raise ValueError(f"{source}: {name} index {bad[0]!r} is not a row index in [0, {n})")
+            raise UserError(f"{source}: {name} index {bad[0]!r} is not a row index in [0, {n}) (the data has {n} "
+                            "valid molecules); regenerate the index file for this data")
     return Split(*(list(p) for p in parts))

@@ -15,6 +15,7 @@ from kermt.checkpoint import (export_upstream, load_finetune_model, read_checkpo
                               unbuilt_encoder_tensors)
 from kermt.checkpoint.spec import FeatureSettings
 from kermt.data.featurize import featurize_smiles
+from kermt.errors import UserError
 from kermt.inference import (Embedder, Ensemble, FeatureMismatchError, find_checkpoints, map_valid_batches,
                              plan_features, read_members)
 from tests.conftest import FIXTURE_DIR
@@ -96,7 +97,7 @@ def test_find_checkpoints_natural_order_and_errors(tmp_path):
         (tmp_path / f"fold_{fold}" / "model.pt").write_bytes(b"")
     (tmp_path / "fold_2" / "training_state.pt").write_bytes(b"")
     assert [p.parent.name for p in find_checkpoints(tmp_path)] == ["fold_2", "fold_10"]
-    with pytest.raises(FileNotFoundError, match="no checkpoint under"):
+    with pytest.raises(UserError, match="no checkpoint under"):
         find_checkpoints(_empty(tmp_path))
 
 

@@ -15,6 +15,7 @@ from kermt.checkpoint import (
     save_native,
     unbuilt_encoder_tensors,
 )
+from kermt.errors import UserError
 from kermt.inference import find_checkpoints
 from tests.conftest import FIXTURE_DIR
 
@@ -74,7 +75,7 @@ def test_save_replaces_atomically_and_a_failed_save_keeps_the_old_one(tmp_path):
 
 
 def test_not_a_native_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a native kermt checkpoint"):
+    with pytest.raises(UserError, match="not a native kermt checkpoint"):
         read_checkpoint(tmp_path)
 
 

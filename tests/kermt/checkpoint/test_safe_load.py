@@ -15,6 +15,7 @@ import torch
 from torch.serialization import get_unsafe_globals_in_checkpoint
 
 from kermt.checkpoint.safe_load import UnsafeCheckpointError, load_pickled_checkpoint
+from kermt.errors import UserError
 from tests.conftest import FIXTURE_DIR
 
 STRUCTURE = json.loads((FIXTURE_DIR / "ckpt_structure.json").read_text())
@@ -124,7 +125,7 @@ def test_numpy1_module_names_of_old_grover_files_are_allowed(tmp_path):
 
 
 def test_missing_file_and_non_dict_are_clear_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.pt"):
+    with pytest.raises(UserError, match="nope.pt does not exist"):
         load_pickled_checkpoint(tmp_path / "nope.pt")
     torch.save(torch.zeros(2), tmp_path / "tensor.pt")
     with pytest.raises(ValueError, match="expected a dict"):
