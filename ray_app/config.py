@@ -9,6 +9,7 @@ Deliberate differences from upstream:
 - ``--dataset_type`` has no silent "classification" default: it is given, or inferred from the labels.
 - ``--early_stop_epoch`` is implemented (patience in epochs without improvement).
 - Architecture flags given next to a checkpoint must agree with it; training settings are never overridden by it.
+- ``--undirected`` is not offered (see :data:`REMOVED_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ METRICS = (
 )  # fmt: skip
 SPLIT_TYPES = ("random", "scaffold_balanced", "predetermined", "crossval", "index_predetermined")
 FEATURE_GENERATORS = ("rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_count", "fgtasklabel")
+# Upstream flags that are refused, and why. A config file may still hold the key at its only working value
+# (null/false: replay files written before the removal do), which is dropped.
+REMOVED_SETTINGS = {
+    "undirected": "undirected message passing is not supported: upstream KERMT crashes with it at the first forward "
+                  "(its node blocks index atom messages with reverse-bond indices), so no working model uses it; "
+                  "remove the setting",
+}
 
 
 class FinetuneConfig(BaseModel):
@@ -95,7 +103,6 @@ class FinetuneConfig(BaseModel):
     num_mt_block: Optional[int] = Field(None)
     activation: Optional[Literal["ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU"]] = Field(None)
     bias: Optional[bool] = Field(None)
-    undirected: Optional[bool] = Field(None)
     dropout: float = Field(0.0, ge=0, lt=1)
     self_attention: bool = Field(False, description="self-attention readout")
     attn_hidden: int = Field(4, ge=1)
@@ -140,6 +147,11 @@ class FinetuneConfig(BaseModel):
         if not self.init_lr <= self.max_lr:
             raise ValueError(f"init_lr {self.init_lr} must not exceed max_lr {self.max_lr}")
         return self
+
+    @property
+    def undirected(self) -> None:
+        """Not a setting (:data:`REMOVED_SETTINGS`): always unset, for callers that read every encoder key."""
+        return None
 
 
 Source = Literal["user", "config", "default"]
@@ -193,6 +205,10 @@ def load_yaml(path: str | Path, schema: type[BaseModel] | None = None) -> dict[s
         raise UserError(f"--config {path}: not valid YAML ({' '.join(str(error).split())})") from error
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of setting -> value, got {type(data).__name__}")
+    for key in [k for k in data if k in REMOVED_SETTINGS and k not in schema.model_fields]:
+        if data[key] not in (None, False):
+            raise UserError(f"{path}: {key}: {data[key]!r}: {REMOVED_SETTINGS[key]}")
+        del data[key]
     unknown = [k for k in data if k not in schema.model_fields]
     if unknown:
         key = unknown[0]
@@ -209,6 +225,8 @@ def resolve(argv: list[str] | None, schema: type[BaseModel] | None = None,
     flags = [u for u in unknown if u.startswith("--")]
     if unknown:
         flag = (flags or unknown)[0]
+        if flag.lstrip("-").partition("=")[0] in REMOVED_SETTINGS:
+            raise UserError(f"{flag}: {REMOVED_SETTINGS[flag.lstrip('-').partition('=')[0]]}")
         valid = [f"--{name}" for name in schema.model_fields] + ["--config"]
         raise UserError(f"unknown argument {flag!r}{did_you_mean(flag, valid)}")
     args = vars(namespace)

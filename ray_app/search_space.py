@@ -28,7 +28,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from kermt.errors import UserError
-from ray_app.config import FinetuneConfig, did_you_mean
+from ray_app.config import REMOVED_SETTINGS, FinetuneConfig, did_you_mean
 
 Kind = Literal["fixed", "choice", "uniform", "loguniform"]
 SAMPLERS = ("choice", "uniform", "loguniform")
@@ -37,7 +37,7 @@ DERIVED = {"final_lr_factor": "final_lr", "init_lr_factor": "init_lr"}
 TUNABLE = (
     "epochs", "batch_size", "warmup_epochs", "init_lr", "max_lr", "final_lr", "weight_decay", "fine_tune_coff",
     "early_stop_epoch", "use_mtl_loss", "hidden_size", "depth", "num_attn_head", "num_mt_block", "activation",
-    "bias", "undirected", "dropout", "self_attention", "attn_hidden", "attn_out", "ffn_hidden_size",
+    "bias", "dropout", "self_attention", "attn_hidden", "attn_out", "ffn_hidden_size",
     "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size", "dist_coff",
     "bond_drop_rate",
 )  # fmt: skip
@@ -150,6 +150,8 @@ def load_space(path: str | Path) -> SearchSpace:
 def _check_name(name: Any, where: str) -> None:
     if name in DERIVED:
         return
+    if name in REMOVED_SETTINGS:
+        raise SearchSpaceError(f"{where}: {REMOVED_SETTINGS[name]}")
     if name not in FinetuneConfig.model_fields:
         valid = list(TUNABLE) + list(DERIVED)
         raise SearchSpaceError(f"{where}: unknown setting{did_you_mean(str(name), valid)}")

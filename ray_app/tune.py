@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import Field, model_validator
 
+from kermt.errors import UserError
 from ray_app.config import FinetuneConfig, Source, build_parser, resolve
 from ray_app.search_space import SearchSpace, load_space, preset
 
@@ -68,17 +69,14 @@ class SweepFailedError(RuntimeError):
 
 
 def main(argv: list[str]) -> int:
-    """`kermt tune ARGS`: 0 when the sweep finished, 2 for bad input, 1 when no trial completed."""
+    """`kermt tune ARGS`: 0 when the sweep finished, 1 when no trial completed. Bad input raises
+    :class:`~kermt.errors.UserError` (the entry point's guard prints it as one line, exit 2)."""
     if any(a in ("-h", "--help") for a in argv):
         build_parser("kermt tune", TuneConfig).print_help()
         return 0
-    try:
-        config, sources = resolve(argv, TuneConfig, "kermt tune")
-        space = config.space()
-        check_resumable(config)
-    except ValueError as error:
-        print(f"kermt tune: error: {error}", file=sys.stderr)
-        return 2
+    config, sources = resolve(argv, TuneConfig, "kermt tune")
+    space = config.space()
+    check_resumable(config)
     from ray_app.tune_driver import run_tune  # Ray is imported only once the input is known to be good
 
     try:
@@ -99,13 +97,19 @@ def check_resumable(config: TuneConfig) -> None:
     path = Path(config.save_dir) / SWEEP_FILE
     if not path.exists():
         return
-    recorded = yaml.safe_load(path.read_text()) or {}
+    try:
+        recorded = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise UserError(f"{path}: cannot read the sweep's recorded settings ({' '.join(str(error).split())}); "
+                        "delete the file only if you mean to start the sweep afresh in this --save_dir") from error
+    if not isinstance(recorded, dict):
+        raise UserError(f"{path}: expected a mapping of the sweep's settings, got {type(recorded).__name__}")
     current = json.loads(json.dumps(sweep_record(config)))
     changed = sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
     if changed:
         details = ", ".join(f"{k}: {recorded.get(k)!r} -> {current.get(k)!r}" for k in changed)
-        raise ValueError(f"{path.parent} holds a sweep with other settings ({details}); resume it with the same "
-                         f"settings or use another --save_dir")
+        raise UserError(f"{path.parent} holds a sweep with other settings ({details}); resume it with the same "
+                        "settings or use another --save_dir")
 
 
 def finetune_sources(config: TuneConfig, sources: dict[str, Source]) -> dict[str, Source]:

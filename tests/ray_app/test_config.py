@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from kermt.errors import UserError
 from ray_app.config import FinetuneConfig, resolve, to_yaml
 
 
@@ -61,3 +62,17 @@ def test_config_is_frozen_and_typed():
     config = FinetuneConfig(data_path="d.csv")
     with pytest.raises(Exception):
         config.epochs = 3  # type: ignore[misc]
+
+
+def test_undirected_is_refused_with_the_reason(tmp_path):
+    """Upstream crashes with undirected message passing, so it is neither a flag nor a config key; a replay file
+    written before its removal holds ``undirected: null`` and still runs."""
+    with pytest.raises(UserError, match=r"^--undirected: undirected message passing is not supported: upstream "):
+        resolve(["--data_path", "d.csv", "--undirected", "true"])
+    path = tmp_path / "run.yaml"
+    path.write_text("data_path: d.csv\nundirected: true\n")
+    with pytest.raises(UserError, match=r"run\.yaml: undirected: True: undirected message passing is not supported"):
+        resolve(["--config", str(path)])
+    path.write_text("data_path: d.csv\nundirected: null\n")
+    config, sources = resolve(["--config", str(path)])
+    assert "undirected" not in sources and "undirected" not in to_yaml(config)

@@ -9,12 +9,16 @@ import optuna
 import pytest
 import yaml
 
+from kermt.errors import UserError
+from ray_app.cli import main as cli_main
 from ray_app.config import FinetuneConfig, resolve
-from ray_app.search_space import SearchSpaceError, load_space, parse_space, preset, trial_settings
+from ray_app.search_space import PRESETS, TUNABLE, SearchSpaceError, load_space, parse_space, preset, trial_settings
 from ray_app.tune import TuneConfig, main
+from tests.conftest import FIXTURE_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = FinetuneConfig(data_path="d.csv")
+SMILES_CSV = str(FIXTURE_DIR / "smiles.csv")
 
 
 def test_sample_space_file_parses_with_every_sampler_kind():
@@ -111,17 +115,40 @@ def test_tune_settings_validate_the_sweep():
         resolve(["--data_path", "d", "--n_trials", "1", "--num_folds", "3"], TuneConfig, "kermt tune")
 
 
+def _tune_error(argv: list[str], capsys) -> str:
+    """``kermt tune ARGV`` through the entry point: exit 2 and one error line (returned), before Ray starts."""
+    assert cli_main(["tune", "--data_path", SMILES_CSV, *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kermt tune: error: "), lines
+    return lines[0]
+
+
 def test_cli_rejects_bad_input_before_starting_ray(tmp_path, capsys):
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"max_lr": {"loguniform": [0, 1e-3]}}))
-    assert main(["--data_path", "d.csv", "--n_trials", "2", "--search_space", str(space)]) == 2
-    assert "kermt tune: error: " in capsys.readouterr().err
-    assert main(["--data_path", "d.csv", "--n_trials", "2", "--search_space", str(tmp_path / "none.yaml")]) == 2
-    assert "cannot read search space" in capsys.readouterr().err
+    assert "space.yaml: max_lr: loguniform needs low > 0" in _tune_error(["--n_trials", "2", "--search_space",
+                                                                          str(space)], capsys)
+    line = _tune_error(["--n_trials", "2", "--search_space", str(tmp_path / "none.yaml")], capsys)
+    assert "cannot read search space" in line and "none.yaml" in line
+    with pytest.raises(UserError, match="loguniform needs low > 0"):  # the library raises, the entry point prints
+        main(["--data_path", "d.csv", "--n_trials", "2", "--search_space", str(space)])
+
+
+def test_undirected_is_neither_a_flag_nor_a_tunable(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"undirected": {"choice": [False, True]}}))
+    line = _tune_error(["--n_trials", "2", "--search_space", str(space)], capsys)
+    assert "space.yaml: undirected: undirected message passing is not supported: upstream KERMT crashes" in line
+    assert "--undirected: undirected message passing is not supported" in _tune_error(
+        ["--n_trials", "2", "--undirected", "true"], capsys)
+    assert "undirected" not in TUNABLE and "undirected" not in FinetuneConfig.model_fields
+    assert all("undirected" not in space for space in PRESETS.values())
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path, capsys):
     (tmp_path / "tune_config.yaml").write_text(yaml.safe_dump({"n_trials": 4}))
-    argv = ["--data_path", "d.csv", "--n_trials", "6", "--save_dir", str(tmp_path)]
-    assert main(argv) == 2
-    assert "holds a sweep with other settings (" in capsys.readouterr().err
+    line = _tune_error(["--n_trials", "6", "--save_dir", str(tmp_path)], capsys)
+    assert f"{tmp_path} holds a sweep with other settings (" in line and "use another --save_dir" in line
+    (tmp_path / "tune_config.yaml").write_text("n_trials: [4\n")
+    line = _tune_error(["--n_trials", "6", "--save_dir", str(tmp_path)], capsys)
+    assert "tune_config.yaml: cannot read the sweep's recorded settings" in line
