@@ -28,18 +28,18 @@ BOND_FDIM = 165  # source atom features (151) + bond features (14)
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """GTransEncoder architecture (spec §4.1–4.4).
+    """GTransEncoder architecture (docs/upstream-compatibility.md#encoder).
 
     ``embedding_output_type`` selects which output branches are *built*: a finetune model builds only the two
     atom-level branches ("atom"), so DDP never sees parameters without gradients. Pretraining uses "both".
 
     ``padding``: "upstream" reproduces upstream exactly: the padding row 0 takes part in every neighbour sum, so
-    embeddings depend on the batch's maximum atom degree (spec §3.4). "zero" keeps row 0 at zero after every
-    transform, which makes each molecule's output independent of the rest of its batch.
+    embeddings depend on the batch's maximum atom degree (docs/numerics.md#padding-modes). "zero" keeps row 0 at zero
+    after every transform, which makes each molecule's output independent of the rest of its batch.
 
     ``undirected=True`` is refused: upstream's node blocks average ATOM messages with the reverse-BOND index
-    (``message[b2revb]``, spec §4.3), so upstream crashes at its first forward with it; no upstream model can
-    have been trained with it, and there are no upstream semantics to reproduce.
+    (``message[b2revb]``, docs/upstream-compatibility.md#message-passing), so upstream crashes at its first forward with
+    it; no upstream model can have been trained with it, and there are no upstream semantics to reproduce.
     """
 
     hidden_size: int = 800
@@ -74,7 +74,7 @@ class EncoderConfig:
 
 @dataclass(frozen=True)
 class ReadoutConfig:
-    """Molecule readout: mean over atoms, or structured self-attention (spec §4.5)."""
+    """Molecule readout: mean over atoms, or structured self-attention (docs/upstream-compatibility.md#readout)."""
 
     self_attention: bool = False
     attn_hidden: int = 4
@@ -86,7 +86,9 @@ class ReadoutConfig:
 
 @dataclass(frozen=True)
 class HeadConfig:
-    """Finetune FFN heads (spec §4.6). ``ffn_hidden_size`` None means "equal to the encoder's hidden size"."""
+    """Finetune FFN heads (docs/upstream-compatibility.md#finetune-heads).
+
+    ``ffn_hidden_size`` None means "equal to the encoder's hidden size"."""
 
     num_tasks: int
     dataset_type: DatasetType

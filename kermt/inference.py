@@ -9,9 +9,10 @@ number lives here:
   the ones every member was trained with (generator, width) and picks the checkpoint's own generator when the user
   named none. Each member scales features and de-scales targets with its OWN scalers.
 * :class:`Ensemble` predicts a block of molecules in **batches of ``batch_size`` consecutive rows**. Upstream's
-  numbers depend on which molecules share a batch (the padding row takes part in neighbour sums, spec §3.4), so a
-  batch is always "the valid molecules among rows [k·B, (k+1)·B) of the block"; given blocks that start at a
-  multiple of B, results depend only on the input order and B, never on how the work was spread.
+  numbers depend on which molecules share a batch (the padding row takes part in neighbour sums,
+  docs/numerics.md#batch-composition), so a batch is always "the valid molecules among rows [k·B, (k+1)·B) of the
+  block"; given blocks that start at a multiple of B, results depend only on the input order and B, never on how the
+  work was spread.
 * :class:`Embedder` gives the mean readouts of the encoder's embedding families (upstream's fingerprints and
   ``extract_embeddings``) and, for cMIM/hybrid checkpoints, the projected latent mean.
 """
@@ -175,7 +176,7 @@ def plan_features(specs: Sequence[CheckpointSpec], features_generator: Sequence[
         raise FeatureMismatchError(f"the checkpoint expects {wanted}; pass them with --features_path")
     if generator and sum(GENERATOR_WIDTHS[g] for g in generator) != width:
         raise FeatureMismatchError(f"the checkpoint records generator {generator} but a features width of {width}; "
-                                   "the file is inconsistent: pass the features it was trained with via --features_path")
+                                   "the file is inconsistent: pass the features it was trained with (--features_path)")
     note = f"molecule features: {' '.join(generator)} (from the checkpoint)" if generator else None
     return FeaturePlan(generator, width, note=note)
 

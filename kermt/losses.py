@@ -1,4 +1,6 @@
-"""Finetune losses (spec §4.7): two-view training loss with a disagreement term, and the eval loss.
+"""Finetune losses: two-view training loss with a disagreement term, and the eval loss.
+
+Upstream behaviour: docs/upstream-compatibility.md#finetune-loss.
 
 Training, per (molecule, task) with a label: ``ℓ = L(atom_view, y) + L(bond_view, y) + dist_coff·(atom_view −
 bond_view)²`` with L = BCE-with-logits (classification) or squared error (regression).

@@ -1,4 +1,4 @@
-"""Evaluation metrics with upstream's semantics (spec §5.5).
+"""Evaluation metrics with upstream's semantics (docs/upstream-compatibility.md#metrics).
 
 Per task, only rows with a label (not NaN) are scored. A task with no labels is NaN; a classification task whose
 labels (or predictions) are all 0 or all 1 is NaN. Threshold metrics binarise probabilities with ``p > 0.5``.

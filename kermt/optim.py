@@ -1,4 +1,4 @@
-"""Optimiser and learning-rate schedule for finetuning (spec §5.1 step 4, §5.2).
+"""Optimiser and learning-rate schedule for finetuning (docs/upstream-compatibility.md#training-schedule).
 
 Adam with two parameter groups: group 0 = encoder (``kermt.*``) at ``lr × fine_tune_coff``, group 1 = everything
 else (readout, FFN heads, the model's ``mtl_log_sigma``). ``|fine_tune_coff| <= 1e-6`` freezes the encoder.

@@ -93,8 +93,8 @@ def fold_count(config: FinetuneConfig) -> int:
 def split_for_fold(config: FinetuneConfig, data: SourceData, fold: int, has_val: bool, has_test: bool) -> Split:
     """Row positions (into ``data``) of train/val/test for ``fold``. Separate files replace the split parts.
 
-    Upstream bug fixed (spec §10 item 5): with only a separate val file, the split is train/test (0.8/0.2); upstream
-    discarded the 20 % and left the test set empty.
+    Upstream bug fixed (docs/upstream-compatibility.md#splits): with only a separate val file, the split is train/test
+    (0.8/0.2); upstream discarded the 20 % and left the test set empty.
     """
     n, seed = len(data), config.seed + fold
     if config.split_type == "index_predetermined":

@@ -7,13 +7,13 @@
       -> map_batches(PredictStage | EmbedStage)            actor pool; one model load per actor; GPU when asked
       -> iter_batches on the driver                        appended to the output file in input order
 
-Batch composition (why the strict repartition): upstream's numbers depend on which molecules share a batch (the
-padding row takes part in neighbour sums, spec §3.4). ``rows_per_block`` is a multiple of ``batch_size`` and
-``preserve_order`` is on (``ray_app.cluster.connect``), so every block starts at an input row that is a multiple
-of ``batch_size``, and the model always sees "the valid molecules among input rows [k·B, (k+1)·B)". The numbers
-therefore depend only on the input order and ``--batch_size``, never on the number of actors, block sizes of the
-reader or the cluster. With no invalid rows this is exactly upstream's batching (upstream drops invalid rows first,
-so with invalid rows upstream's batches shift; drop them beforehand to reproduce upstream bit for bit).
+Batch composition (why the strict repartition): upstream's numbers depend on which molecules share a batch (the padding
+row takes part in neighbour sums, docs/numerics.md#batch-composition). ``rows_per_block`` is a multiple of
+``batch_size`` and ``preserve_order`` is on (``ray_app.cluster.connect``), so every block starts at an input row that is
+a multiple of ``batch_size``, and the model always sees "the valid molecules among input rows [k·B, (k+1)·B)". The
+numbers therefore depend only on the input order and ``--batch_size``, never on the number of actors, block sizes of the
+reader or the cluster. With no invalid rows this is exactly upstream's batching (upstream drops invalid rows first, so
+with invalid rows upstream's batches shift; drop them beforehand to reproduce upstream bit for bit).
 
 Memory: the reader streams the file, Ray Data bounds the blocks in flight (backpressure) and the driver writes each
 block as it arrives, so peak memory does not grow with the input size (``--features_path`` is the exception: an

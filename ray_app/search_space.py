@@ -236,8 +236,8 @@ def _checked(name: str, value: Any, where: str) -> Any:
         raise SearchSpaceError(f"{where}: {value!r} is invalid: {error.errors()[0]['msg']}") from None
 
 
-# Upstream main_hpo.py's spaces (spec §9). Upstream samples attn_out even without a self-attention readout,
-# where it changes nothing; here it is sampled only when the readout is on.
+# Upstream main_hpo.py's spaces (docs/upstream-compatibility.md#hyperparameter-search). Upstream samples attn_out even
+# without a self-attention readout, where it changes nothing; here it is sampled only when the readout is on.
 PRESETS: dict[str, dict[str, Any]] = {
     "all": {
         "max_lr": {"choice": [1e-4, 3e-4, 5e-4, 7e-4, 9e-4]},

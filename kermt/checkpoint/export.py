@@ -1,4 +1,6 @@
-"""Export a finetuned model to upstream KERMT's ``model.pt`` layout (spec §5.4), for upstream ``main.py predict``.
+"""Export a finetuned model to upstream KERMT's ``model.pt`` layout, for upstream ``main.py predict``.
+
+Upstream behaviour: docs/upstream-compatibility.md#export.
 
 ``{'args': Namespace, 'state_dict': OrderedDict, 'data_scaler': {'means','stds'} | None, 'features_scaler': ...}``.
 

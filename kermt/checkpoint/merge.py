@@ -1,9 +1,9 @@
 """Model config = checkpoint architecture + the user's training settings; contradictions are errors.
 
-Differences from upstream (spec §4.9, §10 item 2): upstream's ``load_checkpoint`` copies about thirty saved args
-over the command line, among them training settings (dropout, dist_coff, bond_drop_rate, weight_decay,
-self_attention, attn_hidden, ffn sizes, ensemble_size), so finetuning from a pretrain checkpoint silently ignores
-``--self_attention --dropout 0 --dist_coff 0.15 --bond_drop_rate 0.1``. Here:
+Differences from upstream (docs/upstream-compatibility.md#loading-and-the-args-rule): upstream's ``load_checkpoint``
+copies about thirty saved args over the command line, among them training settings (dropout, dist_coff, bond_drop_rate,
+weight_decay, self_attention, attn_hidden, ffn sizes, ensemble_size), so finetuning from a pretrain checkpoint silently
+ignores ``--self_attention --dropout 0 --dist_coff 0.15 --bond_drop_rate 0.1``. Here:
 
 * architecture (hidden_size, depth, num_attn_head, num_mt_block, activation, bias, undirected, feature widths; and
   for a finetuned checkpoint the readout/head shape, features_size, num_tasks, dataset_type) comes from the

@@ -1,10 +1,10 @@
 """Reading pickled ``.pt`` checkpoints without running code from them.
 
-Upstream KERMT (and GROVER before it) saves checkpoints with ``torch.save`` of a dict holding an
-``argparse.Namespace`` and numpy scaler arrays, and loads them with ``weights_only=False``: opening a file from the
-internet runs whatever its pickle says (spec §10 item 17). Here the default is ``torch.load(weights_only=True)``
-with an explicit allowlist of the few plain-data globals those files contain, active only for the duration of one
-load (a context manager, not process-wide state). Full unpickling needs ``trust_pickle=True``.
+Upstream KERMT (and GROVER before it) saves checkpoints with ``torch.save`` of a dict holding an ``argparse.Namespace``
+and numpy scaler arrays, and loads them with ``weights_only=False``: opening a file from the internet runs whatever its
+pickle says (docs/architecture.md#checkpoints-are-data). Here the default is ``torch.load(weights_only=True)`` with an
+explicit allowlist of the few plain-data globals those files contain, active only for the duration of one load (a
+context manager, not process-wide state). Full unpickling needs ``trust_pickle=True``.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def _unreadable_as_user_error(path: Path) -> Iterator[None]:
         raise
     except Exception as error:  # noqa: BLE001 - see the docstring
         raise UnreadableCheckpointError(
-            f"checkpoint {path} cannot be read ({_torch_reason(error)}); the file is truncated or corrupt: copy or download it "
-            "again") from error
+            f"checkpoint {path} cannot be read ({_torch_reason(error)}); the file is truncated or corrupt: copy or "
+            "download it again") from error
 
 
 def _torch_reason(error: BaseException) -> str:

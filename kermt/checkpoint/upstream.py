@@ -1,8 +1,8 @@
 """Upstream KERMT / GROVER ``.pt`` checkpoints: read (safely), describe.
 
-Layouts (spec §5.4, §8.6): finetune ``model.pt`` = ``{args, state_dict, data_scaler, features_scaler}``;
-``last_checkpoint.pt`` adds ``epoch, optimizer, scheduler``; pretrain checkpoints add ``optimizer, scheduler_step,
-batch_idx, epoch, wandb_run_id``. Legacy GROVER files may lack ``args``.
+Layouts (docs/upstream-compatibility.md#checkpoint-formats): finetune ``model.pt`` = ``{args, state_dict, data_scaler,
+features_scaler}``; ``last_checkpoint.pt`` adds ``epoch, optimizer, scheduler``; pretrain checkpoints add ``optimizer,
+scheduler_step, batch_idx, epoch, wandb_run_id``. Legacy GROVER files may lack ``args``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Molecule-level feature generators with upstream KERMT's names and values (spec §2.3).
+"""Molecule-level feature generators with upstream KERMT's names and values.
+
+Upstream behaviour: docs/upstream-compatibility.md#molecule-features.
 
     rdkit_2d             200 raw descriptastorus RDKit2D descriptors (its leading success flag dropped)
     rdkit_2d_normalized  the same 200 through descriptastorus' per-column CDFs (RDKit2DNormalized)

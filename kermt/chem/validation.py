@@ -1,4 +1,4 @@
-"""SMILES validation with a reason per row; never raises for bad input (spec §2.2).
+"""SMILES validation with a reason per row; never raises for bad input (docs/upstream-compatibility.md#invalid-smiles).
 
 Upstream drops a row when its SMILES is '', does not parse, or has no heavy atoms. Here every row is kept and
 classified, so callers can report invalid rows by row number and keep outputs aligned with the input.

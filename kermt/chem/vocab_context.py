@@ -1,4 +1,4 @@
-"""Contextual atom / bond vocabularies of GROVER-style pretraining (spec §8.1).
+"""Contextual atom / bond vocabularies of GROVER-style pretraining (docs/upstream-compatibility.md#pretraining).
 
 An atom's *context* is its symbol plus the multiset of (neighbour symbol, bond type) pairs; a bond's context is its
 (type, stereo, direction) descriptor plus the bonds hanging off either end. The vocabulary maps each context string

@@ -1,4 +1,4 @@
-"""Per-batch targets of the vocab pretraining task (spec §8.3).
+"""Per-batch targets of the vocab pretraining task (docs/upstream-compatibility.md#pretraining).
 
 Labels are laid out like the batch graph: a leading 0 for the padding row, then every atom of every molecule
 (atom order), resp. every chemical bond (pair order, one label per bond, not per directed edge). 0 means "not

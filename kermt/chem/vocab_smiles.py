@@ -1,4 +1,4 @@
-"""SMILES tokenizer and vocabulary of the cMIM decoder (spec §8.1, §8.4).
+"""SMILES tokenizer and vocabulary of the cMIM decoder (docs/upstream-compatibility.md#pretraining).
 
 Tokens come from a regex (bracket atoms, two-letter organic atoms, ring-bond labels, bond/branch symbols), with
 any other single character as a fallback token. Ids 0..4 are ``<pad> <start> <end> <unk> <mask>``; a molecule is

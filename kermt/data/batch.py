@@ -13,7 +13,7 @@ import torch
 
 @dataclass(frozen=True)
 class BatchMolGraph:
-    """A batch of molecules as one graph (spec §3.4).
+    """A batch of molecules as one graph (docs/upstream-compatibility.md#batch-graph).
 
     Shapes (A = 1 + total atoms, E = 1 + total directed bonds, M = molecules, D = max in-degree, at least 1):
         f_atoms  [A, 151] float32  atom features, row 0 zeros

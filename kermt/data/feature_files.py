@@ -1,10 +1,10 @@
 """Precomputed molecule features as ``.npz`` files, upstream-compatible (array key ``features``, shape [N, F]).
 
-Alignment rule (fixes upstream bug §10 item 10, where save_features drops invalid rows): a file written here
-has exactly one row per CSV data row. Invalid rows are NaN rows, and the file also holds a ``valid`` bool
-array; upstream readers only look at ``features`` and ignore it. Loading checks the row count against the
-CSV, so a misaligned file (for example one written by upstream's save_features from a CSV with invalid
-rows) fails loudly instead of shifting features onto the wrong molecules.
+Alignment rule (fixes an upstream bug, docs/upstream-compatibility.md#deliberate-differences: save_features drops
+invalid rows): a file written here has exactly one row per CSV data row. Invalid rows are NaN rows, and the file also
+holds a ``valid`` bool array; upstream readers only look at ``features`` and ignore it. Loading checks the row count
+against the CSV, so a misaligned file (for example one written by upstream's save_features from a CSV with invalid rows)
+fails loudly instead of shifting features onto the wrong molecules.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Python's ``random`` module and Python ``set`` iteration order for scaffold split
 private ``random.Random(seed)`` behaves exactly like ``random.seed(seed)`` on the module) so indices match upstream
 without touching global state.
 
-Deliberate differences from upstream (spec §10 item 6):
+Deliberate differences from upstream (docs/upstream-compatibility.md#splits):
 - scaffold_balanced with a zero test fraction: upstream silently drops the scaffold sets that fit neither train nor
   val; here they go to val, so no molecule is lost.
 - predetermined: a ``val_fold_index`` of 0 is a real fold index (upstream treats 0 as "absent").

@@ -1,4 +1,6 @@
-"""SMILES Transformer decoder of cMIM pretraining and its teacher-forced reconstruction loss (spec §8.4).
+"""SMILES Transformer decoder of cMIM pretraining and its teacher-forced reconstruction loss.
+
+Upstream behaviour: docs/upstream-compatibility.md#pretraining.
 
 The memory is the molecule latent as one token [B, 1, latent_dim]; the decoder width equals latent_dim. Keys equal
 upstream's ``decoder.*``: ``token_embedding``, ``decoder_layers.{i}.*`` (RoPE) or ``pos_encoder.pe`` +

@@ -1,4 +1,6 @@
-"""Building blocks of the cMIM SMILES decoder (spec §8.4): rotary and sinusoidal positions, the RoPE decoder layer.
+"""Building blocks of the cMIM SMILES decoder: rotary and sinusoidal positions, the RoPE decoder layer.
+
+Upstream behaviour: docs/upstream-compatibility.md#pretraining.
 
 Keys equal upstream's: ``rope.inv_freq`` (a saved buffer), ``self_attn_{q,k,v,out}``, ``cross_attn_{q,k,v,out}``,
 optional ``self_attn_gate`` / ``cross_attn_gate``, ``linear1``, ``linear2``, ``norm1..3``; ``pos_encoder.pe``.

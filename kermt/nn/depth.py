@@ -1,4 +1,4 @@
-"""Dynamic message-passing depth ("dyMPN", spec §4.3).
+"""Dynamic message-passing depth ("dyMPN", docs/upstream-compatibility.md#message-passing).
 
 In train mode every q/k/v MPN encoder runs ``int(x) - 1`` iterations, where ``x`` is drawn from a normal
 distribution with mean ``depth`` and sd 1 truncated to ``[depth - 3, depth + 3]``; in eval mode it runs

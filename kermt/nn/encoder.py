@@ -1,4 +1,4 @@
-"""GTransEncoder and its wrapper KermtEmbedding (spec §4.1–4.4).
+"""GTransEncoder and its wrapper KermtEmbedding (docs/upstream-compatibility.md#encoder).
 
 ``KermtEmbedding(config).encoders`` is the GTransEncoder, so keys read ``encoders.node_blocks.0...``; a finetune
 model holds the embedding as ``kermt`` (``kermt.encoders...``), exactly as upstream.

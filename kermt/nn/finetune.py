@@ -1,4 +1,4 @@
-"""KermtFinetuneModel: encoder + shared readout + one FFN per view (spec §4.6).
+"""KermtFinetuneModel: encoder + shared readout + one FFN per view (docs/upstream-compatibility.md#finetune-heads).
 
 The "atom view" reads out ``atom_from_atom``, the "bond view" ``atom_from_bond`` (both atom-level). Training uses
 both views' raw outputs (logits for classification); prediction is their mean (mean of sigmoids for

@@ -1,4 +1,6 @@
-"""Molecule fingerprints: concatenated mean readouts of the encoder's embedding families (spec §7.2).
+"""Molecule fingerprints: concatenated mean readouts of the encoder's embedding families.
+
+Upstream behaviour: docs/upstream-compatibility.md#prediction-fingerprints-and-embeddings.
 
 ``source`` "atom" -> [atom_from_atom, atom_from_bond], "bond" -> [bond_from_atom, bond_from_bond], "both" -> all four
 in the order [aa, ab, ba, bb] (upstream's ``main.py fingerprint``), each [M, hidden]; optional molecule features are

@@ -1,4 +1,6 @@
-"""Finetune FFN heads and upstream's weight initialisation (spec §4.6, §4.8).
+"""Finetune FFN heads and upstream's weight initialisation.
+
+Upstream behaviour: docs/upstream-compatibility.md#finetune-heads and docs/upstream-compatibility.md#initialisation.
 
 The Sequentials use upstream's layer positions, so keys read ``mol_atom_from_atom_ffn.1.weight``,
 ``.2.weight`` (PReLU), ``.4.weight``, ... Upstream builds ONE activation module (and one dropout) per FFN and puts

@@ -1,4 +1,4 @@
-"""The q/k/v message-passing encoders of an MTBlock (spec §4.3).
+"""The q/k/v message-passing encoders of an MTBlock (docs/upstream-compatibility.md#message-passing).
 
 Each :class:`MPNEncoder` owns upstream's parameters (``W_h``, ``act_func``) and one iteration of its update
 ``message <- dropout(act(inp + W_h(Σ neighbour messages)))``. :func:`run_encoders` runs every encoder of a block

@@ -1,4 +1,4 @@
-"""MTBlock: multi-head message passing plus attention across the heads (spec §4.2).
+"""MTBlock: multi-head message passing plus attention across the heads (docs/upstream-compatibility.md#encoder).
 
 Keys (upstream order): ``heads.{h}.mpn_{q,k,v}.*``, ``act_func``, ``layernorm``, ``W_i``, ``attn.*``, ``W_o``,
 ``sublayer.norm``. A node block passes atom messages (neighbours via a2a), an edge block directed-bond messages.

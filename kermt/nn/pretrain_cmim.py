@@ -1,4 +1,4 @@
-"""cMIM latent head and its contrastive + Gaussian loss terms (spec §8.4).
+"""cMIM latent head and its contrastive + Gaussian loss terms (docs/upstream-compatibility.md#pretraining).
 
 The latent head (upstream ``KERMTLatentDistribution``, keys ``latent_dist.{kermt,readout,fc_mean_logscale}``) pools
 each embedding family with a mean readout, averages the families and projects to (mean, log_scale) of a diagonal

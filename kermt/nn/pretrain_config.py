@@ -1,4 +1,4 @@
-"""Typed configuration of the pretraining heads and losses (spec §8.3–8.5).
+"""Typed configuration of the pretraining heads and losses (docs/upstream-compatibility.md#pretraining).
 
 Field names reuse upstream's ``pretrain_ddp.py`` flag names, so an upstream checkpoint's saved ``args`` map onto
 these dataclasses key for key. Defaults are the released NV-KERMT-70M-v2 hybrid configuration (latent 512, 3 × 8-head

@@ -1,4 +1,4 @@
-"""Total pretraining loss of each mode (spec §8.3–8.5), with upstream's logged components.
+"""Total pretraining loss of each mode (docs/upstream-compatibility.md#pretraining), with upstream's logged components.
 
     vocab:  vocab_total
     cmim:   cmim_total = mean(cmim) + reconstruction_loss_weight · mean(recon)

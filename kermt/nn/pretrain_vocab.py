@@ -1,4 +1,6 @@
-"""GROVER vocab pretraining heads and loss (spec §8.3): contextual atom / bond vocab and functional groups.
+"""GROVER vocab pretraining heads and loss: contextual atom / bond vocab and functional groups.
+
+Upstream behaviour: docs/upstream-compatibility.md#pretraining.
 
 Keys equal upstream's ``vocab_module.*``: ``av_task_{atom,bond}.linear``, ``bv_task_{atom,bond}.{linear,linear_rev}``,
 ``fg_task_all.readout.cached_zero_vector``, ``fg_task_all.linear_{atom_from_atom,...}``.
@@ -170,7 +172,8 @@ def _pair_terms(
 
 
 def vocab_loss(preds: VocabPredictions, targets: VocabTargets, dist_coff: float = 0.1) -> VocabLoss:
-    """Upstream's ``VocabPredictionModule.compute_loss`` (spec §8.3); ``fg_dist`` is deliberately not scaled.
+    """Upstream's ``VocabPredictionModule.compute_loss``; ``fg_dist`` is deliberately not scaled (as upstream, see
+    docs/upstream-compatibility.md#pretraining).
 
     A batch without molecules (a worker's empty share) has every term 0: otherwise the fg means would be NaN and the
     disagreement terms would score the padding row alone.

@@ -1,4 +1,6 @@
-"""Molecule readout: mean or structured self-attention over each molecule's rows (spec §4.5), vectorised.
+"""Molecule readout: mean or structured self-attention over each molecule's rows, vectorised.
+
+Upstream behaviour: docs/upstream-compatibility.md#readout.
 
 Rows of all molecules are scattered into a padded [M, N_max, hidden] tensor with a mask, so both readouts are a
 few batched tensor ops instead of upstream's Python loop over molecules (numerically equal to 1e-6).

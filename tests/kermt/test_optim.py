@@ -1,4 +1,6 @@
-"""Optimiser groups and NoamLR vs upstream's formula (spec §5.2), computed here independently."""
+"""Optimiser groups and NoamLR vs upstream's formula, computed here independently.
+
+Upstream behaviour: docs/upstream-compatibility.md#training-schedule."""
 
 from __future__ import annotations
 

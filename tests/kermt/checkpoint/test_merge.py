@@ -24,7 +24,8 @@ def test_contradicting_encoder_setting_names_both_values():
 
 
 def test_training_settings_are_the_users_not_the_checkpoints():
-    """Upstream would silently take dropout 0.1 and self_attention False from the hybrid ckpt (spec §4.9)."""
+    """Upstream would silently take dropout 0.1 and self_attention False from the hybrid ckpt
+    (docs/upstream-compatibility.md#loading-and-the-args-rule)."""
     spec = _spec("ckpt_pretrain_hybrid")
     assert spec.encoder.dropout == 0.1
     config = merge_finetune_config(

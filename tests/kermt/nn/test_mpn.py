@@ -1,4 +1,6 @@
-"""run_encoders against a literal transcription of upstream's MPNEncoder loop (spec §4.3): padded index lists
+"""run_encoders against a literal transcription of upstream's MPNEncoder loop: padded index lists
+
+Upstream behaviour: docs/upstream-compatibility.md#message-passing.
 gathered and summed, one encoder at a time, for per-encoder iteration counts as dynamic depth draws them.
 
 The fixture parity tests only cover eval mode, where every encoder runs the same depth; here the counts differ
