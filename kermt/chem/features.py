@@ -1,4 +1,6 @@
-"""Atom (151) and bond (14) feature vectors in upstream KERMT's exact layout (spec §3.1, §3.2).
+"""Atom (151) and bond (14) feature vectors in upstream KERMT's exact layout.
+
+Upstream behaviour: docs/upstream-compatibility.md#featurization.
 
 Features are built per molecule with numpy: RDKit is asked once per atom/bond for a small tuple of
 properties, then all one-hot blocks are written with one fancy-index assignment; bonds are put in upstream's

@@ -1,4 +1,6 @@
-"""One molecule as a directed graph in upstream KERMT's edge order (spec §3.3), plus a flat many-molecule form.
+"""One molecule as a directed graph in upstream KERMT's edge order, plus a flat many-molecule form.
+
+Upstream behaviour: docs/upstream-compatibility.md#featurization.
 
 Each kept chemical bond k joins atoms (a1 < a2), bonds ordered by (a1, a2). It yields two directed edges with
 consecutive ids: 2k = a1 -> a2 and 2k+1 = a2 -> a1. So ``b2a`` and ``b2revb`` are implied by the bond list and

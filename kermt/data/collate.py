@@ -1,4 +1,6 @@
-"""Vectorised collate: many molecule graphs -> one BatchMolGraph in upstream's layout (spec §3.4).
+"""Vectorised collate: many molecule graphs -> one BatchMolGraph in upstream's layout.
+
+Upstream behaviour: docs/upstream-compatibility.md#batch-graph.
 
 Everything is numpy concatenation plus offsets: no Python loop over atoms or bonds, so collating a batch costs
 far less than featurising it. Row 0 of atoms and edges is the zero padding row; molecule atoms start at 1.
