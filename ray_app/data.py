@@ -13,25 +13,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM
-from kermt.chem.molgraph import FlatGraphs
+from kermt.chem.molgraph import RAGGED_WIDTH, FlatGraphs
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 
-# Per-row ragged columns: the dtype and the width of one row element in each.
-_RAGGED = {"f_atoms": (np.float32, ATOM_FDIM), "bond_atoms": (np.int64, 2),
-           "bond_feats": (np.float32, BOND_ONLY_FDIM), "bond_rdkit_idx": (np.int64, 1)}
 
-
-def _list_column(values: np.ndarray, counts: np.ndarray, width: int) -> pa.Array:
-    """Arrow list column: row i holds ``counts[i] * width`` consecutive values of ``values`` (flattened)."""
+def _list_column(values: np.ndarray, counts: np.ndarray) -> pa.Array:
+    """Arrow list column: row i holds the next ``counts[i]`` rows of ``values``, flattened, in their own dtype."""
+    width = int(np.prod(values.shape[1:], dtype=np.int64))
     offsets = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts * width, out=offsets[1:])
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.ascontiguousarray(values).reshape(-1)))
 
 
-def flat_column(table: pa.Table, name: str, dtype: type, width: int) -> np.ndarray:
-    flat = pc.list_flatten(table.column(name).combine_chunks()).to_numpy(zero_copy_only=False)
-    return np.asarray(flat, dtype=dtype).reshape(-1, width) if width > 1 else np.asarray(flat, dtype=dtype)
+def flat_column(table: pa.Table, name: str) -> np.ndarray:
+    """The values of a list column, concatenated, in the column's own dtype (1-d)."""
+    return pc.list_flatten(table.column(name).combine_chunks()).to_numpy(zero_copy_only=False)
 
 
 class FeaturizeBatch:
@@ -44,18 +40,18 @@ class FeaturizeBatch:
         smiles = [s if s is not None else "" for s in batch.column("smiles").to_pylist()]
         done = featurize_smiles(smiles, self.features_generator)
         graphs = done.graphs
-        counts = {"f_atoms": graphs.atom_counts, "bond_atoms": graphs.bond_counts,
-                  "bond_feats": graphs.bond_counts, "bond_rdkit_idx": graphs.bond_counts}
         columns = {
             "row": batch.column("row"),
             "smiles": pa.array(smiles, pa.string()),
             "reason": pa.array([r or "" for r in done.reasons], pa.string()),
             "atom_counts": pa.array(graphs.atom_counts),
             "bond_counts": pa.array(graphs.bond_counts),
-            "features": _list_column(done.features, np.ones(len(smiles), np.int64), done.features.shape[1]),
+            "features": _list_column(done.features, np.ones(len(smiles), np.int64)),
         }
-        for name, (_, width) in _RAGGED.items():
-            columns[name] = _list_column(getattr(graphs, name), counts[name], width)
+        arrays = graphs.to_arrays()
+        for name in RAGGED_WIDTH:  # the compact store's arrays travel as they are (uint8 codes, uint16 ids)
+            counts = graphs.atom_counts if name.startswith("atom_") else graphs.bond_counts
+            columns[name] = _list_column(arrays[name], counts)
         return pa.table(columns)
 
 
@@ -69,7 +65,8 @@ def featurize_on_cluster(
     source = pa.table({"row": pa.array(np.arange(len(smiles), dtype=np.int64)), "smiles": pa.array(list(smiles))})
     ds = ray.data.from_arrow(source).repartition(max(1, -(-len(smiles) // rows_per_task)))
     ds = ds.map_batches(FeaturizeBatch(generators), batch_format="pyarrow", batch_size=None, num_cpus=1)
-    table = pa.concat_tables(ray.get(ds.to_arrow_refs())).sort_by("row")
+    # permissive: a block with a molecule of > 65,536 atoms carries int32 local ids where the others carry uint16
+    table = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive").sort_by("row")
     if table.num_rows != len(smiles) or table.column("row").to_numpy()[-1] != len(smiles) - 1:
         raise RuntimeError(f"featurisation returned {table.num_rows} rows for {len(smiles)} inputs")
     return molecules_from_table(table, generators)
@@ -78,13 +75,13 @@ def featurize_on_cluster(
 def molecules_from_table(table: pa.Table, features_generator: Sequence[str] = ()) -> FeaturizedMolecules:
     """FeaturizeBatch's columns (any number of rows, in table order) back as FeaturizedMolecules."""
     n = table.num_rows
-    ragged = {name: flat_column(table, name, dtype, width) for name, (dtype, width) in _RAGGED.items()}
-    counts = {name: table.column(name).to_numpy().astype(np.int64) for name in ("atom_counts", "bond_counts")}
-    flat = flat_column(table, "features", np.float64, 1)
+    arrays = {name: flat_column(table, name) for name in RAGGED_WIDTH}
+    arrays.update({name: table.column(name).to_numpy() for name in ("atom_counts", "bond_counts")})
+    flat = flat_column(table, "features").astype(np.float64, copy=False)
     return FeaturizedMolecules(
         smiles=tuple(table.column("smiles").to_pylist()),
         reasons=tuple(r or None for r in table.column("reason").to_pylist()),
-        graphs=FlatGraphs(**ragged, **counts),
+        graphs=FlatGraphs.from_arrays(arrays),
         features=flat.reshape(n, len(flat) // n if n else 0),
         features_generator=tuple(features_generator),
     )

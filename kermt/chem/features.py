@@ -60,6 +60,16 @@ _IMPLICIT = Chem.ValenceType.IMPLICIT
 _ATOM_BLOCK_START = np.array([_OFF_Z, _OFF_DEGREE, _OFF_CHARGE, _OFF_CHIRAL, _OFF_HS, _OFF_HYBRID, _OFF_VALENCE])
 _ATOM_BLOCK_CHOICES = np.array([100, 6, 6, 4, 5, 6, 7])
 
+# The same layouts as column groups, for the compact store (kermt.chem.codes): one-hot blocks as (first column,
+# slots including the unknown slot), 0/1 flag columns, and real-valued columns (only the atom mass).
+# Charge and hybridisation take 6 columns, not choices + 1: their codes are mapped to a slot < 6 beforehand.
+ATOM_ONE_HOT_BLOCKS = ((_OFF_Z, 101), (_OFF_DEGREE, 7), (_OFF_CHARGE, 6), (_OFF_CHIRAL, 5), (_OFF_HS, 6),
+                       (_OFF_HYBRID, 6), (_OFF_VALENCE, 8))
+ATOM_FLAG_COLUMNS = (_OFF_AROMATIC, *range(_OFF_SMARTS, _OFF_RING), *range(_OFF_RING, ATOM_FDIM))
+ATOM_VALUE_COLUMNS = (_OFF_MASS,)
+BOND_ONE_HOT_BLOCKS = ((1, 4), (7, 7))  # bond type (no slot set for other types), stereo 0..5 + unknown
+BOND_FLAG_COLUMNS = (0, 5, 6)  # null-bond flag (always 0 for real bonds), conjugated, in ring
+
 
 def _slot(values: np.ndarray, n_choices: np.ndarray | int) -> np.ndarray:
     """One-hot slot of ``values`` in a block of ``n_choices`` + 1: the value itself, or the trailing unknown."""
@@ -203,5 +213,6 @@ def _bond_rows(props: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["ATOM_FDIM", "BOND_FDIM", "BOND_ONLY_FDIM", "AtomTable", "BondTable", "atom_features",
+__all__ = ["ATOM_FDIM", "ATOM_FLAG_COLUMNS", "ATOM_ONE_HOT_BLOCKS", "ATOM_VALUE_COLUMNS", "BOND_FDIM",
+           "BOND_FLAG_COLUMNS", "BOND_ONE_HOT_BLOCKS", "BOND_ONLY_FDIM", "AtomTable", "BondTable", "atom_features",
            "formal_charge_slot"]

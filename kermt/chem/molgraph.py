@@ -4,20 +4,24 @@ Upstream behaviour: docs/upstream-compatibility.md#featurization.
 
 Each kept chemical bond k joins atoms (a1 < a2), bonds ordered by (a1, a2). It yields two directed edges with
 consecutive ids: 2k = a1 -> a2 and 2k+1 = a2 -> a1. So ``b2a`` and ``b2revb`` are implied by the bond list and
-are derived, not stored; this keeps the stored record small (atoms x 151 plus bonds x (2 + 14)).
+are derived, not stored.
 
 ``FlatGraphs`` concatenates many molecules' arrays with per-molecule counts: the shape Ray Data / Arrow
-columns want, and the input of the vectorised collate in ``kermt.data.collate``.
+columns want, and the input of the vectorised collate in ``kermt.data.collate``. It is the compact store: feature
+rows as small integer codes (``kermt.chem.codes``), local indices as uint16, about 0.5 KB for a drug-like molecule
+instead of ~15 KB of float rows; the collate expands a batch's rows to the float one-hot rows, bit for bit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 from rdkit import Chem
 
+from kermt.chem.codes import ATOM_LAYOUT, BOND_LAYOUT, CodedRows, index_dtype
 from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM, AtomTable, BondTable
 
 
@@ -123,7 +127,7 @@ def build_graphs(
         draws = (rng.binomial if rng is not None else np.random.binomial)(1, bond_drop_rate, size=len(pairs))
         keep = draws == 0
         pairs, rdkit_idx, feats, molecule = pairs[keep], rdkit_idx[keep], feats[keep], molecule[keep]
-    flat = FlatGraphs(
+    flat = FlatGraphs.from_dense(
         f_atoms=atoms.encode(),
         bond_atoms=pairs,
         bond_feats=feats,
@@ -151,16 +155,21 @@ def grouped_positions(group_of: np.ndarray, n_groups: int, fill: int, min_width:
 
 @dataclass(frozen=True)
 class FlatGraphs:
-    """Many MolGraphs concatenated; molecule i owns ``atom_counts[i]`` atom rows and ``bond_counts[i]`` bond rows.
+    """Many molecules' graphs in the compact store; molecule i owns ``atom_counts[i]`` atom rows and
+    ``bond_counts[i]`` chemical bond rows (half its directed edges), concatenated in molecule order.
 
-    f_atoms [sum atoms, 151] float32; bond_atoms [sum bonds, 2] int64 (local atom ids); bond_feats
-    [sum bonds, 14] float32; bond_rdkit_idx [sum bonds] int64; atom_counts, bond_counts [n_mols] int64
-    (bond_counts are chemical bonds, i.e. half the directed edges).
+    atoms           CodedRows [sum atoms] of ATOM_LAYOUT (13 bytes a row instead of 151 float32)
+    bond_atoms      uint16 (int32 when a molecule has > 65,536 atoms or bonds) [sum bonds, 2]: local ids, a1 < a2
+    bonds           CodedRows [sum bonds] of BOND_LAYOUT (3 bytes a row instead of 14 float32)
+    bond_rdkit_idx  same dtype as bond_atoms [sum bonds]: RDKit bond index of each kept bond
+    atom_counts, bond_counts  int32 [n_mols]
+
+    ``f_atoms`` / ``bond_feats`` expand to today's float32 rows (the collate does this per batch): they are exact.
     """
 
-    f_atoms: np.ndarray
+    atoms: CodedRows
     bond_atoms: np.ndarray
-    bond_feats: np.ndarray
+    bonds: CodedRows
     bond_rdkit_idx: np.ndarray
     atom_counts: np.ndarray
     bond_counts: np.ndarray
@@ -168,9 +177,39 @@ class FlatGraphs:
     def __len__(self) -> int:
         return int(self.atom_counts.shape[0])
 
+    @property
+    def f_atoms(self) -> np.ndarray:
+        """float32 [sum atoms, 151], expanded: meant for batches, not for a whole data set."""
+        return ATOM_LAYOUT.expand(self.atoms)
+
+    @property
+    def bond_feats(self) -> np.ndarray:
+        """float32 [sum bonds, 14], expanded."""
+        return BOND_LAYOUT.expand(self.bonds)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (what a molecule costs in memory and in the object store)."""
+        arrays = (self.bond_atoms, self.bond_rdkit_idx, self.atom_counts, self.bond_counts)
+        return self.atoms.nbytes + self.bonds.nbytes + sum(a.nbytes for a in arrays)
+
+    @classmethod
+    def from_dense(cls, f_atoms: np.ndarray, bond_atoms: np.ndarray, bond_feats: np.ndarray,
+                   bond_rdkit_idx: np.ndarray, atom_counts: np.ndarray, bond_counts: np.ndarray) -> "FlatGraphs":
+        """The store of float rows (ValueError if a row is not exactly representable, see kermt.chem.codes)."""
+        index = index_dtype(int(max(np.max(atom_counts, initial=0), np.max(bond_counts, initial=0))))
+        return cls(
+            atoms=ATOM_LAYOUT.encode(f_atoms),
+            bond_atoms=np.asarray(bond_atoms).reshape(-1, 2).astype(index),
+            bonds=BOND_LAYOUT.encode(bond_feats),
+            bond_rdkit_idx=np.asarray(bond_rdkit_idx).astype(index),
+            atom_counts=np.asarray(atom_counts).astype(np.int32),
+            bond_counts=np.asarray(bond_counts).astype(np.int32),
+        )
+
     @classmethod
     def from_graphs(cls, graphs: Sequence[MolGraph]) -> "FlatGraphs":
-        return cls(
+        return cls.from_dense(
             f_atoms=_concat([g.f_atoms for g in graphs], (0, ATOM_FDIM), np.float32),
             bond_atoms=_concat([g.bond_atoms for g in graphs], (0, 2), np.int64),
             bond_feats=_concat([g.bond_feats for g in graphs], (0, BOND_ONLY_FDIM), np.float32),
@@ -180,11 +219,35 @@ class FlatGraphs:
         )
 
     def graphs(self) -> list[MolGraph]:
-        """Split back into per-molecule records (views, no copies)."""
+        """Split back into per-molecule records in today's dense form (float rows, int64 indices)."""
         atom_splits = np.cumsum(self.atom_counts)[:-1]
         bond_splits = np.cumsum(self.bond_counts)[:-1]
-        parts = [np.split(a, bond_splits) for a in (self.bond_atoms, self.bond_feats, self.bond_rdkit_idx)]
+        dense = (self.bond_atoms.astype(np.int64), self.bond_feats, self.bond_rdkit_idx.astype(np.int64))
+        parts = [np.split(a, bond_splits) for a in dense]
         return [MolGraph(f, *bonds) for f, *bonds in zip(np.split(self.f_atoms, atom_splits), *parts)]
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Flat numpy arrays by name (see RAGGED for which count each row array follows)."""
+        return {"atom_codes": self.atoms.codes, "atom_flags": self.atoms.flags, "atom_values": self.atoms.values,
+                "bond_atoms": self.bond_atoms, "bond_codes": self.bonds.codes, "bond_flags": self.bonds.flags,
+                "bond_rdkit_idx": self.bond_rdkit_idx, "atom_counts": self.atom_counts,
+                "bond_counts": self.bond_counts}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "FlatGraphs":
+        """Inverse of :meth:`to_arrays`; row arrays may come flattened (e.g. from Arrow list columns)."""
+        a = {name: np.asarray(arrays[name]) for name in RAGGED_WIDTH}
+        a = {name: v.reshape(-1, width) if width else v.reshape(-1) for (name, width), v in zip(RAGGED_WIDTH.items(),
+                                                                                                a.values())}
+        no_values = np.zeros((len(a["bond_flags"]), 0), np.float32)  # bond rows have no real-valued column
+        return cls(
+            atoms=CodedRows(a["atom_codes"], a["atom_flags"], a["atom_values"]),
+            bond_atoms=a["bond_atoms"],
+            bonds=CodedRows(a["bond_codes"], a["bond_flags"], no_values),
+            bond_rdkit_idx=a["bond_rdkit_idx"],
+            atom_counts=np.asarray(arrays["atom_counts"]).astype(np.int32, copy=False),
+            bond_counts=np.asarray(arrays["bond_counts"]).astype(np.int32, copy=False),
+        )
 
     def select(self, rows: np.ndarray, keep_bond: np.ndarray | None = None) -> "FlatGraphs":
         """The molecules at ``rows`` (in that order), as a new FlatGraphs; a vectorised gather.
@@ -192,21 +255,37 @@ class FlatGraphs:
         ``keep_bond`` (bool per chemical bond of the selected molecules, in order) drops bonds: bond dropout.
         """
         rows = np.asarray(rows, dtype=np.int64)
-        atom_idx = _gather_ranges(_offsets(self.atom_counts)[rows], self.atom_counts[rows])
+        atom_idx = _gather_ranges(self._atom_offsets[rows], self.atom_counts[rows])
         bond_counts = self.bond_counts[rows]
-        bond_idx = _gather_ranges(_offsets(self.bond_counts)[rows], bond_counts)
+        bond_idx = _gather_ranges(self._bond_offsets[rows], bond_counts)
         if keep_bond is not None:
             bond_idx = bond_idx[keep_bond]
             owner = np.repeat(np.arange(len(rows)), bond_counts)[keep_bond]
-            bond_counts = np.bincount(owner, minlength=len(rows)).astype(np.int64)
+            bond_counts = np.bincount(owner, minlength=len(rows)).astype(np.int32)
         return FlatGraphs(
-            f_atoms=self.f_atoms[atom_idx],
+            atoms=self.atoms.take(atom_idx),
             bond_atoms=self.bond_atoms[bond_idx],
-            bond_feats=self.bond_feats[bond_idx],
+            bonds=self.bonds.take(bond_idx),
             bond_rdkit_idx=self.bond_rdkit_idx[bond_idx],
             atom_counts=self.atom_counts[rows],
             bond_counts=bond_counts,
         )
+
+    # Offsets are computed once per store, not per batch: a cumsum over 1M molecules per batch costs more than
+    # the batch's collate.
+    @cached_property
+    def _atom_offsets(self) -> np.ndarray:
+        return _offsets(self.atom_counts)
+
+    @cached_property
+    def _bond_offsets(self) -> np.ndarray:
+        return _offsets(self.bond_counts)
+
+
+# Row arrays of FlatGraphs.to_arrays with the width of one row (0: a 1-d array); atom_* rows follow atom_counts,
+# bond_* rows follow bond_counts.
+RAGGED_WIDTH = {"atom_codes": len(ATOM_LAYOUT.blocks), "atom_flags": 0, "atom_values": len(ATOM_LAYOUT.value_columns),
+                "bond_atoms": 2, "bond_codes": len(BOND_LAYOUT.blocks), "bond_flags": 0, "bond_rdkit_idx": 0}
 
 
 def _offsets(counts: np.ndarray) -> np.ndarray:
@@ -226,4 +305,4 @@ def _concat(arrays: list[np.ndarray], empty_shape: tuple[int, ...], dtype: type)
     return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(empty_shape, dtype=dtype)
 
 
-__all__ = ["FlatGraphs", "MolGraph", "build_graphs", "grouped_positions", "mol_to_graph"]
+__all__ = ["RAGGED_WIDTH", "FlatGraphs", "MolGraph", "build_graphs", "grouped_positions", "mol_to_graph"]

@@ -26,15 +26,20 @@ def collate_graphs(graphs: Sequence[MolGraph] | FlatGraphs) -> BatchMolGraph:
 
 
 def collate_arrays(flat: FlatGraphs) -> dict[str, np.ndarray]:
-    """The BatchMolGraph fields as numpy arrays (same names, shapes and dtypes as the tensors)."""
-    atom_start = 1 + np.cumsum(flat.atom_counts) - flat.atom_counts  # first atom row of each molecule
-    edge_counts = 2 * flat.bond_counts
+    """The BatchMolGraph fields as numpy arrays (same names, shapes and dtypes as the tensors).
+
+    The store's small dtypes (int32 counts, uint16 local ids, coded rows) are widened here, per batch: the
+    feature rows are expanded from their codes (exact, see kermt.chem.codes) and every index becomes int64.
+    """
+    atom_counts, bond_counts = flat.atom_counts.astype(np.int64), flat.bond_counts.astype(np.int64)
+    atom_start = 1 + np.cumsum(atom_counts) - atom_counts  # first atom row of each molecule
+    edge_counts = 2 * bond_counts
     edge_start = 1 + np.cumsum(edge_counts) - edge_counts
 
-    n_atoms = 1 + int(flat.atom_counts.sum())
+    n_atoms = 1 + int(atom_counts.sum())
     n_edges = 1 + int(edge_counts.sum())
-    bond_atom_offset = np.repeat(atom_start, flat.bond_counts)[:, None]
-    global_pairs = flat.bond_atoms + bond_atom_offset  # [n_chem_bonds, 2]
+    bond_atom_offset = np.repeat(atom_start, bond_counts)[:, None]
+    global_pairs = flat.bond_atoms.astype(np.int64) + bond_atom_offset  # [n_chem_bonds, 2]
 
     b2a = np.zeros(n_edges, dtype=np.int64)
     b2a[1:] = global_pairs.reshape(-1)  # edge 2k+1 (1-based: 2k+1, 2k+2) = a1->a2, a2->a1
@@ -59,8 +64,8 @@ def collate_arrays(flat: FlatGraphs) -> dict[str, np.ndarray]:
         "a2b": a2b,
         "b2a": b2a,
         "b2revb": b2revb,
-        "a_scope": np.stack([atom_start, flat.atom_counts], axis=1).astype(np.int64),
-        "b_scope": np.stack([edge_start, edge_counts], axis=1).astype(np.int64),
+        "a_scope": np.stack([atom_start, atom_counts], axis=1),
+        "b_scope": np.stack([edge_start, edge_counts], axis=1),
         "a2a": b2a[a2b],
     }
 

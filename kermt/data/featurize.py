@@ -30,8 +30,10 @@ UNFEATURIZABLE = "unfeaturizable"
 class FeaturizedMolecules:
     """Featurised rows. ``reasons[i]`` is None for a valid row, else why it is invalid.
 
-    graphs    FlatGraphs with one entry per row (invalid rows: 0 atoms, 0 bonds)
-    features  float64 [n_rows, width] for ``features_generator`` (width 0 when none); NaN rows = invalid
+    graphs    FlatGraphs with one entry per row (invalid rows: 0 atoms, 0 bonds), the compact store
+    features  float64 [n_rows, width] for ``features_generator`` (width 0 when none); NaN rows = invalid.
+              float64 on purpose: feature scalers are fitted and applied in float64 as upstream does (rdkit_2d
+              values are not exact in float32); MoleculeSet keeps the scaled features as float32.
     """
 
     smiles: tuple[str, ...]
@@ -71,23 +73,20 @@ class FeaturizedMolecules:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat numpy arrays (no object dtype): per-row columns plus the concatenated graph arrays."""
-        g = self.graphs
         return {
             "smiles": np.array(self.smiles, dtype=str),
             "reason": np.array([r or "" for r in self.reasons], dtype=str),
             "features": self.features,
             "features_generator": np.array(self.features_generator, dtype=str),
-            "atom_counts": g.atom_counts, "bond_counts": g.bond_counts, "f_atoms": g.f_atoms,
-            "bond_atoms": g.bond_atoms, "bond_feats": g.bond_feats, "bond_rdkit_idx": g.bond_rdkit_idx,
+            **self.graphs.to_arrays(),
         }
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "FeaturizedMolecules":
-        graph_keys = ("f_atoms", "bond_atoms", "bond_feats", "bond_rdkit_idx", "atom_counts", "bond_counts")
         return cls(
             smiles=tuple(str(s) for s in arrays["smiles"]),
             reasons=tuple(str(r) or None for r in arrays["reason"]),
-            graphs=FlatGraphs(**{k: np.asarray(arrays[k]) for k in graph_keys}),
+            graphs=FlatGraphs.from_arrays(arrays),
             features=np.asarray(arrays["features"]),
             features_generator=tuple(str(s) for s in arrays["features_generator"]),
         )
