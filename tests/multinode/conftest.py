@@ -1,0 +1,52 @@
+"""The multi-node lane's cluster: started once for the lane (``pytest -m multinode``), stopped by process tree."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.multinode.loopback import BUCKET, LoopbackCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_NODES = {"127.0.0.3": 1, "127.0.0.4": 1}  # one training worker per node, like one GPU per node
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    if shutil.which("unshare") is None:
+        pytest.skip("the multi-node lane needs util-linux `unshare` (private per-node filesystems)")
+    root = Path(tempfile.mkdtemp(prefix="kmn-", dir="/tmp"))  # short: Unix socket paths are limited
+    loopback = LoopbackCluster(root)
+    try:
+        loopback.start(WORKER_NODES)
+        yield loopback
+    finally:
+        loopback.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def head_inputs(cluster) -> dict[str, Path]:
+    """The sample data and the fixture checkpoint on the head's disk only (worker nodes cannot see them)."""
+    inputs = cluster.head_dir / "inputs"
+    inputs.mkdir(exist_ok=True)
+    files = {"data": ROOT / "data/sample/admet_demo.csv",
+             "checkpoint": ROOT / "tests/data/kermt_upstream/ckpt_pretrain_vocab.pt"}
+    return {name: Path(shutil.copy(path, inputs / path.name)) for name, path in files.items()}
+
+
+def run_driver(cluster: LoopbackCluster, args: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
+    """``kermt ARGS`` as a driver on the head, attached by address; fails the test with its output on error."""
+    done = subprocess.run([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
+                          env=cluster.driver_env(), capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"kermt {' '.join(args)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    return done
+
+
+def s3(prefix: str) -> str:
+    return f"s3://{BUCKET}/{prefix}"

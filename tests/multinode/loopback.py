@@ -1,0 +1,191 @@
+"""A Ray cluster laid out like the documented one, on one machine: the multi-node test lane's cluster.
+
+- The head (127.0.0.2) has 0 CPUs, as in ``cluster.yaml`` / the RayJob: it only schedules and hosts the driver.
+  Not 127.0.0.1: Ray rewrites that address to the host's network address (``resolve_ip_for_localhost``), and a
+  worker node would then dial the host's address instead of loopback.
+- Each worker node is a raylet on its own loopback address (127.0.0.3, 127.0.0.4, ...), so node resources
+  (``node:<ip>``) differ as they do on a real cluster, and each runs in its own mount namespace with a private
+  tmpfs over the head's directory: a worker cannot read what the driver wrote there, and what a worker writes to
+  "the same" local path stays invisible to the driver, exactly as on separate machines.
+- Object storage is a moto S3 server on 127.0.0.1 (as Ray's own storage tests use); every node gets the endpoint
+  and test credentials through the environment, so plain ``s3://bucket/prefix`` URIs work everywhere.
+
+Everything is started with ``ray start`` by this module and stopped by process tree (never ``ray stop``, which
+would kill every Ray instance on the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+BUCKET = "kermt-test"
+HEAD_IP = "127.0.0.2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _process_table() -> tuple[dict[int, int], dict[int, str]]:
+    parents, commands = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                commands[int(name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            pass
+    return parents, commands
+
+
+def kill_tree(marker: str) -> int:
+    """SIGKILL every process whose command line contains ``marker``, and all their descendants."""
+    parents, commands = _process_table()
+    chosen = {pid for pid, cmd in commands.items() if marker in cmd and pid != os.getpid()}
+    grew = True
+    while grew:
+        children = {pid for pid, parent in parents.items() if parent in chosen and pid not in chosen}
+        chosen |= children
+        grew = bool(children)
+    for pid in chosen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(chosen)
+
+
+@dataclass
+class LoopbackCluster:
+    """``root`` must be short (Unix socket paths are limited to 107 bytes)."""
+
+    root: Path
+    object_store_mb: int = 120
+    port: int = field(default_factory=free_port)
+    dashboard_port: int = field(default_factory=free_port)
+    s3_port: int = field(default_factory=free_port)
+    nodes: dict[str, int] = field(default_factory=dict)  # worker node ip -> CPUs
+    _s3: subprocess.Popen | None = None
+
+    @property
+    def head_dir(self) -> Path:
+        """The head's own disk: its Ray temp dir, the driver's inputs and outputs."""
+        return self.root / "head"
+
+    @property
+    def address(self) -> str:
+        return f"{HEAD_IP}:{self.port}"
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://{HEAD_IP}:{self.dashboard_port}"
+
+    def env(self, temp_dir: Path | None = None) -> dict[str, str]:
+        """Environment of every node and of drivers attached to this cluster."""
+        env = dict(os.environ)
+        env.pop("RAY_ADDRESS", None)
+        env.update({
+            "RAY_TMPDIR": str(temp_dir or self.head_dir), "TMPDIR": str(temp_dir or self.head_dir),
+            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",
+            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "PYTHONUNBUFFERED": "1",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # a job's `python` is this environment's
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}",
+        })
+        return env
+
+    def driver_env(self) -> dict[str, str]:
+        """A driver on the head node, attached by address (as `ray job submit` or `--address` attach one)."""
+        return {**self.env(self.root / "driver"), "RAY_ADDRESS": self.address}
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self, worker_nodes: dict[str, int]) -> "LoopbackCluster":
+        for directory in (self.head_dir, self.root / "driver", self.root / "s3"):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._start_s3()
+        self._ray_start(["--head", f"--port={self.port}", f"--node-ip-address={HEAD_IP}", "--num-cpus=0",
+                         f"--dashboard-host={HEAD_IP}", f"--dashboard-port={self.dashboard_port}",
+                         f"--ray-client-server-port={free_port()}"], self.env())
+        for ip, cpus in worker_nodes.items():
+            self.add_node(ip, cpus)
+        return self
+
+    def add_node(self, ip: str, cpus: int) -> None:
+        """A worker node on ``ip`` whose view of the head's directory is an empty private tmpfs."""
+        temp_dir = self.root / ip
+        temp_dir.mkdir(parents=True, exist_ok=True)
+        args = [f"--address={self.address}", f"--node-ip-address={ip}", f"--num-cpus={cpus}"]
+        self._ray_start(args, self.env(temp_dir), wrap=lambda command: [
+            "unshare", "-m", "--propagation", "private", "sh", "-c",
+            f"mount -t tmpfs tmpfs {shlex.quote(str(self.head_dir))} && exec {shlex.join(command)}"])
+        self.nodes[ip] = cpus
+
+    def kill_node(self, ip: str) -> int:
+        """Lose a worker node at once (SIGKILL of its raylet and everything on it), as a spot preemption does."""
+        self.nodes.pop(ip, None)
+        return kill_tree(f"--node-ip-address={ip} ") + kill_tree(f"--node_ip_address={ip} ")
+
+    def stop(self) -> None:
+        kill_tree(str(self.root))
+        if self._s3 is not None:
+            self._s3.kill()
+            self._s3.wait()
+
+    def _ray_start(self, args: list[str], env: dict[str, str], wrap=lambda command: command) -> None:
+        self._run(wrap([str(BIN / "ray"), "start", f"--object-store-memory={self.object_store_mb * 2**20}",
+                   "--disable-usage-stats", f"--dashboard-agent-listen-port={free_port()}", *args]), env)
+
+    def _run(self, command: list[str], env: dict[str, str]) -> None:
+        # Output to a file, not a pipe: the daemons `ray start` leaves behind inherit it and would hold a pipe open.
+        log = self.root / "ray_start.log"
+        with open(log, "a") as out:
+            done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=180)
+        if done.returncode != 0:
+            raise RuntimeError(f"{shlex.join(command)} failed:\n{log.read_text()[-3000:]}")
+
+    def _start_s3(self) -> None:
+        log = open(self.root / "s3.log", "w")
+        self._s3 = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(self.s3_port)],
+                                    stdout=log, stderr=subprocess.STDOUT, env=self.env(), cwd=self.root / "s3")
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.s3_port}/", timeout=2).read()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"moto_server did not start: {(self.root / 's3.log').read_text()[-2000:]}")
+                time.sleep(0.3)
+        self.make_bucket(BUCKET)
+
+    def make_bucket(self, name: str) -> None:
+        import pyarrow.fs as pafs
+
+        os.environ.update({k: v for k, v in self.env().items() if k.startswith("AWS_")})
+        pafs.S3FileSystem(endpoint_override=f"http://127.0.0.1:{self.s3_port}",
+                          allow_bucket_creation=True).create_dir(name)
+
+    def s3_listing(self, prefix: str) -> list[str]:
+        """Every object key under ``s3://prefix`` (bucket/path)."""
+        import pyarrow.fs as pafs
+
+        fs = pafs.S3FileSystem(endpoint_override=f"http://127.0.0.1:{self.s3_port}")
+        infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File)

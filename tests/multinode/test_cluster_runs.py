@@ -1,0 +1,195 @@
+"""kermt on the documented cluster layout: a 0-CPU head that hosts the driver, worker nodes on their own loopback
+addresses with their own disks, checkpoints and Tune state in S3 (see loopback.py). Run with ``pytest -m multinode``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.multinode.conftest import ROOT, WORKER_NODES, run_driver, s3
+from tests.multinode.loopback import BIN
+
+# A small finetune of the demo: 300 molecules, 3 epochs, rdkit_2d_normalized features, 2 data-parallel workers.
+SMALL = ["--config", str(ROOT / "jobs/configs/demo.yaml"), "--max_data_size", "300", "--epochs", "3",
+         "--batch_size", "16"]
+pytestmark = pytest.mark.multinode
+SUMMARY = re.compile(r"^overall_scaffold_balanced_test_rmse=([0-9.]+)$", re.M)
+
+
+def finetune_args(head_inputs, save_dir, storage: str | None, *extra: str) -> list[str]:
+    args = ["finetune", *SMALL, "--data_path", str(head_inputs["data"]), "--checkpoint_path",
+            str(head_inputs["checkpoint"]), "--save_dir", str(save_dir), *extra]
+    return args + (["--storage_path", storage] if storage else [])
+
+
+def test_worker_nodes_cannot_see_the_heads_disk(cluster, head_inputs):
+    """The lane's premise: what the driver has on the head is invisible to a process on a worker node."""
+    probe = ("import os, ray; ray.init(); "
+             "f = ray.remote(num_cpus=1)(lambda p: (ray.util.get_node_ip_address(), os.path.exists(p))); "
+             f"print(sorted(set(ray.get([f.options(scheduling_strategy='SPREAD').remote({str(head_inputs['data'])!r}) "
+             "for _ in range(8)]))))")
+    done = subprocess.run([sys.executable, "-c", probe], env=cluster.driver_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == str([(ip, False) for ip in sorted(WORKER_NODES)])
+
+
+def test_a_local_storage_path_is_refused_before_any_work(cluster, head_inputs):
+    save_dir = cluster.head_dir / "refused"
+    done = subprocess.run([sys.executable, "-m", "ray_app.cli", *finetune_args(head_inputs, save_dir, None)],
+                          cwd=cluster.head_dir, env=cluster.driver_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("kermt finetune: error: --storage_path defaults to") and "s3://bucket/prefix" in last
+    assert "Traceback" not in done.stderr
+    assert not (save_dir / "fold_0").exists()
+
+
+@pytest.fixture(scope="module")
+def two_node_finetune(cluster, head_inputs):
+    save_dir = cluster.head_dir / "ft2"
+    done = run_driver(cluster, finetune_args(head_inputs, save_dir, s3("ft2"), "--num_workers", "2"))
+    return save_dir, done.stdout
+
+
+def test_two_workers_train_on_two_nodes_with_checkpoints_in_s3(cluster, two_node_finetune):
+    save_dir, out = two_node_finetune
+    assert "[fold 0 model 0] starting epoch 0: 2 worker(s) on 2 node(s) (127.0.0." in out
+    assert float(SUMMARY.search(out).group(1)) > 0
+    keys = cluster.s3_listing("kermt-test/ft2")
+    assert any(k.endswith("training_state.pt") for k in keys), keys  # Train checkpoints live in the bucket
+    assert not (save_dir / "ray_results").exists()  # and nowhere on the head's disk
+    for name in ("model.pt", "metrics.csv", "model/config.json"):
+        assert (save_dir / "fold_0/model_0" / name).is_file()
+    with open(save_dir / "fold_0/model_0/metrics.csv") as f:
+        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [0, 1, 2]
+
+
+def test_losing_a_training_node_mid_run_changes_no_result(cluster, head_inputs, two_node_finetune):
+    """SIGKILL the raylet (and every process) of one worker's node after the first epoch; a replacement node joins
+    (as the autoscaler would bring one); the run resumes from its S3 checkpoint and ends with the same score as the
+    uninterrupted run."""
+    save_dir = cluster.head_dir / "ft2-lost"
+    args = finetune_args(head_inputs, save_dir, s3("ft2-lost"), "--num_workers", "2")  # max_failures: 3 by default here
+    driver = subprocess.Popen([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
+                              env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 600
+    for line in driver.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if "[fold 0 model 0] epoch    0" in line:
+            break
+        assert time.monotonic() < deadline, "no epoch finished in time:\n" + "".join(lines[-50:])
+    lost = "127.0.0.4"
+    assert cluster.kill_node(lost) > 0
+    cluster.add_node("127.0.0.5", 1)
+    out = "".join(lines) + driver.stdout.read()  # type: ignore[union-attr]
+    assert driver.wait(timeout=900) == 0, out[-6000:]
+    assert re.search(r"resuming at epoch [12]: 2 worker\(s\) on 2 node\(s\)", out), out[-4000:]
+    uninterrupted = float(SUMMARY.search(two_node_finetune[1]).group(1))
+    assert float(SUMMARY.search(out).group(1)) == pytest.approx(uninterrupted, rel=0, abs=1e-6)
+
+
+ENSEMBLE = ("--num_workers", "1", "--num_folds", "2", "--ensemble_size", "2", "--epochs", "3")
+
+
+@pytest.fixture(scope="module")
+def ensemble_run(cluster, head_inputs):
+    save_dir = cluster.head_dir / "ens"
+    out = run_driver(cluster, finetune_args(head_inputs, save_dir, s3("ens"), *ENSEMBLE)).stdout
+    return save_dir, out
+
+
+def test_ensemble_and_folds_spread_over_the_nodes(ensemble_run):
+    save_dir, out = ensemble_run
+    assert "training 4 models (2 fold(s) x 2 member(s)), 2 at a time" in out
+    nodes = set(re.findall(r"starting epoch 0: 1 worker\(s\) on 1 node\(s\) \((127\.0\.0\.\d)\)", out))
+    assert len(nodes) >= 2, out[-3000:]  # members ran on different nodes
+    for fold in (0, 1):
+        assert (save_dir / f"fold_{fold}/test_result.csv").is_file()
+        for member in (0, 1):
+            assert (save_dir / f"fold_{fold}/model_{member}/model.pt").is_file()
+    summary = json.loads((save_dir / "run.json").read_text())["summary"]
+    assert len(summary["fold_scores"]) == 2 and all(s > 0 for s in summary["fold_scores"])
+
+
+def test_rerun_after_the_driver_died_keeps_finished_models_and_resumes_the_rest(cluster, head_inputs,
+                                                                                 ensemble_run):
+    """SIGKILL the driver while the second model trains (the first is saved); the same command then keeps the
+    first model's files untouched, resumes the second from its S3 checkpoint, trains the rest, and gives the
+    uninterrupted run's scores."""
+    save_dir = cluster.head_dir / "ens-resumed"
+    args = finetune_args(head_inputs, save_dir, s3("ens-resumed"), *ENSEMBLE, "--max_concurrent_trials", "1")
+    driver = subprocess.Popen([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
+                              env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in driver.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if "[fold 0 model 1] epoch    0" in line:
+            break
+    assert "[fold 0 model 1] epoch    0" in lines[-1], "".join(lines[-40:])
+    deadline = time.monotonic() + 120  # the epoch's checkpoint reaches S3 just after its line is printed
+    while not any("fold0-model1" in k and k.endswith("training_state.pt")
+                  for k in cluster.s3_listing("kermt-test/ens-resumed")):
+        assert time.monotonic() < deadline, "no checkpoint of model 1 appeared in S3"
+        time.sleep(0.2)
+    driver.kill()
+    driver.wait()
+    first = save_dir / "fold_0/model_0"
+    stamps = {p: p.stat().st_mtime_ns for p in first.rglob("*") if p.is_file()}
+    assert first / "metrics.csv" in stamps and not (save_dir / "fold_0/model_1/metrics.csv").exists()
+
+    out = run_driver(cluster, args).stdout
+    assert "resuming the run in" in out and "kept 1 of 4 model(s) finished by the interrupted run" in out
+    assert re.search(r"\[fold 0 model 1\] resuming at epoch [12]", out), out[-4000:]
+    assert {p: p.stat().st_mtime_ns for p in first.rglob("*") if p.is_file()} == stamps
+    resumed = json.loads((save_dir / "run.json").read_text())["summary"]
+    uninterrupted = json.loads((ensemble_run[0] / "run.json").read_text())["summary"]
+    assert resumed["fold_scores"] == pytest.approx(uninterrupted["fold_scores"], rel=0, abs=1e-9)
+
+
+def test_tune_sweep_submitted_as_a_job(cluster):
+    """`ray job submit` runs the driver on the 0-CPU head; trials run elsewhere and their files come back via S3."""
+    save_dir = cluster.head_dir / "sweep"
+    command = [str(BIN / "ray"), "job", "submit",
+               "--address", cluster.dashboard, "--working-dir", str(ROOT), "--", "python", "-m", "jobs.tune",
+               "--config", "jobs/configs/tune_demo.yaml", "--max_data_size", "300", "--n_trials", "2",
+               "--epochs", "2", "--scheduler", "fifo", "--max_concurrent_trials", "2",
+               "--save_dir", str(save_dir), "--storage_path", s3("sweep")]
+    done = subprocess.run(command, env=cluster.driver_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    with open(save_dir / "all_trials.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    for row in rows:  # every trial's files were downloaded from the experiment storage
+        assert (save_dir / "trials" / row["trial_id"] / "model.pt").is_file()
+    assert (save_dir / "best_model/config.json").is_file()
+    assert any("/sweep/tune/" in k for k in cluster.s3_listing("kermt-test/sweep"))
+    assert not (save_dir / "tune").exists()  # the experiment lives in S3, not on the head's disk
+
+
+def test_predict_and_embed_from_the_heads_files(cluster, head_inputs, two_node_finetune):
+    """Inputs and models on the head's disk only; actors on the worker nodes; outputs back on the head."""
+    model_dir = two_node_finetune[0]
+    predictions = cluster.head_dir / "preds.csv"
+    run_driver(cluster, ["predict", "--data_path", str(head_inputs["data"]), "--checkpoint_dir", str(model_dir),
+                         "--output_path", str(predictions), "--features_generator", "rdkit_2d_normalized",
+                         "--no_features_scaling"])
+    with open(predictions) as f:
+        rows = list(csv.DictReader(f))
+    with open(head_inputs["data"]) as f:
+        assert len(rows) == sum(1 for _ in csv.DictReader(f))
+    assert all(r["logp"] not in ("", "nan") for r in rows[:50])
+    embeddings = cluster.head_dir / "emb.parquet"
+    run_driver(cluster, ["embed", "--data_path", str(head_inputs["data"]), "--checkpoint_path",
+                         str(head_inputs["checkpoint"]), "--output_path", str(embeddings)])
+    import pyarrow.parquet as pq
+
+    assert pq.read_metadata(embeddings).num_rows == len(rows)
