@@ -16,8 +16,10 @@ _LOCAL_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # otherwise every worker print appears twice in the driver output
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",  # loaded CI machines can exceed the 60 s default
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",  # spot preemption is handled by max_failures; avoids an actor + log
 }
+# Only for a cluster started here: one machine has no spot preemption to watch for. On a real cluster the watcher
+# stays on, so Ray Train counts a preempted node apart from --max_failures (FailureConfig.max_preemption_failures).
+_LOCAL_ONLY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def connect(address: str | None = None, num_cpus: int | None = None, object_store_mb: int | None = None) -> dict:
@@ -30,6 +32,8 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
         if address:
             kwargs["address"] = address
         else:
+            for key, value in _LOCAL_ONLY_ENV.items():
+                os.environ.setdefault(key, value)
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
             if object_store_mb is not None:

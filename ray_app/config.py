@@ -123,8 +123,12 @@ class FinetuneConfig(BaseModel):
     max_concurrent_trials: Optional[int] = Field(
         None, ge=1, description="training runs (members, folds, trials) at once (default: what free resources allow)"
     )
-    max_failures: int = Field(0, ge=-1, description="worker failures to recover from (-1: unlimited)")
-    storage_path: Optional[str] = Field(None, description="Ray Train storage (local path or URI)")
+    max_failures: Optional[int] = Field(
+        None, ge=-1, description="lost workers/nodes a run recovers from, resuming at its last epoch checkpoint "
+        "(-1: unlimited; default: 3 on a multi-node cluster, 0 on one machine)")
+    storage_path: Optional[str] = Field(
+        None, description="checkpoints and Tune state: s3://..., gs://..., any pyarrow URI, or file:///shared/path "
+        "(default: save_dir on a single-node cluster; required on a multi-node one)")
     dry_run: bool = Field(False, description="validate and print the plan, do not train")
 
     @model_validator(mode="after")

@@ -8,10 +8,9 @@ epoch -> ensemble-average test predictions -> upstream's outputs and summary lin
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import ray
 import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kermt.checkpoint import (
     Checkpoint,
@@ -35,6 +35,7 @@ from kermt.checkpoint import (
 from kermt.checkpoint.reader import FRESH_HEAD_PREFIXES
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.data.splits import Split
+from kermt.errors import UserError
 from kermt.data.tables import check_classification_labels, infer_dataset_type
 from kermt.metrics import nanmean
 from kermt.nn.finetune import KermtFinetuneModel
@@ -55,6 +56,8 @@ from ray_app.prepare import (
     wants_feature_scaling,
     write_invalid,
 )
+from ray_app.resume import claim_run_id, finished_member, new_run_id
+from ray_app.storage import resolve_max_failures, resolve_storage
 from ray_app.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
 
 # Upstream finetune parser defaults for an encoder trained from scratch (no checkpoint).
@@ -78,6 +81,8 @@ class RunSetup:
     data: SourceData
     val: SourceData | None
     test: SourceData | None
+    storage: str  # Ray Train storage: --storage_path, or save_dir/ray_results on a single-node cluster
+    max_failures: int  # --max_failures, or the cluster's default (storage.resolve_max_failures)
 
 
 def _user_set(setup_sources: dict[str, Source], key: str) -> bool:
@@ -126,7 +131,10 @@ def member_seed(fold_seed: int, member: int) -> int:
 
 
 def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetup:
-    """Read the checkpoint and every data file (featurised on the cluster), settle dataset type and metric."""
+    """Check the storage, read the checkpoint and every data file (featurised on the cluster), settle dataset type
+    and metric."""
+    save_dir = Path(config.save_dir).resolve()
+    storage = resolve_storage(config.storage_path, save_dir / "ray_results")  # refused before any work starts
     checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint) if (
         config.checkpoint_path or config.pretrained_release) else None
     data = load_source(config.data_path, config, None, config.features_path)
@@ -141,9 +149,9 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetu
             if source is not None:
                 check_classification_labels(source.path, source.targets, task_names)
     metric = config.metric or ("auc" if dataset_type == "classification" else "rmse")
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    return RunSetup(config, sources, Path(config.save_dir).resolve(), run_id, dataset_type, metric, task_names,
-                    checkpoint, data, val, test)
+    run_id = new_run_id()  # a fresh run; run_finetune reuses an interrupted run's id (ray_app/resume.py)
+    return RunSetup(config, sources, save_dir, run_id, dataset_type, metric, task_names,
+                    checkpoint, data, val, test, storage, resolve_max_failures(config.max_failures))
 
 
 def checkpoint_path(config: FinetuneConfig) -> str:
@@ -163,7 +171,7 @@ def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
     parts["test"] = subset(setup.test, list(range(len(setup.test)))) if setup.test else subset(setup.data, split.test)
     for name, (molecules, _) in parts.items():
         if len(molecules) == 0 and name != "test":
-            raise ValueError(f"fold {fold}: the {name} split is empty; check --split_sizes or the separate files")
+            raise UserError(f"fold {fold}: the {name} split is empty; check --split_sizes or the separate files")
     return split, scale_splits(parts, setup.dataset_type, wants_feature_scaling(config))
 
 
@@ -184,15 +192,14 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
                       c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
                       c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
                       label=label)
-    storage = c.storage_path or str(setup.save_dir / "ray_results")
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"plan": ray.put(plan)},
         scaling_config=ScalingConfig(num_workers=c.num_workers, use_gpu=c.use_gpu),
         run_config=RunConfig(
             name=f"{setup.run_id}-fold{fold}-model{member}",
-            storage_path=storage,
-            failure_config=FailureConfig(max_failures=c.max_failures),
+            storage_path=setup.storage,
+            failure_config=FailureConfig(max_failures=setup.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             logging_config=LoggingConfig(log_level="WARNING"),  # our loop prints one line per epoch
             callbacks=list(callbacks),
@@ -217,7 +224,8 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
     passthrough = unbuilt_encoder_tensors(setup.checkpoint) if setup.checkpoint else None
     provenance = {"run_id": setup.run_id, "checkpoint_path": str(setup.checkpoint.path) if setup.checkpoint else None}
     save_native(directory / "model", model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
-    export_upstream(directory / "model.pt", model.state_dict(), spec, passthrough=passthrough)
+    if model.config.encoder.padding == "upstream":  # upstream has no other padding: model.pt would predict otherwise
+        export_upstream(directory / "model.pt", model.state_dict(), spec, passthrough=passthrough)
     outputs.atomic_write_text(directory / "metrics.csv", outputs.metrics_csv(history))
     if c.tensorboard:
         outputs.write_tensorboard(directory, history, setup.metric)
@@ -228,24 +236,27 @@ def _train_member_task(setup: RunSetup, splits: ScaledSplits, fold: int, member:
     return run_member(setup, splits, fold, member)
 
 
-def train_members(setup: RunSetup, fold_parts: list[ScaledSplits],
-                  concurrency: int) -> Iterator[tuple[int, int, KermtFinetuneModel, list]]:
-    """Train every (fold, member), ``concurrency`` TorchTrainers at a time; yields them as they finish.
+def train_members(setup: RunSetup, fold_parts: list[ScaledSplits], concurrency: int,
+                  jobs: list[tuple[int, int]]) -> Iterator[tuple[int, int, KermtFinetuneModel, list]]:
+    """Train each (fold, member) of ``jobs``, ``concurrency`` TorchTrainers at a time; yields them as they finish.
 
     Each member's seeds depend only on (seed, fold, member), so the models are the same whatever runs beside them.
     With concurrency 1 the members train one after another in this process, as upstream does."""
-    jobs = [(fold, member) for fold in range(len(fold_parts)) for member in range(setup.config.ensemble_size)]
     if concurrency == 1:
         for fold, member in jobs:
             yield fold, member, *run_member(setup, fold_parts[fold], fold, member)
         return
     setup_ref, part_refs = ray.put(setup), [ray.put(parts) for parts in fold_parts]
     waiting, running = iter(jobs), {}
+    # Coordinators stay on the driver's node (the head on a cluster): a lost or preempted worker node then takes
+    # training workers with it, which Ray Train recovers, never the coordinator of a run.
+    coordinator = _train_member_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=True))
 
     def launch_next() -> None:
         job = next(waiting, None)
         if job is not None:
-            running[_train_member_task.remote(setup_ref, part_refs[job[0]], *job)] = job
+            running[coordinator.remote(setup_ref, part_refs[job[0]], *job)] = job
 
     for _ in range(concurrency):
         launch_next()
@@ -307,13 +318,33 @@ def run_folds(setup: RunSetup) -> list[float]:
     parts = [splits for _, splits in folds]
     member_preds: list[list[np.ndarray | None]] = [[None] * c.ensemble_size for _ in folds]
     scores = [float("nan")] * len(folds)
-    concurrency = member_concurrency(setup, len(folds) * c.ensemble_size)
-    for fold, member, model, history in train_members(setup, parts, concurrency):
-        save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
+    jobs = [(fold, member) for fold in range(len(folds)) for member in range(c.ensemble_size)]
+    kept = kept_members(setup, parts, jobs)
+    to_train = [job for job in jobs if job not in kept]
+    concurrency = member_concurrency(setup, len(to_train)) if to_train else 1
+    finished = chain(((fold, member, *kept[fold, member]) for fold, member in kept),
+                     train_members(setup, parts, concurrency, to_train))
+    for fold, member, model, history in finished:
+        if (fold, member) not in kept:
+            save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
         member_preds[fold][member] = member_test_predictions(model, parts[fold], c.batch_size * c.num_workers)
         if all(p is not None for p in member_preds[fold]):
             scores[fold] = finish_fold(setup, fold, parts[fold], member_preds[fold])  # type: ignore[arg-type]
     return scores
+
+
+def kept_members(setup: RunSetup, parts: list[ScaledSplits], jobs: list[tuple[int, int]]) -> dict:
+    """(fold, member) -> (model, history) of the members an interrupted run of these settings already saved."""
+    kept = {}
+    for fold, member in jobs:
+        width = parts[fold].train.features.shape[1] if parts[fold].train.features is not None else 0
+        found = finished_member(setup.save_dir / f"fold_{fold}" / f"model_{member}", setup.run_id,
+                                model_config(setup, width))
+        if found is not None:
+            kept[fold, member] = found
+    if kept:
+        print(f"kept {len(kept)} of {len(jobs)} model(s) finished by the interrupted run", flush=True)
+    return kept
 
 
 def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str, Any]:
@@ -328,6 +359,7 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str
     if config.dry_run:
         return dry_run_report(setup, resources)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
+    setup = replace(setup, run_id=claim_run_id(setup.save_dir, config)[0])
     outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(config))
     write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
     scores = run_folds(setup)

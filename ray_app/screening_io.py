@@ -91,18 +91,30 @@ def pick_columns(names: Sequence[str], smiles_column: str | None, id_columns: Se
     return smiles
 
 
+def readable_everywhere(path: str) -> tuple[str, dict]:
+    """(path for Ray Data, read-task options). A local file on a multi-node cluster is only on the driver's node:
+    its read tasks are pinned there (``local://``) and need no CPU (the head has none); what they read streams to
+    featurisation tasks on the other nodes. URIs are read by tasks anywhere."""
+    from ray_app.storage import ClusterLayout, is_uri
+
+    if is_uri(path) or not ClusterLayout.current().multi_node:
+        return path, {}
+    return f"local://{Path(path).resolve()}", {"num_cpus": 0}
+
+
 def read_table_lazily(path: str, columns: Sequence[str]):
     """A lazy Ray Dataset of ``columns`` (strings) of a CSV, Parquet or SMILES file."""
     import ray
 
     fmt = input_format(path)
+    source, remote_args = readable_everywhere(path)
     if fmt.kind == "parquet":
-        return ray.data.read_parquet(path, columns=list(columns))
+        return ray.data.read_parquet(source, columns=list(columns), ray_remote_args=remote_args)
     if fmt.kind == "smi":
         return _read_smi_lazily(path, columns)
     options = pa_csv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns},
                                     strings_can_be_null=True)
-    return ray.data.read_csv(path, convert_options=options, file_extensions=None,
+    return ray.data.read_csv(source, convert_options=options, file_extensions=None, ray_remote_args=remote_args,
                              arrow_open_stream_args={"compression": fmt.compression})
 
 
@@ -110,8 +122,9 @@ def _read_smi_lazily(path: str, columns: Sequence[str]):
     import ray
 
     layout = SmiLayout.from_first_line(_first_line(path))
+    source, remote_args = readable_everywhere(path)
     ds = ray.data.read_csv(
-        path, file_extensions=None, arrow_open_stream_args={"compression": input_format(path).compression},
+        source, file_extensions=None, ray_remote_args=remote_args, arrow_open_stream_args={"compression": input_format(path).compression},
         read_options=pa_csv.ReadOptions(column_names=[LINE_COLUMN], skip_rows=int(layout.header)),
         parse_options=pa_csv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False),
         convert_options=pa_csv.ConvertOptions(column_types={LINE_COLUMN: pa.string()}),

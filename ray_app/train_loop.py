@@ -204,6 +204,16 @@ def _quiet_report_logs() -> None:
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
+def _print_placement(label: str, epoch: int, rank: int) -> None:
+    """One line per (re)start: where the workers run, e.g. "2 worker(s) on 2 node(s) (127.0.0.3, 127.0.0.4)"."""
+    world = ray.train.get_context().get_world_size()
+    nodes = _all_gather(ray.util.get_node_ip_address(), world)
+    if rank == 0:
+        where = ", ".join(dict.fromkeys(nodes))
+        print(f"[{label}] {'resuming at' if epoch else 'starting'} epoch {epoch}: {world} worker(s) on "
+              f"{len(set(nodes))} node(s) ({where})", flush=True)
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     _quiet_report_logs()
     plan: MemberPlan = ray.get(config["plan"]) if isinstance(config["plan"], ray.ObjectRef) else config["plan"]
@@ -215,6 +225,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     direction = "min" if plan.select_by_loss else metric_direction(plan.metric)
     key = "val_loss" if plan.select_by_loss else f"val_{plan.metric}"
     rank = ray.train.get_context().get_world_rank()
+    _print_placement(plan.label, progress.epoch, rank)
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
         started = time.perf_counter()
         train_metrics = _train_epoch(plan, model, optimizer, scheduler, progress, device)

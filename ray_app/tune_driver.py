@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import ray
 import yaml
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -21,19 +20,34 @@ from ray_app.config import Source
 from ray_app.finetune import RunSetup, resolve_setup
 from ray_app.search_space import SearchSpace
 from ray_app.tune import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
-from ray_app.tune_results import FAILED, UNFINISHED, all_trials_csv, best_row, summary_table, trial_rows, write_best
+from ray_app.tune_results import (
+    FAILED,
+    UNFINISHED,
+    all_trials_csv,
+    best_row,
+    download_trial,
+    summary_table,
+    trial_rows,
+    write_best,
+)
 from ray_app.tune_trial import COMPLETED, OBJECTIVE, Objective, run_trial
 
-TRIAL_ACTOR_CPU = 0.01  # the trial function only waits on its TorchTrainer; 0 is refused by Tune
+# The trial function only coordinates its TorchTrainer, so it asks for no CPU (a fraction of one would keep a
+# 1-CPU training worker off that node; Tune refuses an empty request, so it asks for a little memory instead). It
+# runs on the head, beside the driver, as finetune's member coordinators do: a lost or preempted worker node takes
+# training workers with it, which Ray Train recovers, never a trial.
+TRIAL_ACTOR_RESOURCES = {"CPU": 0, "memory": 256 * 2**20, "node:__internal_head__": 0.001}
 
 
 class TrialLines(tune.Callback):
-    """One line per finished trial (instead of Tune's tables, which repeat every few seconds)."""
+    """One line per finished trial (instead of Tune's tables, which repeat every few seconds); a completed
+    trial's files are downloaded into ``save_dir/trials/<id>/`` as it finishes."""
 
-    def __init__(self, objective_key: str, n_trials: int):
-        self.key, self.n_trials = objective_key, n_trials
+    def __init__(self, objective_key: str, n_trials: int, save_dir: Path):
+        self.key, self.n_trials, self.save_dir = objective_key, n_trials, save_dir
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        download_trial(self.save_dir, trial)
         last = trial.last_result or {}
         how = "completed" if last.get(COMPLETED) else f"stopped early after epoch {last.get('epoch', '?')}"
         print(f"trial {trial.trial_id} {how}: {self.key}={last.get(OBJECTIVE, float('nan')):.6f} "
@@ -67,22 +81,31 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     _tuner(config, setup, space, objective, concurrency).fit()
-    trials = tune.ExperimentAnalysis(str(setup.save_dir / EXPERIMENT)).trials
+    trials = tune.ExperimentAnalysis(experiment_path(setup)).trials
+    for trial in trials:  # trials that finished in an earlier, interrupted session
+        download_trial(setup.save_dir, trial)
     return _report(setup, objective, trials, time.perf_counter() - started)
+
+
+def experiment_root(setup: RunSetup) -> str:
+    """Where Tune keeps the experiment: ``--storage_path`` (checked reachable by every node), else ``save_dir``."""
+    return setup.config.storage_path.rstrip("/") if setup.config.storage_path else str(setup.save_dir)
+
+
+def experiment_path(setup: RunSetup) -> str:
+    return f"{experiment_root(setup)}/{EXPERIMENT}"
 
 
 def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: Objective,
            concurrency: int) -> tune.Tuner:
-    # Trial functions run on this (the driver's) node, so the files they write (trials/<id>/) land where the
-    # driver reads them back; their TorchTrainers' workers still spread over the cluster.
-    here = f"node:{ray.util.get_node_ip_address()}"
+    # A trial function may run on any node: it writes only to the experiment storage (see tune_trial).
     trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup, objective=objective),
-                                    {"CPU": TRIAL_ACTOR_CPU, here: 0.001})
-    experiment = setup.save_dir / EXPERIMENT
-    if tune.Tuner.can_restore(str(experiment)):
+                                    TRIAL_ACTOR_RESOURCES)
+    experiment = experiment_path(setup)
+    if tune.Tuner.can_restore(experiment):
         # The restored Tuner keeps its searcher (Optuna's study included), scheduler and concurrency.
         print(f"resuming the sweep in {experiment}: finished trials are kept, unfinished ones restart", flush=True)
-        return tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=False,
+        return tune.Tuner.restore(experiment, trainable, resume_unfinished=True, resume_errored=False,
                                   restart_errored=False)
     outputs.atomic_write_text(setup.save_dir / SWEEP_FILE, yaml.safe_dump(sweep_record(config), sort_keys=False))
     print(f"{config.n_trials} trials, at most {concurrency} at once, {setup.config.num_workers} worker(s) each",
@@ -95,9 +118,9 @@ def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: O
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_scheduler(config.scheduler, objective,
                                     setup.config.epochs), num_samples=config.n_trials,
                                     max_concurrent_trials=concurrency),
-        run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(setup.save_dir), verbose=0,
+        run_config=tune.RunConfig(name=EXPERIMENT, storage_path=experiment_root(setup), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=0),
-                                  callbacks=[TrialLines(objective.key, config.n_trials)]),
+                                  callbacks=[TrialLines(objective.key, config.n_trials, setup.save_dir)]),
     )
 
 

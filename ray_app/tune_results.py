@@ -21,7 +21,7 @@ import yaml
 from ray_app import outputs
 from ray_app.config import FinetuneConfig, to_yaml
 from ray_app.search_space import trial_settings
-from ray_app.tune_trial import COMPLETED, OBJECTIVE, Objective, trial_directory
+from ray_app.tune_trial import COMPLETED, OBJECTIVE, RESULT_FILE, Objective, trial_directory
 
 COMPLETED_STATUS, STOPPED, FAILED, UNFINISHED = "completed", "stopped early", "failed", "unfinished"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours actor names in its error texts
@@ -119,6 +119,26 @@ def write_best(save_dir: Path, best: TrialRow) -> FinetuneConfig:
     shutil.rmtree(save_dir / "best_model", ignore_errors=True)
     staging.rename(save_dir / "best_model")
     return config
+
+
+def download_trial(save_dir: Path, trial: Any) -> bool:
+    """Copy a finished trial's files (its last Tune checkpoint, wherever the experiment is stored) into
+    ``save_dir/trials/<trial_id>/``; files already there are kept. Returns whether the trial has files."""
+    target = trial_directory(save_dir, trial.trial_id)
+    if (target / RESULT_FILE).exists():
+        return True
+    checkpoint = trial.checkpoint
+    if checkpoint is None:
+        return False
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    checkpoint.to_directory(str(staging))
+    if not (staging / RESULT_FILE).exists():  # a checkpoint of an unfinished trial: nothing to keep yet
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return True
 
 
 def _number(value: float, digits: int | None = None) -> str:

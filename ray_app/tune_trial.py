@@ -6,14 +6,17 @@ Train run's callbacks. Upstream's HPO has no folds either: every trial trains on
 ``--seed``), so trials differ only by their hyperparameters.
 
 Trial files (``save_dir/trials/<trial_id>/``): config.yaml (the trial's finetune settings), model/ (native),
-model.pt (upstream layout), metrics.csv, and result.json, written last: a trial that finds it was already
-finished (an interrupted sweep that is resumed) returns it instead of training again.
+model.pt (upstream layout), metrics.csv, and result.json. The trial reports them as its Tune checkpoint (it may
+run on any node; the experiment storage is the one place every node and the driver reach) and the driver
+downloads them as trials finish. A resumed trial whose checkpoint holds result.json reports it instead of
+training again.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -81,24 +84,33 @@ def trial_config(base: FinetuneConfig, params: Mapping[str, Any]) -> FinetuneCon
         raise ValueError(f"trial parameters {settings} are not a valid finetune configuration: {problems}") from None
 
 
-def run_trial(params: dict[str, Any], setup: RunSetup, objective: Objective) -> dict[str, Any]:
-    """Tune function trainable. ``setup`` (featurised data, checkpoint) comes once from the object store."""
+def run_trial(params: dict[str, Any], setup: RunSetup, objective: Objective) -> None:
+    """Tune function trainable. ``setup`` (featurised data, checkpoint) comes once from the object store.
+
+    The trial may run on any node, so it writes nothing the driver reads from a local disk: its files go into
+    its last Tune checkpoint, which Tune stores with the experiment (``--storage_path``) and the driver
+    downloads into ``save_dir/trials/<trial_id>/``."""
+    previous = ray.tune.get_checkpoint()
+    if previous is not None:  # a resumed trial that had already finished: report its result again
+        with previous.as_directory() as directory:
+            if (Path(directory) / RESULT_FILE).exists():
+                ray.tune.report(json.loads((Path(directory) / RESULT_FILE).read_text()))
+                return
     trial_id = ray.tune.get_context().get_trial_id()
-    directory = trial_directory(setup.save_dir, trial_id)
-    if (directory / RESULT_FILE).exists():
-        return json.loads((directory / RESULT_FILE).read_text())
     config = trial_config(setup.config, params)
-    outputs.atomic_write_text(directory / "config.yaml", to_yaml(config))
     # A stable Train run name per trial: a trial restarted after an interruption resumes its Train run.
     trial_setup = replace(setup, config=config, sources={**setup.sources, **{k: "user" for k in params}},
                           run_id=f"trial-{trial_id}")
     _, splits = fold_splits(trial_setup, 0)
     model, history = run_member(trial_setup, splits, 0, 0, callbacks=[ObjectiveReport(objective)],
                                 label=f"trial {trial_id}")
-    save_member(trial_setup, model, splits, directory, history)
     result = final_result(trial_setup, objective, history, test_score(trial_setup, model, splits))
-    outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
-    return result
+    with tempfile.TemporaryDirectory(prefix=f"trial-{trial_id}-") as staging:
+        directory = Path(staging)
+        outputs.atomic_write_text(directory / "config.yaml", to_yaml(config))
+        save_member(trial_setup, model, splits, directory, history)
+        outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
+        ray.tune.report(result, checkpoint=ray.tune.Checkpoint.from_directory(staging))
 
 
 def final_result(setup: RunSetup, objective: Objective, history: list[dict], test_value: float) -> dict[str, Any]:
