@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -32,6 +33,9 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
         if address:
             kwargs["address"] = address
         else:
+            # "local": always a new cluster here. A bare ray.init() would attach to any cluster that `ray start`
+            # left running on this machine; `--address auto` asks for that explicitly.
+            kwargs["address"] = "local"
             for key, value in _LOCAL_ONLY_ENV.items():
                 os.environ.setdefault(key, value)
             if num_cpus is not None:
@@ -50,3 +54,24 @@ def _quiet_ray_data() -> None:
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.execution_options.preserve_order = True  # results come back in input order
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """What decides whether node-local paths are safe: how many nodes there are (or may be) and where work runs."""
+
+    alive_nodes: int
+    head_cpus: float
+
+    @staticmethod
+    def current() -> "ClusterLayout":
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        head = [n for n in nodes if "node:__internal_head__" in n.get("Resources", {})]
+        head_cpus = head[0]["Resources"].get("CPU", 0.0) if head else 0.0
+        return ClusterLayout(len(nodes), head_cpus)
+
+    @property
+    def multi_node(self) -> bool:
+        # A head without CPUs runs no trainer or task itself: every worker sits on another machine, even while
+        # the autoscaler has not started it yet.
+        return self.alive_nodes > 1 or self.head_cpus == 0

@@ -1,9 +1,14 @@
-"""How many training runs (ensemble members, folds, Tune trials) may run at once without oversubscribing the cluster.
+"""How many training runs (ensemble members, folds, Tune trials) run at once.
 
-Each run is a TorchTrainer with ``num_workers`` workers (1 CPU each, plus 1 GPU each with ``use_gpu``). Neither
-Tune nor our member pool sees the placement groups those trainers request (ray#54305), so the cap is computed here
-from the resources that are free when the run starts, and a user value is honoured as given. On an autoscaling
-cluster free resources understate what the cluster can grow to: pass ``--max_concurrent_trials`` there.
+Each run is a TorchTrainer with ``num_workers`` workers (1 CPU each, plus 1 GPU each with ``use_gpu``). A user value
+(``--max_concurrent_trials``) is honoured as given. Otherwise:
+- on one machine, the cap is what the free resources hold when the run starts (neither Tune nor our member pool
+  sees the placement groups those trainers request, ray#54305, so more would only oversubscribe the machine);
+- on a multi-node cluster (``cluster.ClusterLayout``), every run is started at once. Free resources there
+  understate what an autoscaling cluster can grow to, and the runs that do not fit yet are exactly the pending
+  demand the autoscaler scales on. A run whose workers cannot be placed waits: Ray Train retries a worker group
+  that timed out waiting for resources without limit (a controller error, ``controller_failure_limit=-1``), and
+  it does not count against ``--max_failures``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import math
 from typing import Mapping
 
 import ray
+
+from ray_app.cluster import ClusterLayout
 
 # Memory one CPU training worker of the release model needs (weights, gradients, Adam state, activations of a
 # 32-molecule batch), rounded up; used only to avoid starting more runs than the free memory can hold.
@@ -29,6 +36,12 @@ def capacity(free: Mapping[str, float], num_workers: int, use_gpu: bool) -> int:
 
 
 def concurrent_runs(requested: int | None, num_workers: int, use_gpu: bool, runs: int) -> int:
-    """The user's cap if given, else what the free cluster resources allow; never more than there are runs."""
-    allowed = requested if requested is not None else capacity(ray.available_resources(), num_workers, use_gpu)
+    """The user's cap if given, else every run on a multi-node cluster and what the free resources allow on one
+    machine; never more than there are runs."""
+    if requested is not None:
+        allowed = requested
+    elif ClusterLayout.current().multi_node:
+        allowed = runs
+    else:
+        allowed = capacity(ray.available_resources(), num_workers, use_gpu)
     return max(1, min(allowed, runs))

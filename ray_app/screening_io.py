@@ -95,7 +95,8 @@ def readable_everywhere(path: str) -> tuple[str, dict]:
     """(path for Ray Data, read-task options). A local file on a multi-node cluster is only on the driver's node:
     its read tasks are pinned there (``local://``) and need no CPU (the head has none); what they read streams to
     featurisation tasks on the other nodes. URIs are read by tasks anywhere."""
-    from ray_app.storage import ClusterLayout, is_uri
+    from ray_app.cluster import ClusterLayout
+    from ray_app.storage import is_uri
 
     if is_uri(path) or not ClusterLayout.current().multi_node:
         return path, {}

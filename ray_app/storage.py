@@ -9,46 +9,14 @@ declared explicitly with a ``file://`` URI (``file:///mnt/shared/runs``), which 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import ray
-
 from kermt.errors import UserError
-
-SHARED_FILE_SCHEME = "file://"
+from ray_app.cluster import ClusterLayout
 
 
 def is_uri(path: str) -> bool:
     return "://" in path
-
-
-def local_path(uri_or_path: str) -> Path | None:
-    """The local directory behind ``path`` or ``file://path``; None for remote storage."""
-    if uri_or_path.startswith(SHARED_FILE_SCHEME):
-        return Path(uri_or_path[len(SHARED_FILE_SCHEME):])
-    return None if is_uri(uri_or_path) else Path(uri_or_path).resolve()
-
-
-@dataclass(frozen=True)
-class ClusterLayout:
-    """What decides whether node-local paths are safe: how many nodes there are (or may be) and where work runs."""
-
-    alive_nodes: int
-    head_cpus: float
-
-    @staticmethod
-    def current() -> "ClusterLayout":
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        head = [n for n in nodes if "node:__internal_head__" in n.get("Resources", {})]
-        head_cpus = head[0]["Resources"].get("CPU", 0.0) if head else 0.0
-        return ClusterLayout(len(nodes), head_cpus)
-
-    @property
-    def multi_node(self) -> bool:
-        # A head without CPUs runs no trainer or task itself: every worker sits on another machine, even while
-        # the autoscaler has not started it yet.
-        return self.alive_nodes > 1 or self.head_cpus == 0
 
 
 CLUSTER_MAX_FAILURES = 3  # spot workers: a few preemptions per run are normal; each costs at most one epoch
@@ -59,6 +27,19 @@ def resolve_max_failures(requested: int | None) -> int:
     if requested is not None:
         return requested
     return CLUSTER_MAX_FAILURES if ClusterLayout.current().multi_node else 0
+
+
+def check_gpus(use_gpu: bool, flag: str = "--use_gpu") -> None:
+    """``--use_gpu`` on a cluster without GPUs: an error on one machine (nothing would ever run), a note on a
+    multi-node cluster (the autoscaler may still add GPU nodes; the runs wait for them)."""
+    import ray
+
+    if not use_gpu or ray.cluster_resources().get("GPU", 0) > 0:
+        return
+    if not ClusterLayout.current().multi_node:
+        raise UserError(f"{flag} was given but this Ray cluster has no GPU (resources: {ray.cluster_resources()}); "
+                        f"drop {flag} or attach to a cluster with GPUs (--address)")
+    print(f"{flag}: no GPU in the cluster yet; the runs wait for the autoscaler to add GPU nodes", flush=True)
 
 
 def resolve_storage(storage_path: str | None, default_dir: Path, flag: str = "--storage_path") -> str:
@@ -95,24 +76,13 @@ def check_reachable(uri: str, flag: str = "--storage_path") -> None:
         info = filesystem.get_file_info(path)
         if info.type == pafs.FileType.File:
             raise UserError(f"{flag} {uri} is a file; give a directory (prefix)")
-        if info.type == pafs.FileType.NotFound:  # a new prefix is fine, but its bucket must exist
-            parent = path.split("/", 1)[0]
-            if filesystem.get_file_info(parent).type == pafs.FileType.NotFound:
-                raise UserError(f"{flag} {uri}: bucket or root {parent!r} does not exist; create it or fix the URI")
+        if info.type == pafs.FileType.NotFound:  # a new prefix is fine, but its bucket (or parent) must exist
+            root = path.split("/", 1)[0] if not path.startswith("/") else str(Path(path).parent)
+            if filesystem.get_file_info(root).type == pafs.FileType.NotFound:
+                raise UserError(f"{flag} {uri}: bucket or directory {root!r} does not exist; create it or fix the URI")
     except UserError:
         raise
     except Exception as error:  # pyarrow raises OSError/ArrowInvalid/ValueError depending on the scheme
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UserError(f"{flag} {uri} cannot be reached ({first_line}); check the URI, the credentials "
                         f"(e.g. AWS_* variables) and the endpoint") from None
-
-
-def download_directory(uri: str, destination: Path) -> None:
-    """Copy a storage directory (URI or local path) to a local one."""
-    import pyarrow.fs as pafs
-
-    destination.mkdir(parents=True, exist_ok=True)
-    filesystem, path = (pafs.LocalFileSystem(), str(local_path(uri))) if local_path(uri) else \
-        pafs.FileSystem.from_uri(uri)
-    pafs.copy_files(path, str(destination), source_filesystem=filesystem,
-                    destination_filesystem=pafs.LocalFileSystem())

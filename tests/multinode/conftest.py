@@ -1,4 +1,4 @@
-"""The multi-node lane's cluster: started once for the lane (``pytest -m multinode``), stopped by process tree."""
+"""The multi-node lane's cluster (``pytest -m multinode``): one per test module, stopped by process tree."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_NODES = {"127.0.0.3": 1, "127.0.0.4": 1}  # one training worker per node, like one GPU per node
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster():
     if shutil.which("unshare") is None:
         pytest.skip("the multi-node lane needs util-linux `unshare` (private per-node filesystems)")
@@ -30,7 +30,7 @@ def cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def head_inputs(cluster) -> dict[str, Path]:
     """The sample data and the fixture checkpoint on the head's disk only (worker nodes cannot see them)."""
     inputs = cluster.head_dir / "inputs"
