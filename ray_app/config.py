@@ -152,11 +152,6 @@ class FinetuneConfig(BaseModel):
             raise ValueError(f"init_lr {self.init_lr} must not exceed max_lr {self.max_lr}")
         return self
 
-    @property
-    def undirected(self) -> None:
-        """Not a setting (:data:`REMOVED_SETTINGS`): always unset, for callers that read every encoder key."""
-        return None
-
 
 Source = Literal["user", "config", "default"]
 

@@ -57,12 +57,12 @@ from ray_app.prepare import (
     write_invalid,
 )
 from ray_app.resume import claim_run_id, finished_member, new_run_id
-from ray_app.storage import resolve_max_failures, resolve_storage
+from ray_app.storage import check_gpus, resolve_max_failures, resolve_storage
 from ray_app.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
 
 # Upstream finetune parser defaults for an encoder trained from scratch (no checkpoint).
 SCRATCH_ENCODER = {"hidden_size": 800, "depth": 6, "num_attn_head": 4, "num_mt_block": 1, "activation": "ReLU",
-                   "bias": False, "undirected": False}
+                   "bias": False}
 ENCODER_KEYS = tuple(SCRATCH_ENCODER)
 READOUT_KEYS = ("self_attention", "attn_hidden", "attn_out")
 HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size")
@@ -114,7 +114,7 @@ def initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int) -> tu
     torch.manual_seed(seed)
     model = KermtFinetuneModel(config)
     # Upstream's init (1-D -> 0, else xavier) for the head only; a from-scratch encoder keeps PyTorch's init,
-    # since upstream's would zero every LayerNorm gain (spec §10 item 14).
+    # since upstream's would zero every LayerNorm gain (docs/upstream-compatibility.md#initialisation).
     for name, module in model.named_children():
         if name != "kermt":
             initialize_weights(module)
@@ -135,7 +135,9 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetu
     and metric."""
     save_dir = Path(config.save_dir).resolve()
     storage = resolve_storage(config.storage_path, save_dir / "ray_results")  # refused before any work starts
-    checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint) if (
+    check_gpus(config.use_gpu)
+    checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint,
+                                 dataset_type=config.dataset_type) if (
         config.checkpoint_path or config.pretrained_release) else None
     data = load_source(config.data_path, config, None, config.features_path)
     task_names = data.target_names
@@ -176,11 +178,13 @@ def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
 
 
 def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
-               callbacks: Sequence[Any] = (), label: str | None = None) -> tuple[KermtFinetuneModel, list]:
+               callbacks: Sequence[Any] = (), label: str | None = None,
+               splits_ref: ray.ObjectRef | None = None) -> tuple[KermtFinetuneModel, list]:
     """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history.
 
     ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see every epoch's metrics);
-    ``label`` names the run in log lines (default "fold F model M")."""
+    ``label`` names the run in log lines (default "fold F model M"); ``splits_ref``: ``splits`` already in the
+    object store (put once per fold), which the workers then read instead of a copy inside the member's plan."""
     label = label or f"fold {fold} model {member}"
     c = setup.config
     width = splits.train.features.shape[1] if splits.train.features is not None else 0
@@ -188,13 +192,14 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
     seed = member_seed(c.seed + fold, member)
     state, load_summary = initial_state(setup, config, seed)
     print(f"{label}: {load_summary}", flush=True)
-    plan = MemberPlan(config, state, splits.train, splits.val, splits.target_scaler, seed, c.epochs, c.batch_size,
+    shipped = (None, None) if splits_ref is not None else (splits.train, splits.val)
+    plan = MemberPlan(config, state, *shipped, splits.target_scaler, seed, c.epochs, c.batch_size,
                       c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
                       c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
                       label=label)
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"plan": ray.put(plan)},
+        train_loop_config={"plan": ray.put(plan), **({"splits": splits_ref} if splits_ref is not None else {})},
         scaling_config=ScalingConfig(num_workers=c.num_workers, use_gpu=c.use_gpu),
         run_config=RunConfig(
             name=f"{setup.run_id}-fold{fold}-model{member}",
@@ -232,21 +237,25 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
 
 
 @ray.remote(num_cpus=0)  # a coordinator only: its TorchTrainer's workers hold the resources
-def _train_member_task(setup: RunSetup, splits: ScaledSplits, fold: int, member: int):
-    return run_member(setup, splits, fold, member)
+def _train_member_task(setup: RunSetup, wrapped_ref: list[ray.ObjectRef], fold: int, member: int):
+    # The fold's data arrives as a reference (wrapped in a list so that Ray passes it unresolved): the workers
+    # read that one object instead of a copy per member.
+    return run_member(setup, ray.get(wrapped_ref[0]), fold, member, splits_ref=wrapped_ref[0])
 
 
 def train_members(setup: RunSetup, fold_parts: list[ScaledSplits], concurrency: int,
                   jobs: list[tuple[int, int]]) -> Iterator[tuple[int, int, KermtFinetuneModel, list]]:
     """Train each (fold, member) of ``jobs``, ``concurrency`` TorchTrainers at a time; yields them as they finish.
 
-    Each member's seeds depend only on (seed, fold, member), so the models are the same whatever runs beside them.
-    With concurrency 1 the members train one after another in this process, as upstream does."""
+    Each fold's data is put in the object store once and shared by its members' workers. Each member's seeds
+    depend only on (seed, fold, member), so the models are the same whatever runs beside them. With concurrency 1
+    the members train one after another in this process, as upstream does."""
+    part_refs = {fold: ray.put(fold_parts[fold]) for fold in sorted({fold for fold, _ in jobs})}
     if concurrency == 1:
         for fold, member in jobs:
-            yield fold, member, *run_member(setup, fold_parts[fold], fold, member)
+            yield fold, member, *run_member(setup, fold_parts[fold], fold, member, splits_ref=part_refs[fold])
         return
-    setup_ref, part_refs = ray.put(setup), [ray.put(parts) for parts in fold_parts]
+    setup_ref = ray.put(setup)
     waiting, running = iter(jobs), {}
     # Coordinators stay on the driver's node (the head on a cluster): a lost or preempted worker node then takes
     # training workers with it, which Ray Train recovers, never the coordinator of a run.
@@ -256,7 +265,7 @@ def train_members(setup: RunSetup, fold_parts: list[ScaledSplits], concurrency: 
     def launch_next() -> None:
         job = next(waiting, None)
         if job is not None:
-            running[coordinator.remote(setup_ref, part_refs[job[0]], *job)] = job
+            running[coordinator.remote(setup_ref, [part_refs[job[0]]], *job)] = job
 
     for _ in range(concurrency):
         launch_next()
@@ -273,10 +282,21 @@ def train_members(setup: RunSetup, fold_parts: list[ScaledSplits], concurrency: 
         yield fold, member, model, history
 
 
-def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int) -> np.ndarray:
-    """(n_test, n_tasks) predictions in label units."""
-    preds = predict(model, splits.test, np.arange(len(splits.test)), batch_size)
+def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
+                            use_gpu: bool = False) -> np.ndarray:
+    """(n_test, n_tasks) predictions in label units; with ``use_gpu`` computed by a task on a GPU node (the driver
+    usually sits on a head without one), else here on the CPU."""
+    if use_gpu and len(splits.test):
+        preds = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size))
+    else:
+        preds = predict(model, splits.test, np.arange(len(splits.test)), batch_size)
     return splits.target_scaler.inverse_transform(preds) if splits.target_scaler else preds
+
+
+@ray.remote(num_gpus=1)
+def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int) -> np.ndarray:
+    model = model.to(torch.device("cuda"))
+    return predict(model, molecules, np.arange(len(molecules)), batch_size)
 
 
 def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
@@ -327,7 +347,8 @@ def run_folds(setup: RunSetup) -> list[float]:
     for fold, member, model, history in finished:
         if (fold, member) not in kept:
             save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
-        member_preds[fold][member] = member_test_predictions(model, parts[fold], c.batch_size * c.num_workers)
+        member_preds[fold][member] = member_test_predictions(model, parts[fold], c.batch_size * c.num_workers,
+                                                             c.use_gpu)
         if all(p is not None for p in member_preds[fold]):
             scores[fold] = finish_fold(setup, fold, parts[fold], member_preds[fold])  # type: ignore[arg-type]
     return scores

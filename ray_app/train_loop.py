@@ -13,6 +13,7 @@ at most one epoch and changes no result.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -42,12 +43,15 @@ STATE_FILE = "training_state.pt"
 
 @dataclass(frozen=True)
 class MemberPlan:
-    """Everything a worker needs to train one member; shipped once through the object store."""
+    """Everything a worker needs to train one member; shipped once through the object store.
+
+    ``train``/``val`` are None when the fold's data travels separately (``train_loop_config["splits"]``: one
+    object per fold, shared by every member of the fold and read zero-copy by each worker)."""
 
     model_config: FinetuneModelConfig
     initial_state: dict[str, torch.Tensor]
-    train: MoleculeSet
-    val: MoleculeSet
+    train: MoleculeSet | None
+    val: MoleculeSet | None
     target_scaler: StandardScaler | None
     seed: int
     epochs: int
@@ -204,6 +208,14 @@ def _quiet_report_logs() -> None:
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
+def _load_plan(config: dict[str, Any]) -> MemberPlan:
+    plan: MemberPlan = ray.get(config["plan"]) if isinstance(config["plan"], ray.ObjectRef) else config["plan"]
+    if "splits" in config:  # the fold's ScaledSplits, put once by the driver for every member of the fold
+        splits = ray.get(config["splits"])
+        plan = dataclasses.replace(plan, train=splits.train, val=splits.val)
+    return plan
+
+
 def _print_placement(label: str, epoch: int, rank: int) -> None:
     """One line per (re)start: where the workers run, e.g. "2 worker(s) on 2 node(s) (127.0.0.3, 127.0.0.4)"."""
     world = ray.train.get_context().get_world_size()
@@ -216,7 +228,7 @@ def _print_placement(label: str, epoch: int, rank: int) -> None:
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     _quiet_report_logs()
-    plan: MemberPlan = ray.get(config["plan"]) if isinstance(config["plan"], ray.ObjectRef) else config["plan"]
+    plan = _load_plan(config)
     device = ray.train.torch.get_device()
     model, optimizer, scheduler = _build(plan)
     best = {"state": snapshot(model)}

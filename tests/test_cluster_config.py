@@ -37,5 +37,6 @@ def test_job_specs_parse_and_point_at_the_entry_point():
     rayjob = _load("jobs/k8s/rayjob-finetune.yaml")
     assert rayjob["kind"] == "RayJob" and "python -m jobs.finetune" in rayjob["spec"]["entrypoint"]
     assert rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["minReplicas"] == 0
+    assert rayjob["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] is True  # the GPU group grows from 0 pods
     runtime_env = _load("jobs/runtime_env.yaml")
     assert ".venv" in runtime_env["excludes"]
