@@ -27,8 +27,9 @@ def test_blocks_with_wider_local_ids_concatenate():
     smiles = load_molecule_table(FIXTURE_DIR / "smiles.csv").smiles[:6]
     rows = pa.array(np.arange(6, dtype=np.int64))
     first, second = (FeaturizeBatch(())(pa.table({"row": rows[i:i + 3], "smiles": smiles[i:i + 3]})) for i in (0, 3))
-    wide = second.cast(pa.schema([pa.field(f.name, pa.large_list(pa.int32())) if f.name in ("bond_atoms", "bond_rdkit_idx")
-                                  else f for f in second.schema]))
+    index_columns = ("bond_atoms", "bond_rdkit_idx")
+    wide = second.cast(pa.schema([pa.field(f.name, pa.large_list(pa.int32())) if f.name in index_columns else f
+                                  for f in second.schema]))
     together = molecules_from_table(pa.concat_tables([first, wide], promote_options="permissive"))
     expected = featurize_smiles(smiles).to_arrays()
     for name, value in together.to_arrays().items():

@@ -58,7 +58,7 @@ def _reference_batch(graphs: list[MolGraph]) -> dict[str, torch.Tensor]:
         f_atoms.append(g.f_atoms)
         f_bonds.append(g.f_bonds)
         a2b.extend([] for _ in range(g.n_atoms))
-        for edge, (source, reverse) in enumerate(zip(g.b2a, g.b2revb)):
+        for source, reverse in zip(g.b2a, g.b2revb):
             b2a.append(n_atoms + int(source))
             b2revb.append(n_bonds + int(reverse))
         for edge in range(g.n_bonds):
