@@ -164,7 +164,8 @@ class FlatGraphs:
     bond_rdkit_idx  same dtype as bond_atoms [sum bonds]: RDKit bond index of each kept bond
     atom_counts, bond_counts  int32 [n_mols]
 
-    ``f_atoms`` / ``bond_feats`` expand to today's float32 rows (the collate does this per batch): they are exact.
+    ``f_atoms`` / ``bond_feats`` expand to the dense float32 rows of upstream's layout, exactly (the collate does
+    this per batch).
     """
 
     atoms: CodedRows
@@ -219,7 +220,7 @@ class FlatGraphs:
         )
 
     def graphs(self) -> list[MolGraph]:
-        """Split back into per-molecule records in today's dense form (float rows, int64 indices)."""
+        """Split back into per-molecule records in the dense form of MolGraph (float rows, int64 indices)."""
         atom_splits = np.cumsum(self.atom_counts)[:-1]
         bond_splits = np.cumsum(self.bond_counts)[:-1]
         dense = (self.bond_atoms.astype(np.int64), self.bond_feats, self.bond_rdkit_idx.astype(np.int64))
