@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-GCS_PORT, DASHBOARD_PORT, CLIENT_PORT, AGENT_PORT = 6391, 8275, 20011, 52375
+# Free ports, not fixed ones: another Ray instance on the machine (a developer's, another lane's) may hold any port.
+GCS_PORT, DASHBOARD_PORT, CLIENT_PORT, AGENT_PORT = (free_port() for _ in range(4))
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.multinode.loopback import BIN, free_port, kill_tree
+from tests.conftest import free_port
+from tests.multinode.loopback import BIN, kill_tree
 
 
 def autoscaling_config(gcs_port: int, max_workers: int) -> dict:

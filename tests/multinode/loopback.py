@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,15 +26,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import free_port
+
 BIN = Path(sys.executable).parent
 BUCKET = "kermt-test"
 HEAD_IP = "127.0.0.2"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _process_table() -> tuple[dict[int, int], dict[int, str]]:
