@@ -93,7 +93,10 @@ class LoopbackCluster:
     def env(self, temp_dir: Path | None = None) -> dict[str, str]:
         """Environment of every node and of drivers attached to this cluster."""
         env = dict(os.environ)
-        env.pop("RAY_ADDRESS", None)
+        # Not inherited from the test process (tests/ray_app/conftest.py sets the second for its local cluster):
+        # with it, `ray start --address` refuses to join a worker node.
+        for key in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+            env.pop(key, None)
         env.update({
             "RAY_TMPDIR": str(temp_dir or self.head_dir), "TMPDIR": str(temp_dir or self.head_dir),
             "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
