@@ -89,6 +89,11 @@ def _user_set(setup_sources: dict[str, Source], key: str) -> bool:
     return setup_sources.get(key, "default") != "default"
 
 
+def features_width(splits: ScaledSplits) -> int:
+    """Molecule-feature columns the head takes (0 without features)."""
+    return splits.train.features.shape[1] if splits.train.features is not None else 0
+
+
 def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
     """Architecture from the checkpoint (a contradicting flag is an error); training settings from the user."""
     c, ckpt = setup.config, setup.checkpoint
@@ -187,8 +192,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
     object store (put once per fold), which the workers then read instead of a copy inside the member's plan."""
     label = label or f"fold {fold} model {member}"
     c = setup.config
-    width = splits.train.features.shape[1] if splits.train.features is not None else 0
-    config = model_config(setup, width)
+    config = model_config(setup, features_width(splits))
     seed = member_seed(c.seed + fold, member)
     state, load_summary = initial_state(setup, config, seed)
     print(f"{label}: {load_summary}", flush=True)
@@ -358,9 +362,8 @@ def kept_members(setup: RunSetup, parts: list[ScaledSplits], jobs: list[tuple[in
     """(fold, member) -> (model, history) of the members an interrupted run of these settings already saved."""
     kept = {}
     for fold, member in jobs:
-        width = parts[fold].train.features.shape[1] if parts[fold].train.features is not None else 0
         found = finished_member(setup.save_dir / f"fold_{fold}" / f"model_{member}", setup.run_id,
-                                model_config(setup, width))
+                                model_config(setup, features_width(parts[fold])))
         if found is not None:
             kept[fold, member] = found
     if kept:
@@ -427,8 +430,7 @@ def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]
     for fold in range(fold_count(c)):
         split, splits = fold_splits(setup, fold)
         folds[f"fold_{fold}"] = {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
-        width = splits.train.features.shape[1] if splits.train.features is not None else 0
-        model = KermtFinetuneModel(model_config(setup, width))
+        model = KermtFinetuneModel(model_config(setup, features_width(splits)))
         print(f"fold {fold}: train {len(splits.train)}, val {len(splits.val)}, test {len(splits.test)}; "
               f"model parameters {sum(p.numel() for p in model.parameters()):,}")
     if setup.checkpoint is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import free_port
-from tests.multinode.loopback import BIN, kill_tree
+from tests.multinode.loopback import BIN, kill_tree, ray_test_env
 
 
 def autoscaling_config(gcs_port: int, max_workers: int) -> dict:
@@ -53,17 +53,10 @@ class FakeAutoscalingCluster:
         return f"127.0.0.1:{self.port}"
 
     def env(self) -> dict[str, str]:
-        import os
-
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env.update({"RAY_TMPDIR": str(self.root), "TMPDIR": str(self.root), "RAY_AUTH_MODE": "disabled",
-                    "RAY_USAGE_STATS_ENABLED": "0", "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-                    # every fake node is a process here: keep all of them on 127.0.0.1 (no `ray start` of a
-                    # worker node runs, so the single-machine flag cannot refuse them)
-                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
-                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
-        return env
+        # every fake node is a process here: keep all of them on 127.0.0.1 (no `ray start` of a worker node runs,
+        # so the single-machine flag cannot refuse them)
+        return {**ray_test_env(self.root), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
     def driver_env(self) -> dict[str, str]:
         return {**self.env(), "RAY_ADDRESS": self.address}

@@ -65,6 +65,23 @@ def kill_tree(marker: str) -> int:
     return len(chosen)
 
 
+def ray_test_env(temp_dir: Path) -> dict[str, str]:
+    """This process's environment for Ray processes a test starts: their own temp dir, quiet and fast settings."""
+    env = dict(os.environ)
+    # Not inherited from the test process (tests/ray_app/conftest.py sets the second for its local cluster):
+    # with it, `ray start --address` refuses to join a worker node.
+    for key in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        env.pop(key, None)
+    env.update({
+        "RAY_TMPDIR": str(temp_dir), "TMPDIR": str(temp_dir),
+        "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "PYTHONUNBUFFERED": "1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # a job's `python` is this environment's
+    })
+    return env
+
+
 @dataclass
 class LoopbackCluster:
     """``root`` must be short (Unix socket paths are limited to 107 bytes)."""
@@ -92,21 +109,9 @@ class LoopbackCluster:
 
     def env(self, temp_dir: Path | None = None) -> dict[str, str]:
         """Environment of every node and of drivers attached to this cluster."""
-        env = dict(os.environ)
-        # Not inherited from the test process (tests/ray_app/conftest.py sets the second for its local cluster):
-        # with it, `ray start --address` refuses to join a worker node.
-        for key in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
-            env.pop(key, None)
-        env.update({
-            "RAY_TMPDIR": str(temp_dir or self.head_dir), "TMPDIR": str(temp_dir or self.head_dir),
-            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",
-            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "PYTHONUNBUFFERED": "1",
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # a job's `python` is this environment's
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}",
-        })
-        return env
+        return {**ray_test_env(temp_dir or self.head_dir),
+                "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}"}
 
     def driver_env(self) -> dict[str, str]:
         """A driver on the head node, attached by address (as `ray job submit` or `--address` attach one)."""
