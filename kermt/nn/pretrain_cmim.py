@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -33,6 +34,10 @@ class LatentParams:
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         """Reparameterised draw z = mean + exp(log_scale)·ε, ε ~ N(0, I): [M, latent]."""
         noise = torch.randn(self.mean.shape, generator=generator, device=self.mean.device, dtype=self.mean.dtype)
+        return self.at(noise)
+
+    def at(self, noise: torch.Tensor) -> torch.Tensor:
+        """z = mean + exp(log_scale)·``noise`` for given ε [M, latent]."""
         return self.mean + torch.exp(self.log_scale) * noise
 
 
@@ -60,10 +65,13 @@ class LatentHead(nn.Module):
                 pooled[name] = self.readout(rows, graph.a_scope if name in ATOM_BRANCHES else graph.b_scope)
         return pooled
 
-    def forward(self, graph: BatchMolGraph, embeddings: EncoderOutput | None = None) -> LatentParams:
-        """Run the encoder (unless ``embeddings`` are given), pool, average the families, project."""
+    def forward(
+        self, graph: BatchMolGraph, embeddings: EncoderOutput | None = None, depth_rng: np.random.Generator | None = None
+    ) -> LatentParams:
+        """Run the encoder (unless ``embeddings`` are given; ``depth_rng`` seeds its depth draws), pool, average the
+        families, project."""
         if embeddings is None:
-            embeddings = self.kermt(graph)
+            embeddings = self.kermt(graph, depth_rng)
         pooled = list(self.pooled_families(embeddings, graph).values())
         molecule = sum(pooled) / len(pooled)  # [M, hidden]
         mean, log_scale = self.fc_mean_logscale(molecule).chunk(2, dim=-1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,11 +31,13 @@ from kermt.nn.pretrain_vocab import VocabHeads, VocabPredictions, VocabTargets
 @dataclass(frozen=True)
 class PretrainBatch:
     """One pretraining batch: the graph, vocab targets (vocab / hybrid) and SMILES token ids [B, L] (cmim / hybrid,
-    ``<start> … <end>`` right-padded with 0)."""
+    ``<start> … <end>`` right-padded with 0). ``latent_noise`` [B, latent_dim]: the ε of each molecule's
+    reparameterised latent draw, when the caller draws it per molecule (None: drawn inside the forward)."""
 
     graph: BatchMolGraph
     vocab_targets: VocabTargets | None = None
     tokens: torch.Tensor | None = None
+    latent_noise: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> "PretrainBatch":
         return replace(
@@ -42,6 +45,7 @@ class PretrainBatch:
             graph=self.graph.to(device),
             vocab_targets=None if self.vocab_targets is None else self.vocab_targets.to(device),
             tokens=None if self.tokens is None else self.tokens.to(device),
+            latent_noise=None if self.latent_noise is None else self.latent_noise.to(device),
         )
 
 
@@ -80,21 +84,30 @@ class KermtPretrainModel(nn.Module):
         return self.kermt if self.heads_config.uses_vocab else self.latent_dist.kermt
 
     def forward(
-        self, batch: PretrainBatch, sample_latent: bool = True, generator: torch.Generator | None = None
+        self,
+        batch: PretrainBatch,
+        sample_latent: bool = True,
+        generator: torch.Generator | None = None,
+        depth_rng: np.random.Generator | None = None,
     ) -> PretrainOutput:
         """Run the heads of this mode. ``sample_latent=False`` conditions the decoder on the latent mean instead of a
-        reparameterised draw (deterministic; what evaluation and embedding want); ``generator`` seeds the draw."""
+        reparameterised draw (deterministic; what evaluation and embedding want); ``generator`` seeds the draw
+        unless ``batch.latent_noise`` gives it. ``depth_rng`` seeds the train-mode depth draws of every encoder
+        pass, in forward order (None: numpy's global RNG, as upstream)."""
         heads = self.heads_config
         graph = batch.graph
-        embeddings = self.kermt(graph) if heads.uses_vocab else None
+        embeddings = self.kermt(graph, depth_rng) if heads.uses_vocab else None
         vocab = self.vocab_module(embeddings, graph) if heads.uses_vocab else None
         if not heads.uses_decoder:
             return PretrainOutput(vocab=vocab)
         if batch.tokens is None:
             raise ValueError(f"pretrain_mode {heads.pretrain_mode!r} needs batch.tokens for the SMILES decoder")
         reuse = embeddings if heads.hybrid_single_encoder_pass else None
-        latent = self.latent_dist(graph, reuse)
-        z = latent.sample(generator) if sample_latent else latent.mean
+        latent = self.latent_dist(graph, reuse, depth_rng)
+        if not sample_latent:
+            z = latent.mean
+        else:
+            z = latent.sample(generator) if batch.latent_noise is None else latent.at(batch.latent_noise)
         teacher = TeacherForcing.from_tokens(batch.tokens)
         logits = self.decoder(teacher.inputs, z.unsqueeze(1), teacher.padding_mask)
         return PretrainOutput(vocab=vocab, latent=latent, z=z, decoder_logits=logits, teacher=teacher)
