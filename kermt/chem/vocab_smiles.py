@@ -87,6 +87,17 @@ class SmilesVocab:
         counts: Counter = Counter()
         for smi in smiles:
             counts.update(regex.findall(smi))
+        return cls.from_counts(counts, pattern=pattern, max_size=max_size, min_freq=min_freq)
+
+    @classmethod
+    def from_counts(
+        cls,
+        counts: Mapping[str, int],
+        pattern: str = DEFAULT_SMILES_PATTERN,
+        max_size: int | None = None,
+        min_freq: int = 1,
+    ) -> "SmilesVocab":
+        """The vocab of already counted tokens (e.g. counts summed over a cluster), ordered and cut as ``build``."""
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         kept = [t for t, c in ranked if c >= max(min_freq, 1) and t not in SMILES_SPECIALS]
         if max_size is not None:

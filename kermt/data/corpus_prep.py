@@ -1,0 +1,172 @@
+"""Steps of corpus preparation that do not depend on where they run: cleaning, counting, vocab building.
+
+``kermt corpus`` runs them as Ray Data map + reduce over many files; :func:`prepare_corpus` runs them in one
+process (a notebook, the tests' reference, the single-process benchmark). Both produce the same directory.
+
+Upstream prepares pretraining data as ``clean_smiles.py`` (drop rows RDKit cannot parse, rewrite the rest as RDKit
+canonical SMILES) and then ``build_vocab.py`` on the cleaned file. Here the same happens in one go: a row is kept
+when it parses, has a heavy atom and can be featurised; its stored SMILES is the canonical one (``canonicalize``,
+the default) or the input text; the vocabularies count the stored SMILES of the kept rows. So the vocabs equal
+``build_vocab.py``'s output on upstream's cleaned file. Upstream's counts would differ only by rows it keeps and
+we reject (no heavy atom, an unencodable formal charge), and for the SMILES vocab by tokens of lines it cannot
+parse, which it counts anyway.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rdkit import Chem, rdBase
+
+from kermt.chem.features import formal_charge_slot
+from kermt.chem.validation import parse_smiles
+from kermt.chem.vocab_context import ContextVocab, contexts
+from kermt.chem.vocab_smiles import SMILES_SPECIALS, SmilesVocab
+from kermt.data.atomic_files import join, write_text
+from kermt.data.corpus import (
+    INVALID_FILE,
+    CorpusManifest,
+    InputInfo,
+    ShardInfo,
+    corpus_rows,
+    shard_path,
+    write_manifest,
+    write_shard,
+    write_vocabs,
+)
+from kermt.data.featurize import UNFEATURIZABLE
+from kermt.errors import UserError
+
+NOT_ROUND_TRIPPING = "canonical SMILES does not parse"
+VOCAB_KINDS = ("atom", "bond", "smiles")
+_TOKENIZER = SmilesVocab(itos=SMILES_SPECIALS)  # tokenising needs only the pattern
+
+
+@dataclass(frozen=True)
+class VocabSettings:
+    """Cut-offs of upstream's build_vocab.py (``None``: unlimited) and whether SMILES are canonicalised."""
+
+    min_freq: int = 1
+    max_size: int | None = None
+    smiles_min_freq: int = 1
+    smiles_max_size: int | None = None
+    canonicalize: bool = True
+
+
+def clean_one(raw: object, canonicalize: bool = True) -> tuple[str, str | None]:
+    """(SMILES to store, None) for a usable row, else ('', reason)."""
+    mol, reason = parse_smiles(raw)
+    if mol is None:
+        return "", reason
+    stored = str(raw)
+    if canonicalize:
+        stored = Chem.MolToSmiles(mol)
+        with rdBase.BlockLogs():
+            mol = Chem.MolFromSmiles(stored)
+        if mol is None:
+            return "", NOT_ROUND_TRIPPING
+    try:  # the featuriser's own rule, so every kept row featurises (and the vocabs count only corpus molecules)
+        formal_charge_slot(np.array([a.GetFormalCharge() for a in mol.GetAtoms()]))
+    except ValueError as error:
+        return "", f"{UNFEATURIZABLE}: {error}"
+    return stored, None
+
+
+def clean_smiles(raw: Sequence[object], canonicalize: bool = True) -> tuple[list[str], list[str | None]]:
+    """Per row: the SMILES to store ('' when rejected) and the reason it was rejected (None when kept)."""
+    cleaned = [clean_one(r, canonicalize) for r in raw]
+    return [s for s, _ in cleaned], [r for _, r in cleaned]
+
+
+def count_vocab_tokens(smiles: Iterable[str]) -> dict[str, Counter]:
+    """Atom contexts, bond contexts and SMILES tokens of cleaned SMILES: {"atom": Counter, "bond": ..., "smiles": ...}."""
+    counts = {kind: Counter() for kind in VOCAB_KINDS}
+    with rdBase.BlockLogs():
+        for smi in smiles:
+            mol = Chem.MolFromSmiles(smi)
+            counts["atom"].update(contexts(mol, "atom"))
+            counts["bond"].update(contexts(mol, "bond"))
+            counts["smiles"].update(_TOKENIZER.tokenize(smi))
+    return counts
+
+
+def vocabs_from_counts(counts: Mapping[str, Mapping[str, int]],
+                       settings: VocabSettings) -> tuple[ContextVocab, ContextVocab, SmilesVocab]:
+    """Atom, bond and SMILES vocabs, ordered and cut exactly as upstream's build_vocab.py."""
+    return (
+        ContextVocab.from_counts(counts["atom"], "atom", settings.max_size, settings.min_freq),
+        ContextVocab.from_counts(counts["bond"], "bond", settings.max_size, settings.min_freq),
+        SmilesVocab.from_counts(counts["smiles"], max_size=settings.smiles_max_size,
+                                min_freq=settings.smiles_min_freq),
+    )
+
+
+INVALID_COLUMNS = ("source", "row", "smiles", "reason")
+
+
+def invalid_report(rows: Iterable[tuple[str, int, str, str]]) -> str:
+    """invalid.csv text: source file, 0-based data row, the input text, why it was rejected."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(INVALID_COLUMNS)
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def check_not_empty(n_rows: int, n_valid: int, sources: Sequence[str], reasons: Counter) -> None:
+    """UserError before anything is written when the inputs hold no molecule to pretrain on."""
+    if n_rows == 0:
+        raise UserError(f"no data rows in {', '.join(sources)}: the corpus would be empty")
+    if n_valid == 0:
+        common = ", ".join(f"{reason} ({count})" for reason, count in reasons.most_common(3))
+        raise UserError(f"none of the {n_rows} rows of {', '.join(sources)} holds a valid SMILES ({common}); "
+                        "check --smiles_column")
+
+
+def prepare_corpus(sources: Mapping[str, Sequence[object]], corpus_dir: str, settings: VocabSettings = VocabSettings(),
+                   rows_per_shard: int = 50_000) -> CorpusManifest:
+    """Build a corpus in this process from {source name: raw SMILES}; the manifest is written last."""
+    cleaned = {name: clean_smiles(raw, settings.canonicalize) for name, raw in sources.items()}
+    kept = [s for stored, reasons in cleaned.values() for s, r in zip(stored, reasons) if r is None]
+    rejected = [(name, row, str(sources[name][row]), r) for name, (_, reasons) in cleaned.items()
+                for row, r in enumerate(reasons) if r is not None]
+    check_not_empty(sum(len(v) for v in sources.values()), len(kept), list(sources), Counter(r[3] for r in rejected))
+    atom, bond, smiles_vocab = vocabs_from_counts(count_vocab_tokens(kept), settings)
+    shards, max_tokens = [], 0
+    for index, start in enumerate(range(0, len(kept), rows_per_shard)):
+        arrays = corpus_rows(kept[start:start + rows_per_shard], atom, bond, smiles_vocab)
+        write_shard(join(corpus_dir, shard_path(index)), arrays)
+        shards.append(ShardInfo(shard_path(index), len(arrays)))
+        max_tokens = max(max_tokens, int(arrays.token_lengths.max()))
+    write_vocabs(corpus_dir, atom, bond, smiles_vocab)
+    write_text(join(corpus_dir, INVALID_FILE), invalid_report(rejected))
+    inputs = tuple(InputInfo(name, len(raw), sum(r is not None for r in cleaned[name][1]))
+                   for name, raw in sources.items())
+    manifest = manifest_for(shards, inputs, max_tokens, (atom, bond, smiles_vocab), settings, rows_per_shard)
+    write_manifest(corpus_dir, manifest)
+    return manifest
+
+
+def manifest_for(shards: Sequence[ShardInfo], inputs: Sequence[InputInfo], max_token_length: int,
+                 vocabs: tuple[ContextVocab, ContextVocab, SmilesVocab], settings: VocabSettings,
+                 rows_per_shard: int, **extra_settings: object) -> CorpusManifest:
+    return CorpusManifest(
+        n_molecules=sum(s.rows for s in shards),
+        shards=tuple(shards),
+        inputs=tuple(inputs),
+        n_invalid=sum(i.invalid for i in inputs),
+        max_token_length=max_token_length,
+        atom_vocab_size=len(vocabs[0]),
+        bond_vocab_size=len(vocabs[1]),
+        smiles_vocab_size=len(vocabs[2]),
+        settings={**settings.__dict__, "rows_per_shard": rows_per_shard, **extra_settings},
+    )
+
+
+__all__ = ["INVALID_COLUMNS", "NOT_ROUND_TRIPPING", "VocabSettings", "check_not_empty", "clean_one", "clean_smiles",
+           "count_vocab_tokens", "invalid_report", "manifest_for", "prepare_corpus", "vocabs_from_counts"]
