@@ -172,10 +172,10 @@ def prepare_child(path: str, cpus: int) -> None:
     import ray
 
     from kermt.data.featurize import featurize_smiles
-    from ray_app.cluster import connect
-    from ray_app.config import FinetuneConfig
-    from ray_app.data import featurize_on_cluster
-    from ray_app.prepare import load_source, scale_splits, split_for_fold, subset
+    from ray_app.common.cluster import connect
+    from ray_app.common.featurize import featurize_on_cluster
+    from ray_app.finetune.config import FinetuneConfig
+    from ray_app.finetune.prepare import load_source, scale_splits, split_for_fold, subset
 
     connect(num_cpus=cpus)
     config = FinetuneConfig(data_path=path, dataset_type="regression", split_type="random")

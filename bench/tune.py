@@ -35,9 +35,9 @@ def make_inputs(n: int, directory: Path) -> tuple[Path, Path]:
 
 
 def run_sweep(data: Path, space: Path, concurrent: int, args: argparse.Namespace, out: Path) -> dict:
-    from ray_app.config import resolve
-    from ray_app.tune import TuneConfig
-    from ray_app.tune_driver import run_tune
+    from ray_app.finetune.config import resolve
+    from ray_app.tune.config import TuneConfig
+    from ray_app.tune.driver import run_tune
 
     save_dir = out / f"c{concurrent}"
     config, sources = resolve([
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--num_cpus", type=int, default=None, help="logical CPUs of the local cluster")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from ray_app.cluster import connect
+    from ray_app.common.cluster import connect
 
     resources = connect(num_cpus=args.num_cpus)
     results = {}

@@ -15,58 +15,30 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kermt import cli as library_cli
-from kermt.errors import UserError, run_reporting_user_errors
-
-
-def ray_causes(error: BaseException) -> list[BaseException]:
-    """Exceptions a Ray error wraps: a task's or actor's ``cause`` (RayTaskError, and the dual classes Ray raises
-    that subclass the cause's class), Ray Train's per-worker failures and controller failure.
-
-    Ray Data wraps an exception raised in a map function in a ``UserCodeException`` whose own cause does not
-    survive the trip to the driver; only the remote traceback text does. There the user error is rebuilt from its
-    ``<module>.<class>: <message>`` line (the message's first line)."""
-    causes = [getattr(error, name, None) for name in ("cause", "controller_failure")]
-    failures = getattr(error, "worker_failures", None)
-    if isinstance(failures, dict):
-        causes.extend(failures.values())
-    if type(causes[0]).__name__ == "UserCodeException" and causes[0].__cause__ is None:
-        causes.append(user_error_from_traceback(str(error)))
-    return [c for c in causes if isinstance(c, BaseException) and c is not error]
-
-
-def user_error_from_traceback(text: str) -> UserError | None:
-    """The first ``<qualified UserError class>: <message>`` line of a traceback text, as a UserError."""
-    names, pending = set(), [UserError]
-    while pending:
-        cls = pending.pop()
-        names.add(f"{cls.__module__}.{cls.__qualname__}")
-        pending.extend(cls.__subclasses__())
-    for line in text.splitlines():
-        head, separator, message = line.partition(": ")
-        if separator and head.strip() in names:
-            return UserError(message.strip())
-    return None
+from kermt.errors import run_reporting_user_errors
+from ray_app.common.errors import ray_causes
 
 
 def _finetune(argv: list[str]) -> int:
-    from ray_app.config import build_parser, resolve
-    from ray_app.inputs import check_inputs
+    from ray_app.finetune.config import build_parser, resolve
+    from ray_app.finetune.inputs import check_inputs
 
     if any(a in ("-h", "--help") for a in argv):
         build_parser().print_help()
         return 0
     config, sources = resolve(argv)
     check_inputs(config)  # data files, labels, columns, checkpoint: before Ray starts
-    from ray_app.finetune import run_finetune
+    from ray_app.finetune.run import run_finetune
 
     run_finetune(config, sources)
     return 0
 
 
 def _tune(argv: list[str]) -> int:
-    from ray_app.config import resolve
-    from ray_app.inputs import check_inputs
-    from ray_app.tune import TuneConfig, main
+    from ray_app.finetune.config import resolve
+    from ray_app.finetune.inputs import check_inputs
+    from ray_app.tune.command import main
+    from ray_app.tune.config import TuneConfig
 
     if not any(a in ("-h", "--help") for a in argv):
         config, _ = resolve(argv, TuneConfig, "kermt tune")
@@ -87,13 +59,13 @@ RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "finetune": ("finetune on a Ray cluster (upstream main.py finetune flags + --num_workers/--use_gpu)", _finetune),
     "tune": ("hyperparameter search: finetune trials in parallel with Ray Tune (Optuna, ASHA)", _tune),
     "predict": ("streaming predictions with Ray Data (upstream main.py predict flags)",
-                _lazy("ray_app.predict", "main_predict")),
+                _lazy("ray_app.screening.commands", "main_predict")),
     "eval": ("score a model or ensemble on a labelled file (upstream main.py eval; metrics, test_result.csv)",
-             _lazy("ray_app.predict", "main_eval")),
+             _lazy("ray_app.screening.commands", "main_eval")),
     "fingerprint": ("molecule fingerprints from a checkpoint (upstream main.py fingerprint flags)",
-                    _lazy("ray_app.predict", "main_fingerprint")),
+                    _lazy("ray_app.screening.commands", "main_fingerprint")),
     "embed": ("readout embeddings (and cmim/hybrid latents) as Parquet or .npy",
-              _lazy("ray_app.predict", "main_embed")),
+              _lazy("ray_app.screening.commands", "main_embed")),
 }
 
 

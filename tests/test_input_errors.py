@@ -21,8 +21,8 @@ from kermt.data.feature_files import load_features
 from kermt.data.splits import crossval_split, index_predetermined_split, predetermined_split
 from kermt.errors import UserError, one_line
 from ray_app import cli as ray_cli
-from ray_app.predict import PredictConfig
-from ray_app.screening_run import plan_predict
+from ray_app.screening.config import PredictConfig
+from ray_app.screening.run import plan_predict
 from tests.conftest import FIXTURE_DIR
 
 FT_REG = FIXTURE_DIR / "ckpt_ft_reg.pt"  # regression, rdkit_2d_normalized (200 features)

@@ -19,7 +19,7 @@ os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
 def ray_cluster():
     import ray
 
-    from ray_app.cluster import connect
+    from ray_app.common.cluster import connect
 
     # 4 logical CPUs on a 2-core machine: 2 train workers plus Ray Data tasks must never starve each other.
     resources = connect(num_cpus=4, object_store_mb=256)

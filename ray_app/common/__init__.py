@@ -1,0 +1,1 @@
+"""Pieces every Ray job shares: connecting to the cluster, storage, concurrency, outputs, settings, errors."""

@@ -1,0 +1,1 @@
+"""`kermt finetune`: ensembles x folds of Ray Train runs (see run.py for the flow)."""

@@ -1,0 +1,144 @@
+"""Run configuration for `kermt finetune`: one typed pydantic model, fed by flags, a YAML file and defaults.
+
+Flag names and defaults are upstream KERMT's (`main.py finetune`), so an upstream command line works after
+replacing ``python main.py`` with ``kermt``. The same keys are valid in ``--config FILE.yaml``; flags given on the
+command line override the file. Every resolved value remembers where it came from (user, config, default) so
+``run.json`` can say so.
+
+Deliberate differences from upstream:
+- ``--dataset_type`` has no silent "classification" default: it is given, or inferred from the labels.
+- ``--early_stop_epoch`` is implemented (patience in epochs without improvement).
+- Architecture flags given next to a checkpoint must agree with it; training settings are never overridden by it.
+- ``--undirected`` is not offered (see :data:`REMOVED_SETTINGS`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ray_app.common import settings
+from ray_app.common.settings import FEATURE_GENERATORS, METRICS, SPLIT_TYPES, Source, did_you_mean
+
+
+class FinetuneConfig(BaseModel):
+    """Every setting of a finetune run. Field names are the flag names (``--max_lr`` <-> ``max_lr``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # data
+    data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets")
+    smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")
+    target_columns: Optional[list[str]] = Field(None, description="targets (default: every other column)")
+    separate_val_path: Optional[str] = Field(None, description="validation file (no split for val)")
+    separate_test_path: Optional[str] = Field(None, description="test file (no split for test)")
+    features_generator: Optional[list[str]] = Field(None, description=f"molecule features: {FEATURE_GENERATORS}")
+    features_path: Optional[list[str]] = Field(None, description=".npz feature files (key 'features')")
+    separate_val_features_path: Optional[list[str]] = Field(None, description=".npz features of the val file")
+    separate_test_features_path: Optional[list[str]] = Field(None, description=".npz features of the test file")
+    no_features_scaling: bool = Field(False, description="do not standardise molecule features")
+    max_data_size: Optional[int] = Field(None, description="read at most this many rows per file")
+    on_invalid: Literal["skip", "error"] = Field("skip", description="invalid SMILES: skip (logged) or error")
+    dataset_type: Optional[Literal["regression", "classification"]] = Field(
+        None, description="regression or classification (default: inferred from the labels, and echoed)"
+    )
+    # splits, folds, seeds
+    split_type: Literal[SPLIT_TYPES] = Field("random", description="how to split data_path")  # type: ignore[valid-type]
+    split_sizes: tuple[float, float, float] = Field((0.8, 0.1, 0.1), description="train/val/test fractions")
+    num_folds: int = Field(1, ge=1, description="folds; fold k uses seed + k")
+    seed: int = Field(0, description="seed of splits, initialisation, shuffling and dynamic depth")
+    folds_file: Optional[str] = Field(None, description="predetermined: JSON list of index lists")
+    val_fold_index: Optional[int] = Field(None, description="predetermined: fold used for validation")
+    test_fold_index: Optional[int] = Field(None, description="predetermined: fold used for test")
+    crossval_index_dir: Optional[str] = Field(None, description="crossval: directory of index files")
+    crossval_index_file: Optional[str] = Field(None, description="crossval/index_predetermined: JSON index file")
+    # checkpoint and outputs
+    checkpoint_path: Optional[str] = Field(None, description="pretrained or finetuned checkpoint (.pt or native dir)")
+    pretrained_release: bool = Field(False, description="start from nvidia/NV-KERMT-70M-v2 (downloaded)")
+    model_dir: Optional[str] = Field(None, description="where --pretrained_release stores the model")
+    trust_checkpoint: bool = Field(False, description="allow full unpickling of the checkpoint (runs its code)")
+    save_dir: str = Field("runs/finetune", description="output directory")
+    tensorboard: bool = Field(False, description="write TensorBoard events")
+    # metric and loss
+    metric: Optional[Literal[METRICS]] = Field(None, description="default: auc (classification) or rmse")  # type: ignore[valid-type]
+    use_mtl_loss: bool = Field(False, description="learned per-task uncertainty weights")
+    show_individual_scores: bool = Field(False, description="log per-task scores")
+    select_by_loss: bool = Field(False, description="select the best epoch by validation loss")
+    # training schedule
+    epochs: int = Field(30, ge=1)
+    batch_size: int = Field(32, ge=1, description="molecules per worker per step (global batch = x num_workers)")
+    warmup_epochs: float = Field(2.0, ge=0)
+    init_lr: float = Field(1e-4, gt=0)
+    max_lr: float = Field(1e-3, gt=0)
+    final_lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    fine_tune_coff: float = Field(1.0, ge=0, description="encoder LR multiplier; 0 freezes the encoder")
+    early_stop_epoch: int = Field(1000, ge=1, description="stop after this many epochs without improvement")
+    ensemble_size: int = Field(1, ge=1)
+    # model (architecture flags must agree with a checkpoint; they define the model when training from scratch)
+    hidden_size: Optional[int] = Field(None, description="encoder width (from the checkpoint when one is given)")
+    depth: Optional[int] = Field(None, description="message-passing depth")
+    num_attn_head: Optional[int] = Field(None)
+    num_mt_block: Optional[int] = Field(None)
+    activation: Optional[Literal["ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU"]] = Field(None)
+    bias: Optional[bool] = Field(None)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    self_attention: bool = Field(False, description="self-attention readout")
+    attn_hidden: int = Field(4, ge=1)
+    attn_out: int = Field(8, ge=1)
+    ffn_hidden_size: Optional[int] = Field(None, description="default: hidden_size")
+    ffn_num_layers: int = Field(2, ge=1)
+    ffn_num_task_specific_layers: int = Field(0, ge=0)
+    ffn_task_specific_hidden_size: Optional[int] = Field(None)
+    dist_coff: float = Field(0.1, ge=0, description="weight of the disagreement term between the two views")
+    bond_drop_rate: float = Field(0.0, ge=0, lt=1)
+    padding: Literal["upstream", "zero"] = Field(
+        "upstream", description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
+    )
+    # Ray
+    num_workers: int = Field(1, ge=1, description="data-parallel training workers")
+    use_gpu: bool = Field(False, description="one GPU per worker")
+    address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
+    max_concurrent_trials: Optional[int] = Field(
+        None, ge=1, description="training runs (members, folds, trials) at once (default: what free resources allow)"
+    )
+    max_failures: Optional[int] = Field(
+        None, ge=-1, description="lost workers/nodes a run recovers from, resuming at its last epoch checkpoint "
+        "(-1: unlimited; default: 3 on a multi-node cluster, 0 on one machine)")
+    storage_path: Optional[str] = Field(
+        None, description="checkpoints and Tune state: s3://..., gs://..., any pyarrow URI, or file:///shared/path "
+        "(default: save_dir on a single-node cluster; required on a multi-node one)")
+    dry_run: bool = Field(False, description="validate and print the plan, do not train")
+
+    @model_validator(mode="after")
+    def _check(self) -> "FinetuneConfig":
+        if abs(sum(self.split_sizes) - 1.0) > 1e-6:
+            raise ValueError(f"split_sizes must sum to 1, got {list(self.split_sizes)}")
+        if self.pretrained_release and self.checkpoint_path:
+            raise ValueError("pretrained_release and checkpoint_path conflict: give one of them")
+        for name in self.features_generator or ():
+            if name not in FEATURE_GENERATORS:
+                raise ValueError(f"unknown features_generator {name!r}{did_you_mean(name, FEATURE_GENERATORS)}")
+        if self.features_generator and self.features_path:
+            raise ValueError("features_generator and features_path cannot be combined (as upstream)")
+        if self.split_type == "predetermined" and (self.folds_file is None or self.test_fold_index is None):
+            raise ValueError("split_type predetermined needs folds_file and test_fold_index")
+        if self.split_type in ("crossval", "index_predetermined") and self.crossval_index_file is None:
+            raise ValueError(f"split_type {self.split_type} needs crossval_index_file")
+        if self.split_type == "crossval" and self.crossval_index_dir is None:
+            raise ValueError("split_type crossval needs crossval_index_dir")
+        if not self.init_lr <= self.max_lr:
+            raise ValueError(f"init_lr {self.init_lr} must not exceed max_lr {self.max_lr}")
+        return self
+
+
+
+def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] = FinetuneConfig):
+    return settings.build_parser(prog, schema)
+
+
+def resolve(argv: list[str] | None, schema: type[BaseModel] = FinetuneConfig,
+            prog: str = "kermt finetune") -> tuple[Any, dict[str, Source]]:
+    """:func:`ray_app.common.settings.resolve` with finetune's schema as the default."""
+    return settings.resolve(argv, schema, prog)

@@ -1,0 +1,152 @@
+"""`kermt finetune`: upstream's `main.py finetune`, each ensemble member of each fold trained by a Ray TorchTrainer.
+
+Driver flow: resolve settings -> featurise every file once on the cluster -> per fold: split, scale, then per
+member: build the initial model here (pretrained encoder + fresh head), train it data-parallel, keep the best
+epoch -> ensemble-average test predictions -> upstream's outputs and summary lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from kermt.data.splits import Split
+from kermt.metrics import nanmean
+from kermt.nn.finetune import KermtFinetuneModel
+from kermt.training import score
+from ray_app.common import outputs
+from ray_app.common.cluster import connect
+from ray_app.common.concurrency import concurrent_runs
+from ray_app.common.settings import Source, to_yaml
+from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.members import kept_members, member_concurrency, member_test_predictions, save_member, \
+    train_members
+from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
+from ray_app.finetune.resume import claim_run_id
+from ray_app.finetune.setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, initial_state, \
+    model_config, resolve_setup
+
+
+def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
+    """Ensemble mean (summed in member order, as upstream) -> fold_k/test_result.csv; returns the fold's score."""
+    c = setup.config
+    summed = np.zeros((len(splits.test), len(setup.task_names)))
+    for preds in member_preds:
+        summed += preds
+    ensemble = summed / c.ensemble_size
+    blinded = len(setup.task_names) == 0 or bool(np.isnan(splits.test_targets_raw).all())
+    outputs.atomic_write_text(setup.save_dir / f"fold_{fold}" / "test_result.csv", outputs.test_result_csv(
+        splits.test.smiles, setup.task_names, ensemble, None if blinded else splits.test_targets_raw))
+    if blinded or len(splits.test) == 0:
+        return float("nan")
+    value, per_task = score(ensemble, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
+    print(f"Seed {c.seed + fold} ==> test {setup.metric} = {value:.6f}", flush=True)
+    if c.show_individual_scores:
+        for name, task_score in zip(setup.task_names, per_task):
+            print(f"Seed {c.seed + fold} ==> test {name} {setup.metric} = {task_score:.6f}", flush=True)
+    return value
+
+
+def run_folds(setup: RunSetup) -> list[float]:
+    """Train every member of every fold (concurrently where resources allow), write fold_k/ and splits.json;
+    returns each fold's task-averaged test score."""
+    c = setup.config
+    folds = [fold_splits(setup, fold) for fold in range(fold_count(c))]
+    record = {f"fold_{fold}": _split_record(setup, split) for fold, (split, _) in enumerate(folds)}
+    outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(record) + "\n")
+    parts = [splits for _, splits in folds]
+    member_preds: list[list[np.ndarray | None]] = [[None] * c.ensemble_size for _ in folds]
+    scores = [float("nan")] * len(folds)
+    jobs = [(fold, member) for fold in range(len(folds)) for member in range(c.ensemble_size)]
+    kept = kept_members(setup, parts, jobs)
+    to_train = [job for job in jobs if job not in kept]
+    concurrency = member_concurrency(setup, len(to_train)) if to_train else 1
+    finished = chain(((fold, member, *kept[fold, member]) for fold, member in kept),
+                     train_members(setup, parts, concurrency, to_train))
+    for fold, member, model, history in finished:
+        if (fold, member) not in kept:
+            save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
+        member_preds[fold][member] = member_test_predictions(model, parts[fold], c.batch_size * c.num_workers,
+                                                             c.use_gpu)
+        if all(p is not None for p in member_preds[fold]):
+            scores[fold] = finish_fold(setup, fold, parts[fold], member_preds[fold])  # type: ignore[arg-type]
+    return scores
+
+
+def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str, Any]:
+    """The whole run; returns the summary (also written to run.json)."""
+    resources = connect(config.address)
+    setup = resolve_setup(config, sources)
+    print(f"dataset_type={setup.dataset_type}{' (inferred from the labels)' if config.dataset_type is None else ''} "
+          f"metric={setup.metric} tasks={setup.task_names}", flush=True)
+    n_invalid = sum(len(s.invalid) for s in (setup.data, setup.val, setup.test) if s is not None)
+    if n_invalid:
+        print(f"skipping {n_invalid} invalid SMILES (listed in invalid_smiles.csv)", flush=True)
+    if config.dry_run:
+        return dry_run_report(setup, resources)
+    setup.save_dir.mkdir(parents=True, exist_ok=True)
+    setup = replace(setup, run_id=claim_run_id(setup.save_dir, config)[0])
+    outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(config))
+    write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
+    scores = run_folds(setup)
+    mean = nanmean(scores)
+    std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
+    summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
+               f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
+    extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml")}
+    settings, setting_sources = _settings_with_checkpoint_values(setup)
+    outputs.atomic_write_text(setup.save_dir / "run.json", outputs.run_record(
+        settings, setting_sources, resources, extra))
+    print(f"overall_{config.split_type}_test_{setup.metric}={mean:.6f}", flush=True)
+    print(f"std={std:.6f}", flush=True)
+    return summary
+
+
+def _settings_with_checkpoint_values(setup: RunSetup) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every setting and its source; architecture values the checkpoint decided are marked "checkpoint"."""
+    settings: dict[str, Any] = setup.config.model_dump(mode="json")
+    sources: dict[str, str] = dict(setup.sources)
+    if setup.checkpoint is not None:
+        for key in ENCODER_KEYS:
+            if not _user_set(setup.sources, key):
+                settings[key], sources[key] = getattr(setup.checkpoint.spec.encoder, key), "checkpoint"
+    return settings, sources
+
+
+def _split_record(setup: RunSetup, split: Split) -> dict[str, list[int]]:
+    """Data-row numbers (in the data file) of each part; separate val/test files are marked as such."""
+    to_rows = lambda positions: setup.data.rows[np.asarray(positions, dtype=np.int64)].tolist()  # noqa: E731
+    record = {"train": to_rows(split.train)}
+    record["val"] = "separate_val_path" if setup.val else to_rows(split.val)  # type: ignore[assignment]
+    record["test"] = "separate_test_path" if setup.test else to_rows(split.test)  # type: ignore[assignment]
+    return record
+
+
+def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]:
+    """--dry_run: print the resolved settings (marking defaults), split sizes, model and cluster use; no training."""
+    c = setup.config
+    print("resolved configuration (* = default):")
+    for name, value in c.model_dump(mode="json").items():
+        print(f"  {'*' if setup.sources.get(name, 'default') == 'default' else ' '} {name}: {value}")
+    folds = {}
+    for fold in range(fold_count(c)):
+        split, splits = fold_splits(setup, fold)
+        folds[f"fold_{fold}"] = {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
+        model = KermtFinetuneModel(model_config(setup, features_width(splits)))
+        print(f"fold {fold}: train {len(splits.train)}, val {len(splits.val)}, test {len(splits.test)}; "
+              f"model parameters {sum(p.numel() for p in model.parameters()):,}")
+    if setup.checkpoint is not None:
+        _, load_summary = initial_state(setup, model.config, c.seed)
+        print(f"checkpoint {setup.checkpoint.path} ({setup.checkpoint.spec.kind}):\n  " +
+              load_summary.replace("\n", "\n  "))
+    wanted = {"CPU": c.num_workers, **({"GPU": c.num_workers} if c.use_gpu else {})}
+    runs = c.ensemble_size * len(folds)
+    at_once = concurrent_runs(c.max_concurrent_trials, c.num_workers, c.use_gpu, runs)
+    print(f"would train {c.ensemble_size} model(s) x {len(folds)} fold(s), {at_once} at a time, each with "
+          f"{c.num_workers} worker(s) ({wanted}) on a cluster with {resources}")
+    return {"dry_run": True, "folds": folds, "dataset_type": setup.dataset_type, "metric": setup.metric,
+            "resources_per_run": wanted, "concurrent_runs": at_once, "cluster_resources": resources}

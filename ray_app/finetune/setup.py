@@ -1,0 +1,151 @@
+"""What every member of a finetune run shares: settings, checkpoint, featurised data, and the model each starts from.
+
+:func:`resolve_setup` reads and checks everything once on the driver; :func:`fold_splits` splits and scales one
+fold; :func:`model_config` / :func:`initial_state` give a member's architecture and starting weights. Tune trials
+use the same functions, so a trial and a finetune member with the same settings train the same model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kermt.checkpoint import Checkpoint, load_into_model, merge_finetune_config, read_checkpoint
+from kermt.checkpoint.reader import FRESH_HEAD_PREFIXES
+from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt.data.splits import Split
+from kermt.data.tables import check_classification_labels, infer_dataset_type
+from kermt.errors import UserError
+from kermt.nn.finetune import KermtFinetuneModel
+from kermt.nn.heads import initialize_weights
+from ray_app.common.settings import Source
+from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
+from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scale_splits, split_for_fold, subset, \
+    wants_feature_scaling
+from ray_app.finetune.resume import new_run_id
+
+
+# Upstream finetune parser defaults for an encoder trained from scratch (no checkpoint).
+SCRATCH_ENCODER = {"hidden_size": 800, "depth": 6, "num_attn_head": 4, "num_mt_block": 1, "activation": "ReLU",
+                   "bias": False}
+ENCODER_KEYS = tuple(SCRATCH_ENCODER)
+READOUT_KEYS = ("self_attention", "attn_hidden", "attn_out")
+HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size")
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    config: FinetuneConfig
+    sources: dict[str, Source]
+    save_dir: Path
+    run_id: str
+    dataset_type: str
+    metric: str
+    task_names: list[str]
+    checkpoint: Checkpoint | None
+    data: SourceData
+    val: SourceData | None
+    test: SourceData | None
+    storage: str  # Ray Train storage: --storage_path, or save_dir/ray_results on a single-node cluster
+    max_failures: int  # --max_failures, or the cluster's default (storage.resolve_max_failures)
+
+
+def _user_set(setup_sources: dict[str, Source], key: str) -> bool:
+    return setup_sources.get(key, "default") != "default"
+
+
+def features_width(splits: ScaledSplits) -> int:
+    """Molecule-feature columns the head takes (0 without features)."""
+    return splits.train.features.shape[1] if splits.train.features is not None else 0
+
+
+def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
+    """Architecture from the checkpoint (a contradicting flag is an error); training settings from the user."""
+    c, ckpt = setup.config, setup.checkpoint
+    head = {"num_tasks": len(setup.task_names), "dataset_type": setup.dataset_type, "features_size": features_size,
+            "dropout": c.dropout, **{k: getattr(c, k) for k in HEAD_KEYS}}
+    readout = {k: getattr(c, k) for k in READOUT_KEYS}
+    encoder = {k: getattr(c, k) for k in ENCODER_KEYS if getattr(c, k) is not None}
+    encoder.update(dropout=c.dropout, padding=c.padding)
+    if ckpt is None:
+        enc = EncoderConfig(**{**SCRATCH_ENCODER, **encoder, "embedding_output_type": "atom"})
+        return FinetuneModelConfig(enc, ReadoutConfig(**readout), HeadConfig(**{"activation": enc.activation, **head}),
+                                   c.use_mtl_loss)
+    if ckpt.spec.kind == "finetuned":  # only what the user actually set may (and must) agree with the checkpoint
+        readout = {k: v for k, v in readout.items() if _user_set(setup.sources, k)}
+        head = {k: v for k, v in head.items() if k in ("num_tasks", "dataset_type", "features_size", "dropout")
+                or _user_set(setup.sources, k)}
+    return merge_finetune_config(ckpt.spec, encoder=encoder, readout=readout, head=head,
+                                 use_mtl_loss=c.use_mtl_loss, source=str(ckpt.path))
+
+
+def initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int) -> tuple[dict[str, torch.Tensor], str]:
+    """The member's starting weights: head initialised as upstream (seeded), encoder from the checkpoint."""
+    torch.manual_seed(seed)
+    model = KermtFinetuneModel(config)
+    # Upstream's init (1-D -> 0, else xavier) for the head only; a from-scratch encoder keeps PyTorch's init,
+    # since upstream's would zero every LayerNorm gain (docs/upstream-compatibility.md#initialisation).
+    for name, module in model.named_children():
+        if name != "kermt":
+            initialize_weights(module)
+    if setup.checkpoint is None:
+        return model.state_dict(), "trained from scratch (no checkpoint)"
+    ckpt = setup.checkpoint
+    fresh = FRESH_HEAD_PREFIXES if ckpt.spec.kind != "finetuned" else ("mtl_log_sigma",)
+    report = load_into_model(model, ckpt.state_dict, fresh, ckpt.ignored_entries())
+    return model.state_dict(), report.summary()
+
+
+def member_seed(fold_seed: int, member: int) -> int:
+    return int(np.random.default_rng([fold_seed, member]).integers(2**31 - 1))
+
+
+def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetup:
+    """Check the storage, read the checkpoint and every data file (featurised on the cluster), settle dataset type
+    and metric."""
+    save_dir = Path(config.save_dir).resolve()
+    storage = resolve_storage(config.storage_path, save_dir / "ray_results")  # refused before any work starts
+    check_gpus(config.use_gpu)
+    checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint,
+                                 dataset_type=config.dataset_type) if (
+        config.checkpoint_path or config.pretrained_release) else None
+    data = load_source(config.data_path, config, None, config.features_path)
+    task_names = data.target_names
+    val = load_source(config.separate_val_path, config, task_names, config.separate_val_features_path) if (
+        config.separate_val_path) else None
+    test = load_source(config.separate_test_path, config, task_names, config.separate_test_features_path,
+                       blinded_ok=True) if config.separate_test_path else None
+    dataset_type = config.dataset_type or infer_dataset_type(data.targets)
+    if dataset_type == "classification":
+        for source in (data, val, test):
+            if source is not None:
+                check_classification_labels(source.path, source.targets, task_names)
+    metric = config.metric or ("auc" if dataset_type == "classification" else "rmse")
+    run_id = new_run_id()  # a fresh run; run_finetune reuses an interrupted run's id (ray_app/finetune/resume.py)
+    return RunSetup(config, sources, save_dir, run_id, dataset_type, metric, task_names,
+                    checkpoint, data, val, test, storage, resolve_max_failures(config.max_failures))
+
+
+def checkpoint_path(config: FinetuneConfig) -> str:
+    if config.pretrained_release:
+        from ray_app.common.release import fetch_release
+
+        return str(fetch_release(config.model_dir))
+    assert config.checkpoint_path is not None
+    return config.checkpoint_path
+
+
+def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
+    config = setup.config
+    split = split_for_fold(config, setup.data, fold, setup.val is not None, setup.test is not None)
+    parts = {"train": subset(setup.data, split.train)}
+    parts["val"] = subset(setup.val, list(range(len(setup.val)))) if setup.val else subset(setup.data, split.val)
+    parts["test"] = subset(setup.test, list(range(len(setup.test)))) if setup.test else subset(setup.data, split.test)
+    for name, (molecules, _) in parts.items():
+        if len(molecules) == 0 and name != "test":
+            raise UserError(f"fold {fold}: the {name} split is empty; check --split_sizes or the separate files")
+    return split, scale_splits(parts, setup.dataset_type, wants_feature_scaling(config))

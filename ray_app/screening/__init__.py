@@ -1,0 +1,1 @@
+"""`kermt predict`, `eval`, `fingerprint`, `embed`: streaming screening with Ray Data."""

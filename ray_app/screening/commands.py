@@ -1,0 +1,48 @@
+"""Entry points of `kermt predict`, `eval`, `fingerprint` and `embed` (``ray_app.cli`` dispatches here).
+
+Each resolves its settings, then imports the runner (and so Ray) only once the flags are known to be good.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from kermt.errors import run_reporting_user_errors
+from ray_app.common.errors import ray_causes
+from ray_app.common.settings import build_parser, resolve
+from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig
+
+
+def _run(prog: str, schema: type[BaseModel], argv: list[str], body) -> int:
+    """Resolve the settings and run ``body``; a user error (also one raised in a Ray task) is one line, exit 2."""
+    if any(a in ("-h", "--help") for a in argv):
+        build_parser(prog, schema).print_help()
+        return 0
+    return run_reporting_user_errors(prog, lambda: body(resolve(argv, schema, prog)[0]), ray_causes)
+
+
+def main_predict(argv: list[str]) -> int:
+    from ray_app.screening.run import run_predict
+
+    return _run("kermt predict", PredictConfig, argv, run_predict)
+
+
+def main_eval(argv: list[str]) -> int:
+    from ray_app.screening.scoring import run_eval
+
+    return _run("kermt eval", EvalConfig, argv, run_eval)
+
+
+def main_fingerprint(argv: list[str]) -> int:
+    from ray_app.screening.run import run_fingerprint
+
+    return _run("kermt fingerprint", FingerprintConfig, argv, run_fingerprint)
+
+
+def main_embed(argv: list[str]) -> int:
+    from ray_app.screening.run import run_embed
+
+    return _run("kermt embed", EmbedConfig, argv, run_embed)
+
+
+__all__ = ["main_embed", "main_eval", "main_fingerprint", "main_predict"]

@@ -1,0 +1,110 @@
+"""Settings of `kermt predict`, `eval`, `fingerprint` and `embed`: streaming screening on Ray Data.
+
+Flags are upstream's (``main.py predict`` / ``main.py fingerprint``) plus the Ray ones; the same keys work in
+``--config FILE.yaml``. Everything the checkpoint decides (architecture, tasks, scalers, feature generator) comes
+from the checkpoint; a feature flag that contradicts it is an error naming what the checkpoint expects.
+
+Outputs keep one row per input row, in input order: predictions (CSV in upstream's layout, SMILES then task
+columns, or Parquet) with the id columns and ``valid``/``error`` appended; fingerprints as ``.npz`` (key ``fps``
+as upstream, plus ``valid``); embeddings as Parquet or a directory of ``.npy`` files + ``metadata.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ray_app.common.settings import FEATURE_GENERATORS, METRICS, did_you_mean
+
+
+class ScreeningConfig(BaseModel):
+    """Settings shared by the three screening commands."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst), Parquet or SMILES file (.smi, .cxsmiles: "
+                           "SMILES then a name) (local path or URI)")
+    output_path: str = Field(description="output file (suffix decides the format)")
+    smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")
+    id_columns: Optional[list[str]] = Field(None, description="columns copied to the output unchanged (default: "
+                                            "a SMILES file's name column)")
+    batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it, see README)")
+    trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
+    dataset_type: Optional[Literal["regression", "classification"]] = Field(
+        None, description="only for an upstream finetuned checkpoint that stores neither its dataset type nor "
+        "target statistics (a checkpoint that stores it decides; a different value is an error)")
+    address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
+    use_gpu: bool = Field(False, description="run the model actors on GPUs")
+    num_gpus_per_actor: float = Field(1.0, gt=0, description="GPUs per model actor with --use_gpu (fractions ok)")
+    cpus_per_actor: float = Field(1.0, gt=0, description="CPUs reserved per model actor")
+    concurrency: Optional[int] = Field(None, ge=1, description="model actors (default: 1, or one per GPU)")
+
+
+class FeatureFlags(BaseModel):
+    """Molecule features given for prediction (default: the checkpoint's own generator)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    features_generator: Optional[list[str]] = Field(None, description=f"molecule features: {FEATURE_GENERATORS}")
+    features_path: Optional[list[str]] = Field(None, description=".npz feature files, one row per data row")
+
+    @model_validator(mode="after")
+    def _check_features(self):
+        for name in self.features_generator or ():
+            if name not in FEATURE_GENERATORS:
+                raise ValueError(f"unknown features_generator {name!r}{did_you_mean(name, FEATURE_GENERATORS)}")
+        if self.features_generator is not None and self.features_path:
+            raise ValueError("features_generator and features_path cannot be combined")
+        return self
+
+
+class PredictConfig(FeatureFlags, ScreeningConfig):
+    checkpoint_dir: Optional[str] = Field(None, description="ensemble: every best model under this directory")
+    checkpoint_path: Optional[str] = Field(None, description="one model (.pt or native directory)")
+    uncertainty: bool = Field(False, description="add <task>_std columns: standard deviation over the members")
+    no_features_scaling: bool = Field(False, description="upstream's flag, accepted so its commands port: the "
+                                      "checkpoint decides; an error if a member was trained with feature scaling")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PredictConfig":
+        if (self.checkpoint_dir is None) == (self.checkpoint_path is None):
+            raise ValueError("give exactly one of checkpoint_dir and checkpoint_path")
+        return self
+
+
+class EvalConfig(PredictConfig):
+    """`kermt eval`: PredictConfig plus the labels and the metric; ``output_path`` is upstream's test_result.csv."""
+
+    output_path: str = Field(description="test_result.csv in upstream's layout: SMILES, preds per task, targets")
+    target_columns: Optional[list[str]] = Field(None, description="label columns, one per task in the model's "
+                                                "order (default: the columns named like the model's tasks)")
+    metric: Optional[Literal[METRICS]] = Field(  # type: ignore[valid-type]
+        None, description="default: auc (classification) or rmse")
+    show_individual_scores: bool = Field(False, description="also print the score of each task")
+
+
+class FingerprintConfig(FeatureFlags, ScreeningConfig):
+    checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
+    fingerprint_source: Literal["atom", "bond", "both"] = Field("both", description="embedding families to pool")
+
+
+class EmbedConfig(ScreeningConfig):
+    checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def elapsed_line(rows: int, valid: int, started: float, output: str | Path) -> str:
+    seconds = time.perf_counter() - started
+    return (f"wrote {rows} rows ({valid} valid, {rows - valid} invalid) to {output} in {seconds:.1f} s "
+            f"({rows / max(seconds, 1e-9):.0f} molecules/s)")
+
+
+__all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "PredictConfig", "ScreeningConfig", "elapsed_line",
+           "log"]

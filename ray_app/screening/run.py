@@ -1,0 +1,251 @@
+"""The driver side of `kermt predict / fingerprint / embed`: check everything, stream, write, summarise.
+
+Checks that need no cluster (checkpoints readable, feature settings consistent, columns present) run before Ray
+starts, so a mistake costs a second, not a cluster start. Checkpoints are read once here and shipped to the actors
+through the object store, so workers need no access to the driver's files.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from kermt.checkpoint import Checkpoint, read_checkpoint
+from kermt.data.feature_files import load_features_files
+from kermt.errors import UserError, user_input
+from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_features,
+                             read_members, task_names)
+from kermt.inputs import check_checkpoint_file
+from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
+from ray_app.screening.stream import EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain
+from ray_app.screening.files import (
+    ArraySpool,
+    JsonListSpool,
+    TableWriter,
+    column_names,
+    default_id_columns,
+    pick_columns,
+    write_metadata_json,
+    write_npy,
+    write_npz,
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The input as the pipeline reads it."""
+
+    smiles_column: str
+    id_columns: tuple[str, ...]
+
+
+def _source(config: ScreeningConfig) -> Source:
+    """The SMILES and id columns (by default a SMILES file's name column is an id column)."""
+    ids = tuple(config.id_columns) if config.id_columns is not None else default_id_columns(config.data_path)
+    return Source(pick_columns(column_names(config.data_path), config.smiles_column, ids), ids)
+
+
+def _connect(config: ScreeningConfig) -> int:
+    """Start/attach Ray; returns the number of model actors."""
+    from ray_app.common.cluster import connect
+
+    resources = connect(config.address)
+    if config.concurrency:
+        return config.concurrency
+    if config.use_gpu:
+        return max(1, int(resources.get("GPU", 0) // config.num_gpus_per_actor))
+    return 1
+
+
+def _file_features(paths: list[str] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    return load_features_files(paths) if paths else None
+
+
+def _stream(config: ScreeningConfig, spec: InputSpec, stage: type, kwargs: dict,
+            file_features: tuple[np.ndarray, np.ndarray] | None = None):
+    concurrency = _connect(config)
+    if file_features is not None:
+        _check_row_count(config.data_path, spec, len(file_features[0]))
+    kwargs = {**kwargs, "batch_size": config.batch_size, "use_gpu": config.use_gpu}
+    return build_stream(config.data_path, spec, config.batch_size, stage, kwargs, concurrency,
+                        config.cpus_per_actor, config.num_gpus_per_actor if config.use_gpu else 0, file_features)
+
+
+def _check_row_count(data_path: str, spec: InputSpec, feature_rows: int) -> None:
+    from ray_app.screening.files import read_table_lazily
+
+    rows = read_table_lazily(data_path, [spec.smiles_column]).count()
+    if rows != feature_rows:
+        raise UserError(f"--features_path has {feature_rows} rows but {data_path} has {rows}; feature files need "
+                        "one row per data row")
+
+
+def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit, abort) -> int:
+    if stats.valid == 0:
+        abort()
+        raise UserError(stats.all_invalid_message(config.data_path))
+    commit()
+    log(elapsed_line(stats.rows, stats.valid, started, config.output_path))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- predict
+
+
+def _members(config: PredictConfig) -> list[Checkpoint]:
+    paths = find_checkpoints(config.checkpoint_dir) if config.checkpoint_dir else [Path(config.checkpoint_path)]
+    for path in paths:
+        check_checkpoint_file(path, "--checkpoint_dir member" if config.checkpoint_dir else "--checkpoint_path")
+    members = read_members(paths, trust_pickle=config.trust_checkpoint, dataset_type=config.dataset_type)
+    log(f"ensemble of {len(members)} model(s): " + ", ".join(str(m.path) for m in members))
+    return members
+
+
+def _feature_plan(config, specs) -> tuple[FeaturePlan, tuple[np.ndarray, np.ndarray] | None]:
+    file_features = _file_features(config.features_path)
+    width = file_features[0].shape[1] if file_features is not None else None
+    plan = plan_features(specs, config.features_generator, width)
+    if plan.note:
+        log(plan.note)
+    return plan, file_features
+
+
+@dataclass(frozen=True)
+class PredictPlan:
+    members: list[Checkpoint]
+    features: FeaturePlan
+    file_features: tuple[np.ndarray, np.ndarray] | None
+    source: Source
+
+
+def plan_predict(config: PredictConfig) -> PredictPlan:
+    """Everything predict checks before Ray starts; a ValueError here is about the input (a UserError)."""
+    with user_input():
+        members = _members(config)
+        plan, file_features = _feature_plan(config, [m.spec for m in members])
+        scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
+        if config.no_features_scaling and scaled:
+            raise UserError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
+                            "(its scaler is applied); drop the flag")
+        source = _source(config)
+        names = task_names(members[0].spec)
+        clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
+        if clash:
+            raise UserError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
+    return PredictPlan(members, plan, file_features, source)
+
+
+def predict_stream(config: PredictConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
+    """The lazy dataset of prediction blocks (starts Ray); ``label_columns`` travel along as ``label::<name>``."""
+    plan, source = checked.features, checked.source
+    spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
+                     label_columns=label_columns)
+    return _stream(config, spec, PredictStage, {"members": checked.members, "uncertainty": config.uncertainty},
+                   checked.file_features)
+
+
+def run_predict(config: PredictConfig) -> int:
+    started = time.perf_counter()
+    checked = plan_predict(config)
+    writer = TableWriter(config.output_path)
+    ds = predict_stream(config, checked)
+
+    def write(block: pa.Table) -> None:
+        writer.write(block.rename_columns([checked.source.smiles_column, *block.column_names[1:]]))
+
+    stats = drain(ds, write)
+    return _finish(stats, config, started, writer.commit, writer.abort)
+
+
+# ------------------------------------------------------------------------------------------ fingerprint / embed
+
+
+def _embedding_checkpoint(config: FingerprintConfig | EmbedConfig) -> Checkpoint:
+    check_checkpoint_file(config.checkpoint_path, "--checkpoint_path")
+    with user_input():
+        checkpoint = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
+                                     dataset_type=config.dataset_type)
+    log(f"{checkpoint.path}: {checkpoint.spec.kind} checkpoint")
+    return checkpoint
+
+
+def run_fingerprint(config: FingerprintConfig) -> int:
+    started = time.perf_counter()
+    checkpoint = _embedding_checkpoint(config)
+    with user_input():
+        Embedder(checkpoint).check_source(config.fingerprint_source)  # fail before the cluster starts
+    file_features = _file_features(config.features_path)
+    if config.features_generator is None and file_features is None:
+        generator: tuple[str, ...] = ()  # upstream appends molecule features only when asked
+    else:
+        generator = tuple(config.features_generator or ())
+    source = _source(config)
+    spec = InputSpec(source.smiles_column, (), generator, file_features=file_features is not None)
+    ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source":
+                                            config.fingerprint_source}, file_features)
+    output = Path(config.output_path)
+    spools: dict[str, ArraySpool] = {}
+
+    def write(block: pa.Table) -> None:
+        fps = block.column("fps")
+        if not spools:
+            spools["fps"] = ArraySpool(fps.type.list_size)
+            spools["valid"] = ArraySpool(1, np.bool_)
+        spools["fps"].append(fps.combine_chunks().flatten().to_numpy())
+        spools["valid"].append(block.column("valid").to_numpy(zero_copy_only=False))
+
+    stats = drain(ds, write)
+    return _finish(stats, config, started, lambda: write_npz(output, spools), lambda: None)
+
+
+def run_embed(config: EmbedConfig) -> int:
+    started = time.perf_counter()
+    checkpoint = _embedding_checkpoint(config)
+    source = _source(config)
+    spec = InputSpec(source.smiles_column, source.id_columns, canonical=True)
+    output = Path(config.output_path)
+    if output.suffix.lower() in (".csv", ".npy", ".npz"):
+        raise UserError(f"output_path {output}: embed writes a .parquet file or a directory of .npy files")
+    ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
+    if output.suffix.lower() == ".parquet":
+        writer = TableWriter(output)
+        return _finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)
+    writer = NpyDirectoryWriter(output, {"checkpoint": str(checkpoint.path), "kind": checkpoint.spec.kind})
+    return _finish(drain(ds, writer.write), config, started, writer.commit, lambda: None)
+
+
+class NpyDirectoryWriter:
+    """Upstream's ``extract_embeddings`` npy layout: ``<family>.npy`` [N, width] per output + ``metadata.json``."""
+
+    LISTS = ("smiles", "canonical_smiles", "valid")
+
+    def __init__(self, directory: Path, header: dict) -> None:
+        self.directory, self.header = directory, header
+        self.arrays: dict[str, ArraySpool] = {}
+        self.lists = {name: JsonListSpool() for name in self.LISTS}
+
+    def write(self, block: pa.Table) -> None:
+        for name in block.column_names:
+            column = block.column(name)
+            if pa.types.is_fixed_size_list(column.type):
+                spool = self.arrays.setdefault(name, ArraySpool(column.type.list_size))
+                spool.append(column.combine_chunks().flatten().to_numpy())
+        for name, spool in self.lists.items():
+            spool.extend(block.column(name).to_pylist())
+
+    def commit(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name, spool in self.arrays.items():
+            write_npy(self.directory / f"{name}.npy", spool)
+        rows = next(iter(self.arrays.values())).rows if self.arrays else 0
+        header = {**self.header, "n_molecules": rows, "embedding_types": list(self.arrays),
+                  "widths": {name: spool.width for name, spool in self.arrays.items()}}
+        write_metadata_json(self.directory / "metadata.json", header, self.lists)
+
+
+__all__ = ["NpyDirectoryWriter", "PredictPlan", "plan_predict", "predict_stream", "run_embed",
+           "run_fingerprint", "run_predict"]

@@ -1,0 +1,100 @@
+"""`kermt eval`: score a trained model or ensemble on a labelled file (upstream's ``main.py eval``).
+
+It is `kermt predict` (same checks, same streaming pipeline, same batches and so the same numbers) with the label
+columns carried along each row. Upstream's metrics score the valid rows (upstream drops invalid SMILES; each is
+reported here): per task on its labelled rows, then the task mean (NaN tasks skipped), as a finetune's test score.
+Outputs: upstream's ``test_result.csv`` layout at ``--output_path`` (SMILES, ensemble-mean predictions, targets) and
+the lines ``test {metric} = X`` (per task with ``--show_individual_scores``) and ``overall_test_{metric}=X``.
+
+Memory: the model stage streams; the metrics (AUC, Spearman, ...) need every prediction at once, so the driver keeps
+the valid rows' SMILES, predictions and labels (tens of bytes per row and task).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from kermt.data.tables import check_classification_labels, parse_labels
+from kermt.errors import UserError
+from kermt.inference import task_names
+from kermt.metrics import nanmean, task_scores
+from ray_app.common import outputs
+from ray_app.screening.config import EvalConfig, log
+from ray_app.screening.files import column_names, pick_columns
+from ray_app.screening.run import plan_predict, predict_stream
+from ray_app.screening.stream import LABEL_PREFIX, drain
+
+
+@dataclass
+class LabelledRows:
+    """The valid rows of the stream: SMILES, predictions [N, T] and labels [N, T] (NaN: missing)."""
+
+    path: str
+    tasks: tuple[str, ...]
+    labels: tuple[str, ...]
+    classification: bool
+    rows_seen: int = 0
+    smiles: list[str] = field(default_factory=list)
+    preds: list[np.ndarray] = field(default_factory=list)
+    targets: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, block: pa.Table) -> None:
+        columns = [parse_labels(self.path, pd.Series(block.column(LABEL_PREFIX + name).to_pylist(), dtype=object),
+                                name, self.rows_seen) for name in self.labels]
+        targets = np.stack(columns, axis=1)
+        if self.classification:
+            check_classification_labels(self.path, targets, self.labels, self.rows_seen)
+        valid = block.column("valid").to_numpy(zero_copy_only=False).astype(bool)
+        preds = np.stack([block.column(t).to_numpy(zero_copy_only=False) for t in self.tasks], axis=1)
+        self.smiles += [s for s, ok in zip(block.column("smiles").to_pylist(), valid) if ok]
+        self.preds.append(preds[valid].astype(np.float64))
+        self.targets.append(targets[valid])
+        self.rows_seen += block.num_rows
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        width = len(self.tasks)
+        stack = (lambda parts: np.concatenate(parts) if parts else np.zeros((0, width)))
+        return stack(self.preds), stack(self.targets)
+
+
+def _labels(config: EvalConfig, tasks: tuple[str, ...], smiles_column: str) -> tuple[str, ...]:
+    labels = tuple(config.target_columns or tasks)
+    if len(labels) != len(tasks):
+        raise UserError(f"--target_columns names {len(labels)} column(s) but the model predicts {len(tasks)} tasks "
+                        f"({', '.join(tasks)}); give one label column per task, in this order")
+    pick_columns(column_names(config.data_path), smiles_column, labels)
+    return labels
+
+
+def run_eval(config: EvalConfig) -> int:
+    started = time.perf_counter()
+    checked = plan_predict(config)
+    head = checked.members[0].spec.head
+    tasks = task_names(checked.members[0].spec)
+    labels = _labels(config, tasks, checked.source.smiles_column)
+    metric = config.metric or ("auc" if head.dataset_type == "classification" else "rmse")
+    rows = LabelledRows(config.data_path, tasks, labels, head.dataset_type == "classification")
+    stats = drain(predict_stream(config, checked, labels), rows.add)
+    if stats.valid == 0:
+        raise UserError(stats.all_invalid_message(config.data_path))
+    preds, targets = rows.arrays()
+    outputs.atomic_write_text(Path(config.output_path), outputs.test_result_csv(rows.smiles, tasks, preds, targets))
+    log(f"scored {stats.valid} rows ({stats.rows - stats.valid} invalid SMILES skipped); wrote {config.output_path} "
+        f"in {time.perf_counter() - started:.1f} s")
+    per_task = task_scores(preds, targets, metric, head.dataset_type)
+    if config.show_individual_scores:
+        for name, value in zip(tasks, per_task):
+            print(f"test {name} {metric} = {value:.6f}", flush=True)
+    value = nanmean(per_task)
+    print(f"test {metric} = {value:.6f}", flush=True)
+    print(f"overall_test_{metric}={value:.6f}", flush=True)
+    return 0
+
+
+__all__ = ["LabelledRows", "run_eval"]

@@ -1,0 +1,279 @@
+"""Streaming screening on Ray Data: read -> validate + featurise (CPU tasks) -> model (actor pool) -> driver writes.
+
+    read_csv / read_parquet (lazy; SMILES + id columns, as strings)
+      -> repartition(rows_per_block, strict=True)          small raw blocks, so featurising pipelines well
+      -> map_batches(featurize_block)                      CPU tasks, per molecule (order-free work)
+      -> repartition(rows_per_block, strict=True)          blocks of exactly rows_per_block rows, in input order
+      -> map_batches(PredictStage | EmbedStage)            actor pool; one model load per actor; GPU when asked
+      -> iter_batches on the driver                        appended to the output file in input order
+
+Batch composition (why the strict repartition): upstream's numbers depend on which molecules share a batch (the padding
+row takes part in neighbour sums, docs/numerics.md#batch-composition). ``rows_per_block`` is a multiple of
+``batch_size`` and ``preserve_order`` is on (``ray_app.common.cluster.connect``), so every block starts at an input row that is
+a multiple of ``batch_size``, and the model always sees "the valid molecules among input rows [k·B, (k+1)·B)". The
+numbers therefore depend only on the input order and ``--batch_size``, never on the number of actors, block sizes of the
+reader or the cluster. With no invalid rows this is exactly upstream's batching (upstream drops invalid rows first, so
+with invalid rows upstream's batches shift; drop them beforehand to reproduce upstream bit for bit).
+
+Memory: the reader streams the file, Ray Data bounds the blocks in flight (backpressure) and the driver writes each
+block as it arrives, so peak memory does not grow with the input size (``--features_path`` is the exception: an
+``.npz`` is read whole and joined to the rows with ``Dataset.zip``, which materialises the SMILES column; zip is
+deprecated from Ray 2.64, which suggests a join on a row key instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from kermt.checkpoint import Checkpoint
+from kermt.data.featurize import FeaturizedMolecules
+from kermt.errors import UserError, find_cause
+from kermt.inference import Embedder, Ensemble, map_valid_batches
+from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
+
+ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
+LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
+FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
+NO_FILE_FEATURES = "no features for this row in --features_path"
+TARGET_ROWS_PER_BLOCK = 1024
+FEATURIZE_CPUS = 0.5
+
+
+def rows_per_block(batch_size: int, target: int = TARGET_ROWS_PER_BLOCK) -> int:
+    """The multiple of ``batch_size`` nearest to ``target`` (at least one batch)."""
+    return batch_size * max(1, round(target / batch_size))
+
+
+def _canonical(smiles: Sequence[str]) -> list[str | None]:
+    from rdkit import Chem
+
+    out = []
+    for s in smiles:
+        mol = Chem.MolFromSmiles(s) if s else None
+        out.append(Chem.MolToSmiles(mol) if mol is not None and mol.GetNumHeavyAtoms() > 0 else None)
+    return out
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What the featurise stage reads and computes. ``canonical``: graphs from canonical SMILES (upstream's
+    extract_embeddings does this), which are also kept as a column."""
+
+    smiles_column: str
+    id_columns: tuple[str, ...] = ()
+    features_generator: tuple[str, ...] = ()
+    canonical: bool = False
+    file_features: bool = False
+    label_columns: tuple[str, ...] = ()
+
+
+def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
+    """map_batches function (CPU task): raw rows -> one featurised row each (invalid rows keep a reason)."""
+    smiles = [s or "" for s in batch.column(spec.smiles_column).cast(pa.string()).to_pylist()]
+    canonical = _canonical(smiles) if spec.canonical else None
+    graph_smiles = [c or s for c, s in zip(canonical, smiles)] if canonical else smiles
+    rows = pa.array(np.arange(len(smiles), dtype=np.int64))
+    table = FeaturizeBatch(spec.features_generator)(pa.table({"row": rows, "smiles": graph_smiles}))
+    table = table.drop_columns(["row"])
+    table = table.set_column(table.schema.get_field_index("smiles"), "smiles", pa.array(smiles, pa.string()))
+    if spec.file_features:
+        table = _attach_file_features(table, batch)
+    if canonical is not None:
+        table = table.append_column("canonical_smiles", pa.array(canonical, pa.string()))
+    for prefix, names in ((ID_PREFIX, spec.id_columns), (LABEL_PREFIX, spec.label_columns)):
+        for name in names:
+            table = table.append_column(prefix + name, batch.column(name).cast(pa.string()))
+    return table
+
+
+def _attach_file_features(table: pa.Table, batch: pa.Table) -> pa.Table:
+    """Replace the (empty) generated features by the rows of ``--features_path``; rows without them are invalid."""
+    has = batch.column(FILE_FEATURES_VALID).to_numpy(zero_copy_only=False).astype(bool)
+    reasons = [r if r or ok else NO_FILE_FEATURES for r, ok in zip(table.column("reason").to_pylist(), has)]
+    table = table.set_column(table.schema.get_field_index("features"), "features",
+                             batch.column(FILE_FEATURES).cast(pa.large_list(pa.float64())))
+    return table.set_column(table.schema.get_field_index("reason"), "reason", pa.array(reasons, pa.string()))
+
+
+def carried_columns(table: pa.Table, molecules: FeaturizedMolecules) -> dict[str, pa.Array]:
+    """Columns every output keeps: ids (their own names), labels (``label::<name>``), ``valid`` and ``error``
+    (empty when valid)."""
+    out = {name[len(ID_PREFIX):]: table.column(name) for name in table.column_names if name.startswith(ID_PREFIX)}
+    out.update({name: table.column(name) for name in table.column_names if name.startswith(LABEL_PREFIX)})
+    out["valid"] = pa.array(molecules.valid)
+    out["error"] = pa.array([r or "" for r in molecules.reasons], pa.string())
+    return out
+
+
+def _device(use_gpu: bool) -> str:
+    if not use_gpu:
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise UserError("--use_gpu was given but this model actor sees no CUDA device; run on GPU nodes or drop "
+                        "--use_gpu")
+    return "cuda"
+
+
+def _float_column(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    return pa.array(values, pa.float64(), mask=~valid)
+
+
+class PredictStage:
+    """Actor: loads the ensemble once, then predicts block after block (upstream's CSV columns first)."""
+
+    def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool) -> None:
+        self.ensemble = Ensemble(members, _device(use_gpu))
+        self.batch_size, self.uncertainty = batch_size, uncertainty
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        molecules = molecules_from_table(table)
+        prediction = self.ensemble.predict(molecules, self.batch_size)
+        valid = molecules.valid
+        columns = {"smiles": table.column("smiles")}
+        for t, name in enumerate(self.ensemble.task_names):
+            columns[name] = _float_column(prediction.mean[:, t], valid)
+        if self.uncertainty:
+            for t, name in enumerate(self.ensemble.task_names):
+                columns[f"{name}_std"] = _float_column(prediction.std[:, t], valid)
+        return pa.table({**columns, **carried_columns(table, molecules)})
+
+
+def _fixed_rows(values: np.ndarray) -> pa.FixedSizeListArray:
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+
+
+class EmbedStage:
+    """Actor: fingerprints (``fps`` column) or the readout embeddings (one column per family, + ``projected``).
+
+    Invalid rows hold NaN vectors so every output has one row per input row."""
+
+    def __init__(self, checkpoint: Checkpoint, batch_size: int, use_gpu: bool, fingerprint_source: str | None) -> None:
+        self.embedder = Embedder(checkpoint, _device(use_gpu))
+        self.batch_size, self.source = batch_size, fingerprint_source
+        if fingerprint_source is not None:
+            self.embedder.check_source(fingerprint_source)
+
+    def _outputs(self, molecules: FeaturizedMolecules) -> dict[str, np.ndarray]:
+        fn: Callable = (self.embedder.embeddings if self.source is None
+                        else lambda m: {"fps": self.embedder.fingerprints(m, self.source)})
+        batches = map_valid_batches(molecules, self.batch_size, fn)
+        widths = ({"fps": fingerprint_width(self.embedder, self.source, molecules.features.shape[1])}
+                  if self.source is not None else self.embedder.output_widths())
+        out = {name: np.full((len(molecules), width), np.nan, np.float32) for name, width in widths.items()}
+        for rows, values in batches:
+            for name, array in values.items():
+                out[name][rows] = array
+        return out
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        molecules = molecules_from_table(table)
+        columns = {"smiles": table.column("smiles")}
+        if "canonical_smiles" in table.column_names:
+            columns["canonical_smiles"] = table.column("canonical_smiles")
+        columns.update({name: _fixed_rows(values) for name, values in self._outputs(molecules).items()})
+        return pa.table({**columns, **carried_columns(table, molecules)})
+
+
+def fingerprint_width(embedder: Embedder, source: str, n_features: int) -> int:
+    return {"atom": 2, "bond": 2, "both": 4}[source] * embedder.hidden_size + n_features
+
+
+@dataclass
+class StreamStats:
+    rows: int = 0
+    valid: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, block: pa.Table) -> None:
+        valid = block.column("valid").to_numpy(zero_copy_only=False)
+        self.rows += block.num_rows
+        self.valid += int(valid.sum())
+        for i in np.flatnonzero(~valid):
+            reason = block.column("error")[int(i)].as_py()
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
+            if len(self.examples) < 3:
+                self.examples.append(f"{block.column('smiles')[int(i)].as_py()!r}: {reason}")
+
+    def all_invalid_message(self, data_path: str) -> str:
+        counts = ", ".join(f"{n} {reason}" for reason, n in sorted(self.reasons.items(), key=lambda kv: -kv[1]))
+        if self.rows == 0:
+            return f"{data_path} has no data rows; nothing to predict"
+        return (f"none of the {self.rows} rows of {data_path} is a valid molecule ({counts}; e.g. "
+                f"{'; '.join(self.examples)}); no output written")
+
+
+def build_stream(data_path: str, spec: InputSpec, batch_size: int, stage: type, stage_kwargs: dict,
+                 concurrency: int, cpus_per_actor: float, gpus_per_actor: float,
+                 file_features: tuple[np.ndarray, np.ndarray] | None = None):
+    """The lazy dataset of output blocks (see the module docstring)."""
+    import ray
+
+    from ray_app.screening.files import read_table_lazily
+
+    ds = read_table_lazily(data_path, list(dict.fromkeys([spec.smiles_column, *spec.id_columns, *spec.label_columns])))
+    if file_features is not None:
+        ds = ds.zip(_file_features_dataset(*file_features))
+    block = rows_per_block(batch_size)
+    # small raw blocks first: readers emit a few large blocks, and featurising those one by one delays the first
+    # prediction and keeps the actors idle (10k rows: 4 blocks of 2,500, ~4 s each on this machine)
+    ds = ds.repartition(target_num_rows_per_block=block, strict=True)
+    # half a CPU per featurise task: the model actors reserve CPUs they leave idle while they wait for blocks, and
+    # featurisation is the bulk of the CPU work (on 2 cores, 1-CPU tasks next to a 1-CPU actor ran one at a time)
+    ds = ds.map_batches(featurize_block, fn_kwargs={"spec": spec}, batch_format="pyarrow", batch_size=None,
+                        num_cpus=FEATURIZE_CPUS)
+    ds = ds.repartition(target_num_rows_per_block=block, strict=True)
+    return ds.map_batches(stage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow", batch_size=block,
+                          compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=cpus_per_actor,
+                          num_gpus=gpus_per_actor or None)
+
+
+def _file_features_dataset(features: np.ndarray, valid: np.ndarray):
+    import ray
+
+    width = features.shape[1]
+    values = pa.array(np.ascontiguousarray(features, dtype=np.float64).reshape(-1))
+    column = pa.FixedSizeListArray.from_arrays(values, width) if width else pa.array([[]] * len(features))
+    return ray.data.from_arrow(pa.table({FILE_FEATURES: column, FILE_FEATURES_VALID: pa.array(valid)}))
+
+
+def drain(ds, write: Callable[[pa.Table], None]) -> StreamStats:
+    """Iterate the output blocks in input order on the driver, handing each to ``write``. A malformed CSV (found
+    by a read task) is a UserError."""
+    stats = StreamStats()
+    try:
+        for block in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1):
+            stats.add(block)
+            write(block)
+    except Exception as error:
+        unreadable = _malformed_csv(error)
+        if unreadable is None:
+            raise
+        raise unreadable from error
+    return stats
+
+
+MALFORMED_CSV = "Failed to read CSV file: "  # Ray Data's message (pyarrow's detail does not reach the driver)
+
+
+def _malformed_csv(error: BaseException) -> UserError | None:
+    from ray_app.common.errors import ray_causes
+
+    found = find_cause(error, lambda e: isinstance(e, ValueError) and str(e).startswith(MALFORMED_CSV), ray_causes)
+    if found is None:
+        return None
+    path = str(found)[len(MALFORMED_CSV):].split(". ")[0]
+    return UserError(f"{path}: malformed CSV: a row has more or fewer fields than the header, or a quote is not "
+                     "closed; fix the file")
+
+
+__all__ = [
+    "EmbedStage", "featurize_block", "InputSpec", "PredictStage", "StreamStats", "build_stream", "drain",
+    "rows_per_block",
+]

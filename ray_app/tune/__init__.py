@@ -1,0 +1,1 @@
+"""`kermt tune`: hyperparameter sweeps over finetune runs with Ray Tune."""

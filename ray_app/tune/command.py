@@ -1,0 +1,30 @@
+"""Entry point of `kermt tune` (``ray_app.cli`` dispatches here)."""
+
+from __future__ import annotations
+
+import sys
+
+from ray_app.finetune.config import build_parser, resolve
+from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
+
+
+def main(argv: list[str]) -> int:
+    """`kermt tune ARGS`: 0 when the sweep finished, 1 when no trial completed. Bad input raises
+    :class:`~kermt.errors.UserError` (the entry point's guard prints it as one line, exit 2)."""
+    if any(a in ("-h", "--help") for a in argv):
+        build_parser("kermt tune", TuneConfig).print_help()
+        return 0
+    config, sources = resolve(argv, TuneConfig, "kermt tune")
+    space = config.space()
+    check_resumable(config)
+    from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
+
+    try:
+        run_tune(config, sources, space)
+    except SweepFailedError as error:
+        print(f"kermt tune: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["main"]

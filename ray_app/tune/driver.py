@@ -1,0 +1,163 @@
+"""The sweep itself: a Ray Tune Tuner over ``ray_app.tune.trial.run_trial``, started fresh or restored from ``--save_dir``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search.optuna import OptunaSearch
+
+from ray_app.common import outputs
+from ray_app.common.cluster import connect
+from ray_app.common.concurrency import concurrent_runs
+from ray_app.common.settings import Source
+from ray_app.finetune.setup import RunSetup, resolve_setup
+from ray_app.tune.config import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
+from ray_app.tune.search_space import SearchSpace
+from ray_app.tune.results import (
+    FAILED,
+    UNFINISHED,
+    all_trials_csv,
+    best_row,
+    download_trial,
+    summary_table,
+    trial_rows,
+    write_best,
+)
+from ray_app.tune.trial import COMPLETED, OBJECTIVE, Objective, run_trial
+
+# The trial function only coordinates its TorchTrainer, so it asks for no CPU (a fraction of one would keep a
+# 1-CPU training worker off that node; Tune refuses an empty request, so it asks for a little memory instead). It
+# runs on the head, beside the driver, as finetune's member coordinators do: a lost or preempted worker node takes
+# training workers with it, which Ray Train recovers, never a trial.
+TRIAL_ACTOR_RESOURCES = {"CPU": 0, "memory": 256 * 2**20, "node:__internal_head__": 0.001}
+
+
+class TrialLines(tune.Callback):
+    """One line per finished trial (instead of Tune's tables, which repeat every few seconds); a completed
+    trial's files are downloaded into ``save_dir/trials/<id>/`` as it finishes."""
+
+    def __init__(self, objective_key: str, n_trials: int, save_dir: Path):
+        self.key, self.n_trials, self.save_dir = objective_key, n_trials, save_dir
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        download_trial(self.save_dir, trial)
+        last = trial.last_result or {}
+        how = "completed" if last.get(COMPLETED) else f"stopped early after epoch {last.get('epoch', '?')}"
+        print(f"trial {trial.trial_id} {how}: {self.key}={last.get(OBJECTIVE, float('nan')):.6f} "
+              f"{self._finished(trials, trial)}", flush=True)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        print(f"trial {trial.trial_id} FAILED (traceback: {trial.error_file}) "
+              f"{self._finished(trials, trial)}", flush=True)
+
+    def _finished(self, trials: list, current) -> str:
+        # Tune calls back before it updates the finishing trial's status
+        done = sum(t is current or t.status in ("TERMINATED", "ERROR") for t in trials)
+        return f"[{done}/{self.n_trials} trials finished]"
+
+
+def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace) -> dict[str, Any]:
+    """Run (or resume) the sweep; write its outputs; returns the summary (also in sweep.json)."""
+    connect(config.address)
+    base = config.finetune_base()
+    setup = resolve_setup(base, finetune_sources(config, sources))
+    objective = Objective.of(setup)
+    concurrency = concurrent_runs(config.max_concurrent_trials, base.num_workers, base.use_gpu, config.n_trials)
+    print(f"dataset_type={setup.dataset_type} metric={setup.metric} objective={objective.key} ({objective.mode})\n"
+          f"search space ({config.search_space or 'hpo_mode ' + (config.hpo_mode or 'all')}):\n  "
+          + space.describe().replace("\n", "\n  "), flush=True)
+    if config.dry_run:
+        print(f"would run {config.n_trials} trials ({config.search} search, {config.scheduler} scheduler), at most "
+              f"{concurrency} at once, {base.num_workers} worker(s) each; nothing written", flush=True)
+        return {"dry_run": True, "objective": objective.key, "parameters": space.names,
+                "max_concurrent_trials": concurrency}
+    setup.save_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    _tuner(config, setup, space, objective, concurrency).fit()
+    trials = tune.ExperimentAnalysis(experiment_path(setup)).trials
+    for trial in trials:  # trials that finished in an earlier, interrupted session
+        download_trial(setup.save_dir, trial)
+    return _report(setup, objective, trials, time.perf_counter() - started)
+
+
+def experiment_root(setup: RunSetup) -> str:
+    """Where Tune keeps the experiment: ``--storage_path`` (checked reachable by every node), else ``save_dir``."""
+    return setup.config.storage_path.rstrip("/") if setup.config.storage_path else str(setup.save_dir)
+
+
+def experiment_path(setup: RunSetup) -> str:
+    return f"{experiment_root(setup)}/{EXPERIMENT}"
+
+
+def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: Objective,
+           concurrency: int) -> tune.Tuner:
+    # A trial function may run on any node: it writes only to the experiment storage (see ray_app.tune.trial).
+    trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup, objective=objective),
+                                    TRIAL_ACTOR_RESOURCES)
+    experiment = experiment_path(setup)
+    if tune.Tuner.can_restore(experiment):
+        # The restored Tuner keeps its searcher (Optuna's study included), scheduler and concurrency.
+        print(f"resuming the sweep in {experiment}: finished trials are kept, unfinished ones restart", flush=True)
+        return tune.Tuner.restore(experiment, trainable, resume_unfinished=True, resume_errored=False,
+                                  restart_errored=False)
+    outputs.atomic_write_text(setup.save_dir / SWEEP_FILE, yaml.safe_dump(sweep_record(config), sort_keys=False))
+    print(f"{config.n_trials} trials, at most {concurrency} at once, {setup.config.num_workers} worker(s) each",
+          flush=True)
+    sampler = (optuna.samplers.TPESampler(seed=config.seed) if config.search == "optuna"
+               else optuna.samplers.RandomSampler(seed=config.seed))
+    searcher = OptunaSearch(space=space, metric=OBJECTIVE, mode=objective.mode, sampler=sampler)
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_scheduler(config.scheduler, objective,
+                                    setup.config.epochs), num_samples=config.n_trials,
+                                    max_concurrent_trials=concurrency),
+        run_config=tune.RunConfig(name=EXPERIMENT, storage_path=experiment_root(setup), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  callbacks=[TrialLines(objective.key, config.n_trials, setup.save_dir)]),
+    )
+
+
+def _scheduler(kind: str, objective: Objective, epochs: int):
+    """ASHA on the per-epoch validation value. "epoch" counts from 0, so rungs at epochs 1, 4, 16, ... judge a
+    trial after 2, 5, 17, ... epochs; rungs stop before the last epoch (a trial stopped there would lose a model
+    that is already trained), which leaves nothing to stop with fewer than 3 epochs: FIFO then."""
+    last_rung = epochs - 2
+    if kind == "fifo" or last_rung < 1:
+        if kind == "asha":
+            print(f"asha: {epochs} epoch(s) leave no rung before the last epoch; every trial runs to the end")
+        return FIFOScheduler()
+    return ASHAScheduler(time_attr="epoch", metric=objective.key, mode=objective.mode, max_t=last_rung,
+                         grace_period=1, stop_last_trials=False)
+
+
+def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float) -> dict:
+    save_dir: Path = setup.save_dir
+    rows = trial_rows(trials, setup.config, setup.metric)
+    outputs.atomic_write_text(save_dir / "all_trials.csv", all_trials_csv(rows, setup.metric, objective))
+    best = best_row(rows, objective)
+    print(summary_table(rows, objective, setup.metric, best), flush=True)
+    if best is None:
+        failed = [r for r in rows if r.status == FAILED]
+        if failed:
+            raise SweepFailedError(f"no trial completed ({len(failed)} of {len(rows)} failed); the first failure, "
+                                   f"trial {failed[0].trial_id}:\n{failed[0].error}")
+        raise SweepFailedError(f"no trial completed ({', '.join(f'{r.trial_id}: {r.status}' for r in rows)}); "
+                               f"an interrupted sweep resumes when the same command runs again")
+    write_best(save_dir, best)
+    if any(r.status == UNFINISHED for r in rows):  # Ctrl-C: Tune stopped the sweep and saved its state
+        print("the sweep was interrupted: run the same command again to finish it", flush=True)
+    counts = {status: sum(r.status == status for r in rows) for status in dict.fromkeys(r.status for r in rows)}
+    summary = {"best_trial": best.trial_id, "objective": objective.key, "mode": objective.mode,
+               "best_objective": best.objective, f"best_test_{setup.metric}": best.test_value,
+               "best_settings": best.settings, "trials": counts, "wall_s": round(seconds, 1)}
+    outputs.atomic_write_text(save_dir / "sweep.json", json.dumps(summary, indent=2, default=str) + "\n")
+    print(f"best trial {best.trial_id}: {objective.key}={best.objective:.6f} test_{setup.metric}="
+          f"{best.test_value:.6f}; replay: kermt finetune --config {save_dir / 'best_config.yaml'}", flush=True)
+    return summary

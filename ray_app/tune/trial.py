@@ -1,0 +1,144 @@
+"""One `kermt tune` trial: a finetune of fold 0 / model 0 with the trial's settings, run from a Tune function trainable.
+
+Ray 2.60 cannot tune a TorchTrainer directly (Train V2), so the trial is a plain function that builds the same
+TorchTrainer `kermt finetune` builds (``run_member``) and forwards every epoch's metrics to Tune through the
+Train run's callbacks. Upstream's HPO has no folds either: every trial trains on the split of fold 0 (seed
+``--seed``), so trials differ only by their hyperparameters.
+
+Trial files (``save_dir/trials/<trial_id>/``): config.yaml (the trial's finetune settings), model/ (native),
+model.pt (upstream layout), metrics.csv, and result.json. The trial reports them as its Tune checkpoint (it may
+run on any node; the experiment storage is the one place every node and the driver reach) and the driver
+downloads them as trials finish. A resumed trial whose checkpoint holds result.json reports it instead of
+training again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import ray.tune
+from pydantic import ValidationError
+from ray.tune.integration.ray_train import TuneReportCallback
+
+from kermt.metrics import metric_direction
+from kermt.training import score
+from ray_app.common import outputs
+from ray_app.common.settings import to_yaml
+from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.members import member_test_predictions, run_member, save_member
+from ray_app.finetune.prepare import ScaledSplits
+from ray_app.finetune.setup import RunSetup, fold_splits
+from ray_app.tune.search_space import trial_settings
+
+RESULT_FILE = "result.json"
+OBJECTIVE = "objective"  # best validation value so far (per epoch) / of the trial (final result)
+COMPLETED = "completed"  # only in a trial's final result: it trained every epoch and saved its model
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a sweep optimises: ``key`` is the per-epoch validation column, ``mode`` "min" or "max"."""
+
+    key: str
+    mode: str
+
+    @staticmethod
+    def of(setup: RunSetup) -> "Objective":
+        if setup.config.select_by_loss:
+            return Objective("val_loss", "min")
+        return Objective(f"val_{setup.metric}", metric_direction(setup.metric))
+
+    def better(self, value: float, best: float) -> bool:
+        if math.isnan(value):
+            return False
+        return math.isnan(best) or (value < best if self.mode == "min" else value > best)
+
+
+class ObjectiveReport(TuneReportCallback):
+    """Tune's Train callback, adding ``objective`` (the best validation value so far) to every epoch's report,
+    so the searcher sees one metric in every result, including those of trials the scheduler stops early."""
+
+    def __init__(self, objective: Objective):
+        super().__init__()
+        self.objective = objective
+        self.best = float("nan")
+
+    def after_report(self, run_context, metrics, checkpoint):
+        value = float(metrics[0].get(self.objective.key, float("nan")))
+        if self.objective.better(value, self.best):
+            self.best = value
+        super().after_report(run_context, [{**metrics[0], OBJECTIVE: self.best}, *metrics[1:]], checkpoint)
+
+
+def trial_config(base: FinetuneConfig, params: Mapping[str, Any]) -> FinetuneConfig:
+    """The base settings with the trial's parameters; an impossible combination is a clear error."""
+    settings = trial_settings(params, base)
+    try:
+        return FinetuneConfig(**{**base.model_dump(), **settings})
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in error.errors())
+        raise ValueError(f"trial parameters {settings} are not a valid finetune configuration: {problems}") from None
+
+
+def run_trial(params: dict[str, Any], setup: RunSetup, objective: Objective) -> None:
+    """Tune function trainable. ``setup`` (featurised data, checkpoint) comes once from the object store.
+
+    The trial may run on any node, so it writes nothing the driver reads from a local disk: its files go into
+    its last Tune checkpoint, which Tune stores with the experiment (``--storage_path``) and the driver
+    downloads into ``save_dir/trials/<trial_id>/``."""
+    previous = ray.tune.get_checkpoint()
+    if previous is not None:  # a resumed trial that had already finished: report its result again
+        with previous.as_directory() as directory:
+            if (Path(directory) / RESULT_FILE).exists():
+                ray.tune.report(json.loads((Path(directory) / RESULT_FILE).read_text()))
+                return
+    trial_id = ray.tune.get_context().get_trial_id()
+    config = trial_config(setup.config, params)
+    # A stable Train run name per trial: a trial restarted after an interruption resumes its Train run.
+    trial_setup = replace(setup, config=config, sources={**setup.sources, **{k: "user" for k in params}},
+                          run_id=f"trial-{trial_id}")
+    _, splits = fold_splits(trial_setup, 0)
+    model, history = run_member(trial_setup, splits, 0, 0, callbacks=[ObjectiveReport(objective)],
+                                label=f"trial {trial_id}")
+    result = final_result(trial_setup, objective, history, test_score(trial_setup, model, splits))
+    with tempfile.TemporaryDirectory(prefix=f"trial-{trial_id}-") as staging:
+        directory = Path(staging)
+        outputs.atomic_write_text(directory / "config.yaml", to_yaml(config))
+        save_member(trial_setup, model, splits, directory, history)
+        outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
+        ray.tune.report(result, checkpoint=ray.tune.Checkpoint.from_directory(staging))
+
+
+def final_result(setup: RunSetup, objective: Objective, history: list[dict], test_value: float) -> dict[str, Any]:
+    """The trial's last Tune result: its objective (best epoch by the objective), that epoch's validation values
+    and the test score of the model saved from it. No ``epoch`` key, so the scheduler ignores it."""
+    best_value, chosen = math.nan, {}
+    for row in history:
+        if objective.better(float(row[objective.key]), best_value):
+            best_value, chosen = float(row[objective.key]), row
+    val_key = f"val_{setup.metric}"
+    return {OBJECTIVE: float(chosen.get(objective.key, math.nan)), COMPLETED: True,
+            "best_epoch": int(chosen.get("epoch", -1)), "epochs_run": len(history),
+            val_key: float(chosen.get(val_key, math.nan)), "val_loss": float(chosen.get("val_loss", math.nan)),
+            f"test_{setup.metric}": test_value}
+
+
+def test_score(setup: RunSetup, model, splits: ScaledSplits) -> float:
+    """The saved model's task-averaged test score, computed as `kermt finetune` scores a one-model fold (NaN without
+    test labels)."""
+    if len(splits.test) == 0 or bool(np.isnan(splits.test_targets_raw).all()):
+        return float("nan")
+    preds = member_test_predictions(model, splits, setup.config.batch_size * setup.config.num_workers,
+                                    setup.config.use_gpu)
+    value, _ = score(preds, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
+    return float(value)
+
+
+def trial_directory(save_dir: Path, trial_id: str) -> Path:
+    return save_dir / "trials" / trial_id

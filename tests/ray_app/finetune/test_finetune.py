@@ -1,0 +1,150 @@
+"""End-to-end `kermt finetune`: 2 workers from a fixture pretrain checkpoint, upstream's output layout."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kermt.checkpoint import load_finetune_model, read_checkpoint
+from kermt.data.dataset import MoleculeSet
+from kermt.data.featurize import featurize_smiles
+from kermt.training import predict
+from ray_app.finetune.config import resolve
+from ray_app.finetune.run import run_finetune
+from tests.conftest import DATA_DIR, FIXTURE_DIR
+
+ROOT = DATA_DIR.parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "demo.csv"
+    with open(ROOT / "data/sample/admet_demo.csv") as f:
+        rows = list(csv.reader(f))[:81]
+    rows.insert(5, ["not_a_smiles", "1.0", "", ""])
+    rows.insert(9, ["", "2.0", "0.5", ""])
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    return path
+
+
+def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_path, capsys):
+    save_dir = tmp_path / "run"
+    config, sources = resolve([
+        "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+        "--save_dir", str(save_dir), "--num_workers", "2", "--epochs", "3", "--batch_size", "8",
+        "--split_type", "scaffold_balanced", "--ffn_hidden_size", "16", "--self_attention", "--dropout", "0.1",
+        "--bond_drop_rate", "0.1", "--dist_coff", "0.15", "--metric", "mae", "--tensorboard",
+    ])
+    summary = run_finetune(config, sources)
+    out = capsys.readouterr().out
+
+    # invalid rows are reported with their data-row numbers, and skipped
+    with open(save_dir / "invalid_smiles.csv") as f:
+        invalid = list(csv.DictReader(f))
+    assert [(r["row"], r["reason"]) for r in invalid] == [("4", "unparsable"), ("8", "empty")]
+
+    # summary lines upstream users parse, and their values
+    overall = summary["overall_scaffold_balanced_test_mae"]
+    assert f"overall_scaffold_balanced_test_mae={overall:.6f}" in out and "std=0.000000" in out
+    assert summary["dataset_type"] == "regression"
+
+    # test_result.csv: upstream's two header rows; preds equal a reload of the saved best model
+    with open(save_dir / "fold_0/test_result.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["", "preds", "preds", "preds", "targets", "targets", "targets"]
+    assert rows[1] == ["", "logp", "tpsa_100", "fsp3", "logp", "tpsa_100", "fsp3"]
+    smiles = [r[0] for r in rows[2:]]
+    written = np.array([[float(v) for v in r[1:4]] for r in rows[2:]])
+    checkpoint = read_checkpoint(save_dir / "fold_0/model_0/model")
+    model, _ = load_finetune_model(checkpoint)
+    done = featurize_smiles(smiles)
+    test_set = MoleculeSet(done.graphs, None, np.zeros((len(smiles), 3), np.float32), done.smiles)
+    again = checkpoint.spec.data_scaler.inverse_transform(predict(model, test_set, np.arange(len(smiles)), 16))
+    np.testing.assert_allclose(written, again, rtol=0, atol=1e-6)
+
+    # splits.json covers every valid row exactly once; metrics.csv has one row per epoch
+    splits = json.loads((save_dir / "splits.json").read_text())["fold_0"]
+    assert sorted(splits["train"] + splits["val"] + splits["test"]) == [r for r in range(82) if r not in (4, 8)]
+    with open(save_dir / "fold_0/model_0/metrics.csv") as f:
+        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [0, 1, 2]
+    assert (save_dir / "fold_0/model_0/model.pt").exists()
+    assert list((save_dir / "fold_0/model_0").glob("events.out.tfevents.*"))
+
+    # run.json records where each setting came from; config.yaml replays the run
+    record = json.loads((save_dir / "run.json").read_text())
+    assert record["settings"]["num_workers"] == {"value": 2, "source": "user"}
+    assert record["settings"]["max_lr"]["source"] == "default"
+    assert record["settings"]["hidden_size"] == {"value": 16, "source": "checkpoint"}
+    assert resolve(["--config", str(save_dir / "config.yaml")])[0] == config
+
+    report = subprocess.run([sys.executable, "-m", "ray_app.cli", "inspect", str(save_dir / "fold_0/model_0/model")],
+                            capture_output=True, text=True, check=True)
+    described = json.loads(report.stdout)
+    assert described["kind"] == "finetuned" and described["tasks"]["task_names"] == ["logp", "tpsa_100", "fsp3"]
+
+
+def test_dry_run_validates_and_plans_without_training(ray_cluster, demo_csv, tmp_path, capsys):
+    save_dir = tmp_path / "dry"
+    config, sources = resolve([
+        "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_hybrid.pt"),
+        "--save_dir", str(save_dir), "--num_workers", "2", "--dry_run",
+    ])
+    plan = run_finetune(config, sources)
+    out = capsys.readouterr().out
+    assert plan["dry_run"] and plan["dataset_type"] == "regression" and plan["metric"] == "rmse"
+    assert plan["folds"]["fold_0"] == {"train": 64, "val": 8, "test": 8}  # 80 valid rows, random 0.8/0.1/0.1
+    assert "dataset_type=regression (inferred from the labels)" in out
+    assert "* max_lr: 0.001" in out and "  num_workers: 2" in out
+    assert "(hybrid)" in out and "ignored" in out
+    assert not save_dir.exists()
+
+
+def test_contradicting_architecture_flag_is_an_error(ray_cluster, demo_csv, tmp_path):
+    from kermt.checkpoint import ArchitectureConflictError
+
+    config, sources = resolve(["--data_path", str(demo_csv), "--checkpoint_path",
+                               str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--hidden_size", "32", "--dry_run"])
+    with pytest.raises(ArchitectureConflictError, match="hidden_size: you set 32 but the checkpoint was trained with 16"):
+        run_finetune(config, sources)
+
+
+def _ensemble_run(demo_csv, save_dir, concurrency: int) -> dict:
+    config, sources = resolve([
+        "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+        "--save_dir", str(save_dir), "--ensemble_size", "2", "--num_folds", "2", "--epochs", "2",
+        "--batch_size", "16", "--ffn_hidden_size", "8", "--max_concurrent_trials", str(concurrency),
+    ])
+    return run_finetune(config, sources)
+
+
+def test_ensemble_and_folds_in_parallel_equal_sequential(ray_cluster, demo_csv, tmp_path, capsys):
+    from safetensors.numpy import load_file
+
+    parallel = _ensemble_run(demo_csv, tmp_path / "parallel", 2)
+    assert "training 4 models (2 fold(s) x 2 member(s)), 2 at a time" in capsys.readouterr().out
+    sequential = _ensemble_run(demo_csv, tmp_path / "sequential", 1)
+
+    assert parallel["fold_scores"] == sequential["fold_scores"] and not np.isnan(parallel["fold_scores"]).any()
+    assert parallel["overall_random_test_rmse"] == pytest.approx(np.mean(parallel["fold_scores"]), abs=1e-12)
+    for fold in (0, 1):
+        fold_dir = f"fold_{fold}"
+        assert (tmp_path / "parallel" / fold_dir / "test_result.csv").read_text() == (
+            tmp_path / "sequential" / fold_dir / "test_result.csv").read_text()
+        members = []
+        for member in (0, 1):
+            weights = [load_file(run / fold_dir / f"model_{member}" / "model" / "model.safetensors")
+                       for run in (tmp_path / "parallel", tmp_path / "sequential")]
+            assert weights[0].keys() == weights[1].keys()
+            assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0])
+            assert (tmp_path / "parallel" / fold_dir / f"model_{member}" / "model.pt").exists()
+            members.append(weights[0])
+        # ensemble members differ by seed: different heads
+        assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])
+    splits = json.loads((tmp_path / "parallel" / "splits.json").read_text())
+    assert splits["fold_0"]["test"] != splits["fold_1"]["test"]  # fold k is split with seed + k
