@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +32,10 @@ def import_upstream(upstream: Path, scratch: Path) -> None:
     """Put upstream's checkout (and the cuik_molmaker stub) first on sys.path, with our repository off it."""
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
     sys.path[:0] = upstream_env(upstream, scratch)["PYTHONPATH"].split(":")
+    # KermtTask.forward marks NVTX ranges, which CPU-only torch refuses; they are profiler labels, nothing more
+    from torch.cuda import nvtx  # noqa: PLC0415
+
+    nvtx.range_push = nvtx.range_pop = lambda *args, **kwargs: None
 
 
 def fixture_smiles() -> list[str]:
@@ -49,6 +54,150 @@ def fg_labels(smiles: list[str]) -> np.ndarray:
     return labels.astype(np.uint8)
 
 
+# Cases of the pretraining-step oracle: mode, checkpoint, seeds, loss settings, which gradients to keep.
+# "hybrid_weighted" moves every loss weight off its default and turns on normalize_gradient, so a weight applied to
+# the wrong term cannot hide. To keep the file small, "hybrid" keeps no gradients (hybrid_weighted has them all) and
+# "cmim" keeps those outside its encoder (its encoder's gradient path is hybrid's latent branch).
+STEP_CASES = {
+    "vocab": dict(mode="vocab", ckpt="ckpt_pretrain_vocab.pt", label_seed=0, forward_seed=1, loss={},
+                  grads="all"),
+    "hybrid": dict(mode="hybrid", ckpt="ckpt_pretrain_hybrid.pt", label_seed=2, forward_seed=3, loss={},
+                   grads="none"),
+    "hybrid_weighted": dict(
+        mode="hybrid", ckpt="ckpt_pretrain_hybrid.pt", label_seed=4, forward_seed=5,
+        loss=dict(dist_coff=0.15, vocab_loss_weight=0.5, reconstruction_loss_weight=0.7, normalize_gradient=True),
+        grads="all",
+    ),
+    "cmim": dict(mode="cmim", ckpt="ckpt_pretrain_hybrid.pt", label_seed=6, forward_seed=7, loss={},
+                 grads="heads"),
+}
+LOSS_DEFAULTS = dict(dist_coff=0.1, vocab_loss_weight=1.0, reconstruction_loss_weight=1.0, normalize_gradient=False,
+                     normalize_loss=False)  # the fixture checkpoints' saved values
+# Names of the values each task's loss function returns, in its order (upstream's trainers log them all).
+LOSS_NAMES = {
+    "vocab": ("loss", "av_loss", "bv_loss", "fg_loss", "av_dist_loss", "bv_dist_loss", "fg_dist_loss"),
+    "cmim": ("loss", "recon_loss", "cmim_loss", "log_p_k1_given_zx", "log_q_z_given_x", "log_P_z", "recon_accuracy"),
+    "hybrid": ("loss", "cmim_total", "recon_loss", "cmim_loss", "log_p_k1_given_zx", "log_q_z_given_x", "log_P_z",
+               "recon_accuracy", "vocab_loss", "av_loss", "bv_loss", "fg_loss", "av_dist_loss", "bv_dist_loss",
+               "fg_dist_loss"),
+}
+
+
+class DepthRecorder:
+    """Stands in for ``scipy.stats`` in upstream's layers module and notes every dynamic depth drawn."""
+
+    def __init__(self, stats):
+        self.stats, self.depths = stats, []
+
+    def truncnorm(self, *args, **kwargs):
+        dist, depths = self.stats.truncnorm(*args, **kwargs), self.depths
+
+        class Recorded:
+            def rvs(self, *a, **k):
+                value = dist.rvs(*a, **k)
+                depths.append(int(value))
+                return value
+
+        return Recorded()
+
+
+def upstream_args(ckpt_args, loss_settings: dict):
+    """The checkpoint's saved args for a CPU train step with dropout 0 (deterministic apart from the draws)."""
+    from argparse import Namespace  # noqa: PLC0415
+
+    overrides = dict(cuda=False, dropout=0.0, decoder_dropout=0.0, bond_drop_rate=0, no_cache=True,
+                     tensorboard=True)  # tensorboard: the loss functions then also return token accuracy
+    return Namespace(**{**vars(ckpt_args), **overrides, **loss_settings})
+
+
+def build_task(mode: str, ckpt: dict, args, vocab_sizes: dict):
+    """Upstream's task class for ``mode`` (as pretrain_ddp.py builds it) with the checkpoint's weights."""
+    import torch  # noqa: PLC0415
+    from kermt.model.models import KERMTEmbedding, KermtCMIMTask, KermtHybridTask, KermtTask  # noqa: PLC0415
+
+    state = ckpt["state_dict"]
+    if mode == "vocab":
+        model = KermtTask(args, KERMTEmbedding(args), vocab_sizes["atom"], vocab_sizes["bond"], fg_size=85)
+    elif mode == "hybrid":
+        model = KermtHybridTask(args, kermt=KERMTEmbedding(args), latent_dim=args.latent_dim,
+                                contrastive_temperature=args.contrastive_temperature,
+                                smiles_vocab_size=vocab_sizes["smiles"], atom_vocab_size=vocab_sizes["atom"],
+                                bond_vocab_size=vocab_sizes["bond"], fg_size=85)
+    else:  # cmim: the hybrid checkpoint's latent head and decoder
+        model = KermtCMIMTask(args, kermt=KERMTEmbedding(args), latent_dim=args.latent_dim,
+                              contrastive_temperature=args.contrastive_temperature,
+                              smiles_vocab_size=vocab_sizes["smiles"])
+        state = {k: v for k, v in state.items() if k.startswith(("latent_dist.", "decoder."))}
+    model.load_state_dict(state, strict=True)
+    torch.set_grad_enabled(True)
+    return model.train()
+
+
+def collate(mode: str, smiles: list[str], labels: np.ndarray, vocabs: dict, args) -> dict:
+    """Upstream's collator of the mode on the fixture molecules (fg labels as the datapoints' features)."""
+    from kermt.data import kermtdataset as data  # noqa: PLC0415
+    from kermt.data.moldataset import MoleculeDatapoint  # noqa: PLC0415
+
+    items = [(MoleculeDatapoint([s], features=labels[i].astype(np.float64)), i) for i, s in enumerate(smiles)]
+    if mode == "vocab":
+        return data.KermtCollator({}, vocabs["atom"], vocabs["bond"], args)(items)
+    if mode == "hybrid":
+        return data.KermtHybridCollator({}, vocabs["smiles"], vocabs["atom"], vocabs["bond"], args)(items)
+    return data.KermtDecoderCollator({}, vocabs["smiles"], args)(items)
+
+
+def load_vocabs() -> dict:
+    from kermt.data.torchvocab import MolVocab, SMILESVocab  # noqa: PLC0415
+
+    return {"atom": MolVocab.load_vocab(str(FIXTURES / "tiny_atom_vocab.json")),
+            "bond": MolVocab.load_vocab(str(FIXTURES / "tiny_bond_vocab.json")),
+            "smiles": SMILESVocab.load_vocab(str(FIXTURES / "tiny_smiles_vocab.pkl"))}
+
+
+def pretrain_step(name: str, case: dict, smiles: list[str], labels: np.ndarray, vocabs: dict) -> dict:
+    """One seeded train step of upstream's task: batch draws, loss terms and every parameter's gradient."""
+    import torch  # noqa: PLC0415
+    from kermt.model import layers  # noqa: PLC0415
+
+    ckpt = torch.load(FIXTURES / case["ckpt"], map_location="cpu", weights_only=False)  # upstream's own fixture
+    settings = {**case, "loss": {**LOSS_DEFAULTS, **case["loss"]}}
+    args = upstream_args(ckpt["args"], settings["loss"])
+    model = build_task(case["mode"], ckpt, args, {k: len(v) for k, v in vocabs.items()})
+    np.random.seed(case["label_seed"])  # the collator's atom / bond masking draws
+    batch = collate(case["mode"], smiles, labels, vocabs, args)
+    recorder, real_stats, real_randn_like, eps = DepthRecorder(layers.stats), layers.stats, torch.randn_like, []
+    layers.stats = recorder
+
+    def randn_like(*a, **k):  # the latent's reparameterisation noise
+        eps.append(real_randn_like(*a, **k))
+        return eps[-1]
+
+    torch.randn_like = randn_like
+    try:
+        np.random.seed(case["forward_seed"])  # dynamic depths
+        torch.manual_seed(case["forward_seed"])  # latent noise
+        preds = model(batch["graph_input"] if case["mode"] == "vocab" else batch)
+    finally:
+        layers.stats, torch.randn_like = real_stats, real_randn_like
+    losses = model.get_loss_func(args)(preds, batch.get("targets"))
+    losses[0].backward()
+    out = {f"{name}::settings": np.array(json.dumps(settings)), f"{name}::depths": np.array(recorder.depths)}
+    for loss_name, value in zip(LOSS_NAMES[case["mode"]], losses):
+        out[f"{name}::{loss_name}"] = np.float64(float(value))
+    if "targets" in batch:
+        out[f"{name}::av_labels"] = batch["targets"]["av_task"].numpy()
+        out[f"{name}::bv_labels"] = batch["targets"]["bv_task"].numpy()
+    if case["mode"] != "vocab":
+        out[f"{name}::tokens"] = torch.cat([batch["decoder_input"], batch["decoder_target"][:, -1:]], 1).numpy()
+        out[f"{name}::eps"] = torch.cat(eps).numpy()
+        out[f"{name}::z"] = preds["z_latent"].detach().numpy()
+    for param_name, param in model.named_parameters():
+        wanted = case["grads"] == "all" or (case["grads"] == "heads" and ".kermt." not in f".{param_name}")
+        if wanted and param.grad is not None:
+            out[f"{name}::grad::{param_name}"] = param.grad.numpy().copy()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", type=Path, required=True)
@@ -57,6 +206,9 @@ def main() -> None:
         import_upstream(opts.upstream.resolve(), Path(scratch))
         smiles = fixture_smiles()
         record = {"smiles": np.array(smiles), "fg_labels": fg_labels(smiles)}
+        vocabs = load_vocabs()
+        for name, case in STEP_CASES.items():
+            record.update(pretrain_step(name, case, smiles, record["fg_labels"], vocabs))
         np.savez_compressed(HERE / "pretrain_step.npz", **record)
     print(f"wrote {len(record)} arrays to {HERE / 'pretrain_step.npz'}")
 

@@ -1,0 +1,128 @@
+"""A pretraining step against upstream's own task classes: every logged loss term and every gradient.
+
+The oracle (tests/data/kermt_upstream_pretrain/pretrain_step.npz, see the README there) was recorded by running
+upstream's ``KermtTask`` / ``KermtHybridTask`` / ``KermtCMIMTask`` with its collators on the 26 fixture molecules,
+train mode, dropout 0: numpy's global RNG seeded for the masking draws, then again (``forward_seed``) for the dynamic
+depths, torch's RNG seeded with ``forward_seed`` for the latent noise. Here our ``KermtPretrainModel`` takes the
+recorded labels and tokens, seeds the same RNGs, and must draw the same depths and noise, give the same loss terms
+and the same gradient for every parameter.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from kermt.nn.depth import draw_depths
+from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.nn.pretrain_loss import pretrain_loss
+from kermt.nn.pretrain_model import KermtPretrainModel, PretrainBatch
+from kermt.nn.pretrain_vocab import VocabTargets
+from tests.conftest import FIXTURE_DIR
+from tests.kermt.nn.test_pretrain_model import FIXTURE_ENCODER, fixture_heads
+from tests.kermt.nn.upstream_fixtures import fixture_batch
+
+ORACLE = FIXTURE_DIR.parent / "kermt_upstream_pretrain" / "pretrain_step.npz"
+CASES = ("vocab", "hybrid", "hybrid_weighted", "cmim")
+LOSS_RTOL = 1e-6
+# Gradients are float32 batch sums taken in another order than upstream's (docs/numerics.md#parity-tolerances): each
+# element to GRAD_RTOL of itself plus GRAD_ATOL of its tensor's largest element (where terms cancel), plus
+# NOISE_FLOOR of the step's largest gradient, a tenth of a float32 ulp of it: gradients that are zero up to rounding
+# (an attention key bias, which softmax ignores; query/key of cross-attention to a single memory token, where
+# upstream gets exact zeros and we get ~1e-9) are noise that no formula fixes.
+GRAD_RTOL, GRAD_ATOL, NOISE_FLOOR = 1e-5, 1e-5, 1e-8
+
+
+@pytest.fixture(scope="module")
+def oracle() -> dict[str, np.ndarray]:
+    with np.load(ORACLE) as data:
+        return {key: data[key] for key in data.files}
+
+
+def settings(oracle: dict[str, np.ndarray], case: str) -> dict:
+    return json.loads(str(oracle[f"{case}::settings"]))
+
+
+def fixture_model(mode: str, checkpoint: str) -> KermtPretrainModel:
+    """Our model of ``mode`` with the checkpoint's weights, dropout 0 everywhere (as recorded)."""
+    heads = replace(fixture_heads(mode), decoder_dropout=0.0)
+    model = KermtPretrainModel(replace(FIXTURE_ENCODER, dropout=0.0), heads)
+    state = torch.load(FIXTURE_DIR / checkpoint, weights_only=False)["state_dict"]
+    if mode == "cmim":  # the hybrid checkpoint's latent head and decoder
+        state = {k: v for k, v in state.items() if k.startswith(("latent_dist.", "decoder."))}
+    model.load_state_dict(state, strict=True)
+    return model.train()
+
+
+def recorded_batch(oracle: dict[str, np.ndarray], case: str) -> PretrainBatch:
+    targets = None
+    if f"{case}::av_labels" in oracle:
+        targets = VocabTargets(
+            atom=torch.from_numpy(oracle[f"{case}::av_labels"]),
+            bond=torch.from_numpy(oracle[f"{case}::bv_labels"]),
+            fg=torch.from_numpy(oracle["fg_labels"].astype(np.float32)),
+        )
+    tokens = oracle.get(f"{case}::tokens")
+    return PretrainBatch(fixture_batch(), targets, None if tokens is None else torch.from_numpy(tokens))
+
+
+def our_step(oracle: dict[str, np.ndarray], case: str):
+    """Our forward + loss + backward with upstream's seeds: (model, output, loss)."""
+    config = settings(oracle, case)
+    model = fixture_model(config["mode"], config["ckpt"])
+    np.random.seed(config["forward_seed"])
+    torch.manual_seed(config["forward_seed"])
+    output = model(recorded_batch(oracle, case))
+    loss = pretrain_loss(output, recorded_batch(oracle, case), model.heads_config,
+                         PretrainLossConfig(**config["loss"]))
+    loss.total.backward()
+    return model, output, loss
+
+
+@pytest.fixture(scope="module")
+def steps(oracle):
+    return {case: our_step(oracle, case) for case in CASES}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_depth_draws_replay_upstreams(oracle, case) -> None:
+    config = settings(oracle, case)
+    recorded = oracle[f"{case}::depths"]
+    np.random.seed(config["forward_seed"])
+    assert draw_depths(FIXTURE_ENCODER.depth, len(recorded)) == recorded.tolist()
+
+
+@pytest.mark.parametrize("case", ["hybrid", "hybrid_weighted", "cmim"])
+def test_latent_sample_equals_upstreams(oracle, steps, case) -> None:
+    _, output, _ = steps[case]
+    np.testing.assert_allclose(output.z.detach().numpy(), oracle[f"{case}::z"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_logged_loss_term_equals_upstreams(oracle, steps, case) -> None:
+    ours = steps[case][2].scalars()
+    names = [key.split("::")[1] for key in oracle if key.startswith(f"{case}::") and oracle[key].ndim == 0
+             and oracle[key].dtype == np.float64]
+    assert len(names) == (7 if settings(oracle, case)["mode"] != "hybrid" else 15)
+    for name in names:
+        assert ours[name] == pytest.approx(float(oracle[f"{case}::{name}"]), rel=LOSS_RTOL), name
+
+
+@pytest.mark.parametrize("case", ["vocab", "hybrid_weighted", "cmim"])
+def test_every_gradient_equals_upstreams(oracle, steps, case) -> None:
+    model = steps[case][0]
+    prefix = f"{case}::grad::"
+    recorded = {key.removeprefix(prefix): oracle[key] for key in oracle if key.startswith(prefix)}
+    ours = {name: p.grad for name, p in model.named_parameters() if name in recorded or p.grad is not None}
+    if settings(oracle, case)["grads"] == "heads":  # the oracle skipped the encoder's gradients
+        ours = {name: grad for name, grad in ours.items() if not name.startswith("latent_dist.kermt.")}
+    assert set(ours) == set(recorded)
+    largest = max(float(np.abs(grad).max()) for grad in recorded.values())
+    for name, expected in recorded.items():
+        grad = ours[name].numpy()
+        atol = GRAD_ATOL * float(np.abs(expected).max()) + NOISE_FLOOR * largest
+        np.testing.assert_allclose(grad, expected, rtol=GRAD_RTOL, atol=atol, err_msg=name)
