@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -198,11 +199,43 @@ def pretrain_step(name: str, case: dict, smiles: list[str], labels: np.ndarray, 
     return out
 
 
+VOCAB_INPUT = HERE / "vocab_input.csv"
+VOCAB_SOURCE = ROOT / "data/sample/admet_demo.csv"
+VOCAB_MOLECULES = 300
+UNPARSABLE = "C1CC(=O"  # RDKit returns None: upstream's atom/bond counting skips it, its SMILES tokenizer does not
+# --dataset_name -> extra build_vocab.py flags; each run writes <name>_{atom,bond}_vocab.json, <name>_smiles_vocab.pkl
+VOCAB_RUNS = {
+    "all": [],
+    "minfreq2": ["--vocab_min_freq", "2", "--smiles_vocab_min_freq", "2"],
+    "max40": ["--vocab_max_size", "40", "--smiles_vocab_max_size", "20"],
+}
+
+
+def write_vocab_input() -> None:
+    """One-column SMILES file: the first VOCAB_MOLECULES of the bundled sample data, plus one unparsable row."""
+    with open(VOCAB_SOURCE, newline="") as handle:
+        rows = [row["smiles"] for _, row in zip(range(VOCAB_MOLECULES), csv.DictReader(handle))]
+    rows.insert(VOCAB_MOLECULES // 2, UNPARSABLE)
+    VOCAB_INPUT.write_text("smiles\n" + "".join(f"{smi}\n" for smi in rows))
+
+
+def build_vocabs(upstream: Path, scratch: Path) -> None:
+    """Upstream's scripts/build_vocab.py, its real CLI, once per VOCAB_RUNS entry."""
+    env = upstream_env(upstream, scratch)
+    for name, flags in VOCAB_RUNS.items():
+        command = [sys.executable, "scripts/build_vocab.py", "--data_path", str(VOCAB_INPUT),
+                   "--vocab_save_folder", str(HERE), "--dataset_name", name, "--num_workers", "2", *flags]
+        subprocess.run(command, cwd=upstream, env=env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", type=Path, required=True)
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
+        write_vocab_input()
+        build_vocabs(opts.upstream.resolve(), Path(scratch))
         import_upstream(opts.upstream.resolve(), Path(scratch))
         smiles = fixture_smiles()
         record = {"smiles": np.array(smiles), "fg_labels": fg_labels(smiles)}
