@@ -1,0 +1,167 @@
+"""A worker's part of a global pretraining batch, built so that it does not depend on how the batch is split.
+
+What a molecule sees must be the same on 1 worker with batch 2b as on 2 workers with batch b:
+- its labelled atoms / bonds and latent ε are drawn from (seed, global step, molecule id) (:mod:`kermt.pretrain.draws`);
+- tensor shapes that numerics depend on are those of the GLOBAL batch: the neighbour table's width (the largest
+  in-degree: with upstream padding every missing neighbour adds the padding row, docs/numerics.md#padding-modes) and
+  the token length (padding positions are masked, but equal shapes keep the reductions identical).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from kermt.chem.molgraph import FlatGraphs
+from kermt.chem.vocab_labels import DEFAULT_LABEL_FRACTION
+from kermt.chem.vocab_smiles import END, PAD
+from kermt.data.batch import BatchMolGraph
+from kermt.data.collate import collate_graphs
+from kermt.data.sampling import worker_share
+from kermt.nn.pretrain_config import PretrainHeadsConfig
+from kermt.nn.pretrain_model import PretrainBatch
+from kermt.nn.pretrain_vocab import VocabTargets
+from kermt.pretrain.draws import ATOM_LABELS, BOND_LABELS, labelled_positions, latent_noise
+from kermt.pretrain.loss import COUNT_NAMES
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``range(s, s + c)`` for each (s, c)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(_starts(counts)[:-1], counts)
+    return np.repeat(np.asarray(starts, dtype=np.int64), counts) + within
+
+
+@dataclass(frozen=True)
+class PretrainArrays:
+    """What pretraining reads of a corpus of n molecules (numpy, shareable zero-copy through an object store).
+
+    graphs        FlatGraphs [n]
+    fg_labels     uint8 [n, 85]  functional-group labels
+    atom_labels   int [Σ atoms]  atom-vocab id of EVERY atom, molecule after molecule (graph order); sampling
+                                 which ones a step labels happens per batch
+    bond_labels   int [Σ bonds]  bond-vocab id of every chemical bond (graph pair order)
+    tokens        int [Σ tokens] SMILES token ids ``<start> … <end>`` of each molecule, concatenated
+    token_counts  int [n]
+    """
+
+    graphs: FlatGraphs
+    fg_labels: np.ndarray
+    atom_labels: np.ndarray
+    bond_labels: np.ndarray
+    tokens: np.ndarray
+    token_counts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    @cached_property
+    def max_in_degree(self) -> np.ndarray:
+        """int64 [n]: each molecule's largest atom degree (computed once per process)."""
+        graphs = self.graphs
+        atom_starts = _starts(graphs.atom_counts)
+        owner = np.repeat(np.arange(len(graphs)), graphs.bond_counts)
+        ends = graphs.bond_atoms.astype(np.int64) + atom_starts[owner][:, None]
+        degree = np.bincount(ends.reshape(-1), minlength=int(atom_starts[-1]))
+        out = np.zeros(len(graphs), dtype=np.int64)
+        np.maximum.at(out, np.repeat(np.arange(len(graphs)), graphs.atom_counts), degree)
+        return out
+
+    @cached_property
+    def _token_starts(self) -> np.ndarray:
+        return _starts(self.token_counts)
+
+    @cached_property
+    def _atom_starts(self) -> np.ndarray:
+        return _starts(self.graphs.atom_counts)
+
+    @cached_property
+    def _bond_starts(self) -> np.ndarray:
+        return _starts(self.graphs.bond_counts)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One rank's input to a step: the model batch, this rank's counts [len(COUNT_NAMES)] float64 (to all-reduce),
+    the sizes of every rank's share of the global batch, and this rank's offset in it."""
+
+    batch: PretrainBatch
+    counts: torch.Tensor
+    share_sizes: tuple[int, ...]
+    offset: int
+
+    def to(self, device: torch.device | str) -> "StepBatch":
+        return replace(self, batch=self.batch.to(device), counts=self.counts.to(device))
+
+
+def _pad_columns(table: torch.Tensor, width: int) -> torch.Tensor:
+    return F.pad(table, (0, width - table.shape[1])) if table.shape[1] < width else table
+
+
+def _graph(arrays: PretrainArrays, rows: np.ndarray, width: int) -> BatchMolGraph:
+    graph = collate_graphs(arrays.graphs.select(rows))
+    return replace(graph, a2b=_pad_columns(graph.a2b, width), a2a=_pad_columns(graph.a2a, width))
+
+
+def _sampled(labels: np.ndarray, chosen: np.ndarray) -> torch.Tensor:
+    """[1 + len] int64: the chosen labels, 0 elsewhere, after the padding row's 0."""
+    return torch.from_numpy(np.concatenate([[0], np.where(chosen, labels, 0)]).astype(np.int64))
+
+
+def _tokens(arrays: PretrainArrays, rows: np.ndarray, length: int) -> torch.Tensor:
+    """[len(rows), length] int64, right-padded; sequences longer than ``length`` keep their ``<end>``."""
+    counts = arrays.token_counts[rows].astype(np.int64)
+    out = np.full((len(rows), length), PAD, dtype=np.int64)
+    ids = arrays.tokens[_ranges(arrays._token_starts[rows], counts)]
+    kept = np.minimum(counts, length)
+    position = np.arange(int(counts.sum())) - np.repeat(_starts(counts)[:-1], counts)
+    keep = position < np.repeat(kept, counts)
+    out[np.repeat(np.arange(len(rows)), counts)[keep], position[keep]] = ids[keep]
+    truncated = counts > length
+    out[truncated, length - 1] = END
+    return torch.from_numpy(out)
+
+
+def build_step_batch(arrays: PretrainArrays, global_rows: np.ndarray, rank: int, world_size: int,
+                     heads: PretrainHeadsConfig, seed: int, step: int,
+                     label_fraction: float = DEFAULT_LABEL_FRACTION) -> StepBatch:
+    """Rank ``rank``'s contiguous share of global batch ``global_rows`` (corpus row ids), with the draws of
+    global step ``step``."""
+    global_rows = np.asarray(global_rows, dtype=np.int64)
+    shares = np.array_split(global_rows, world_size)
+    rows = worker_share(global_rows, rank, world_size)
+    width = max(1, int(arrays.max_in_degree[global_rows].max(initial=0)))
+    graphs = arrays.graphs
+    atom_counts, bond_counts = graphs.atom_counts[rows], graphs.bond_counts[rows]
+    targets, tokens, noise = None, None, None
+    labelled = [0, 0]
+    if heads.uses_vocab:
+        atom_chosen = labelled_positions(seed, ATOM_LABELS, step, rows, atom_counts, label_fraction)
+        bond_chosen = labelled_positions(seed, BOND_LABELS, step, rows, bond_counts, label_fraction)
+        atoms = arrays.atom_labels[_ranges(arrays._atom_starts[rows], atom_counts)]
+        bonds = arrays.bond_labels[_ranges(arrays._bond_starts[rows], bond_counts)]
+        targets = VocabTargets(_sampled(atoms, atom_chosen), _sampled(bonds, bond_chosen),
+                               torch.from_numpy(arrays.fg_labels[rows].astype(np.float32)))
+        labelled = [int((targets.atom != 0).sum()), int((targets.bond != 0).sum())]
+    if heads.uses_decoder:
+        length = min(int(arrays.token_counts[global_rows].max(initial=2)), heads.decoder_max_seq_len)
+        tokens = _tokens(arrays, rows, length)
+        noise = torch.from_numpy(latent_noise(seed, step, rows, heads.latent_dim))
+    counts = [len(rows), int(atom_counts.sum()), int(bond_counts.sum()), *labelled]
+    assert len(counts) == len(COUNT_NAMES)
+    batch = PretrainBatch(_graph(arrays, rows, width), targets, tokens, noise)
+    return StepBatch(batch, torch.tensor(counts, dtype=torch.float64), tuple(len(s) for s in shares),
+                     int(sum(len(s) for s in shares[:rank])))
+
+
+__all__ = ["PretrainArrays", "StepBatch", "build_step_batch"]

@@ -1,0 +1,131 @@
+"""One pretraining optimizer step (and its no-grad evaluation twin), exact under data parallelism.
+
+Distribution is injected (:class:`Distribution`), as in :mod:`kermt.training`: a single process uses the identity,
+a data-parallel runner passes torch.distributed's all-reduce and an autograd-aware all-gather. Each rank's loss is
+``world_size ×`` its share of the global batch's loss (:mod:`kermt.pretrain.loss`), so DDP's gradient average equals
+the single-process gradient of the global batch. Dynamic depth is drawn from (seed, global step), identical on every
+rank. Dropout is NOT drawn per molecule: exact equality across world sizes holds with dropout 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from kermt.nn.depth import depth_rng
+from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.pretrain.batch import StepBatch
+from kermt.pretrain.loss import GlobalView, pretrain_shares
+from kermt.training import AllReduce, _zero_touch, no_reduce
+
+AllGather = Callable[[torch.Tensor], list[torch.Tensor]]
+
+
+def no_gather(tensor: torch.Tensor) -> list[torch.Tensor]:
+    return [tensor]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """How this process takes part in a data-parallel step. ``all_gather``: equal-shape tensors of every rank, in
+    rank order, WITH gradient (:func:`all_gather_with_grad`)."""
+
+    world_size: int = 1
+    rank: int = 0
+    all_reduce: AllReduce = no_reduce
+    all_gather: AllGather = field(default=no_gather)
+
+
+class _AllGather(torch.autograd.Function):
+    """All-gather whose backward hands each rank the SUM over ranks of the gradient of its slice (every rank's loss
+    reads every slice). The backward is an all-reduce, which every backend offers."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, group: object) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        ctx.group = group
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, tensor.contiguous(), group=group)
+        return tuple(parts)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        summed = torch.stack(grads).contiguous()
+        dist.all_reduce(summed, group=ctx.group)
+        return summed[dist.get_rank(ctx.group)], None
+
+
+def all_gather_with_grad(group: object = None) -> AllGather:
+    """An :data:`AllGather` over torch.distributed ``group`` (None: the default group). A runner may give the
+    gather its own group so that its backward never interleaves with DDP's gradient all-reduces."""
+    return lambda tensor: list(_AllGather.apply(tensor, group))
+
+
+def gather_rows(z: torch.Tensor, share_sizes: tuple[int, ...], all_gather: AllGather) -> torch.Tensor:
+    """Every rank's rows of ``z`` [m, ...], concatenated in rank order (the global batch order). Shares may differ
+    in size by one (or be empty), so each is padded to the largest before the equal-shape gather."""
+    if len(share_sizes) == 1:
+        return z
+    width = max(share_sizes)
+    padded = torch.cat([z, z.new_zeros((width - z.shape[0], *z.shape[1:]))]) if z.shape[0] < width else z
+    parts = all_gather(padded)
+    return torch.cat([part[:size] for part, size in zip(parts, share_sizes)])
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    seed: int
+    loss: PretrainLossConfig = PretrainLossConfig()
+
+
+class PretrainStep:
+    """Trains ``model`` (KermtPretrainModel, possibly DDP-wrapped) one global batch at a time.
+
+    Each call returns this rank's detached per-term shares (0-d tensors on the model's device; summed over ranks
+    they are the global batch's terms): no host synchronisation inside the step.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 scheduler: torch.optim.lr_scheduler.LRScheduler, settings: StepSettings,
+                 distribution: Distribution = Distribution()) -> None:
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.settings, self.distribution = settings, distribution
+        self.core = getattr(model, "module", model)
+
+    def _shares(self, step: StepBatch, global_step: int) -> dict[str, torch.Tensor]:
+        dist = self.distribution
+        counts = dist.all_reduce(step.counts.clone())
+        output = self.model(step.batch, depth_rng=depth_rng(self.settings.seed, global_step))
+        heads = self.core.heads_config
+        all_z = gather_rows(output.z, step.share_sizes, dist.all_gather) if heads.uses_decoder else None
+        view = GlobalView(counts.to(torch.float32), dist.rank == 0, all_z, step.offset)
+        return pretrain_shares(output, step.batch.vocab_targets, view, heads, self.settings.loss)
+
+    def train(self, step: StepBatch, global_step: int) -> dict[str, torch.Tensor]:
+        """One optimizer and scheduler step on this rank's share of global batch number ``global_step``. Every rank
+        must call it for every global batch (an empty share included) so collectives stay matched."""
+        self.model.train()
+        shares = self._shares(step, global_step)
+        loss = self.distribution.world_size * shares["loss"] + _zero_touch(self.core)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        return {name: value.detach() for name, value in shares.items()}
+
+    @torch.no_grad()
+    def evaluate(self, step: StepBatch, global_step: int) -> dict[str, torch.Tensor]:
+        """The same shares in eval mode (no dropout, nominal depth), without a parameter update."""
+        was_training = self.core.training
+        self.model.eval()
+        try:
+            return {name: value.detach() for name, value in self._shares(step, global_step).items()}
+        finally:
+            self.model.train(was_training)
+
+
+__all__ = ["AllGather", "Distribution", "PretrainStep", "StepSettings", "all_gather_with_grad", "gather_rows",
+           "no_gather"]
