@@ -59,8 +59,8 @@ class NoamSchedule:
 
     def lr(self, step: int) -> float:
         warmup, total = self.warmup_steps, self.total_steps
-        if step <= warmup:
-            return self.init_lr + step * (self.max_lr - self.init_lr) / max(warmup, 1)
+        if step <= warmup:  # the per-step increment first, then times step: upstream's rounding, to the last bit
+            return self.init_lr + step * ((self.max_lr - self.init_lr) / max(warmup, 1))
         if step <= total:
             gamma = (self.final_lr / self.max_lr) ** (1.0 / (total - warmup))
             return self.max_lr * gamma ** (step - warmup)

@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +230,84 @@ def build_vocabs(upstream: Path, scratch: Path) -> None:
                        stderr=subprocess.DEVNULL)
 
 
+# Optimizer-step oracle: a tiny finetune model (upstream's build_model init, torch seed 0), upstream's
+# build_optimizer (+ the MTL log_sigma appended to the head group, as task/train.py does) and build_lr_scheduler.
+OPTIM_MODEL = dict(
+    parser_name="finetune", hidden_size=4, bias=False, depth=2, dropout=0.0, activation="PReLU", undirected=False,
+    dense=False, ffn_hidden_size=5, ffn_num_layers=2, self_attention=True, attn_hidden=3, attn_out=2,
+    embedding_output_type="atom", backbone="gtrans", num_attn_head=2, num_mt_block=1, cuda=False,
+    features_only=False, features_size=0, features_dim=0, num_tasks=2, dataset_type="regression",
+    ffn_num_task_specific_layers=0, ffn_task_specific_hidden_size=None,
+)
+OPTIM_CASES = {  # warmup_epochs 1.5 x 8 steps: warm-up ends mid-epoch (upstream truncates to int)
+    "coff03": dict(init_lr=1e-4, max_lr=1e-3, final_lr=2e-5, warmup_epochs=1.5, epochs=3, train_data_size=70,
+                   batch_size=8, world_size=1, fine_tune_coff=0.3, weight_decay=1e-2),
+    "frozen_ws2": dict(init_lr=2e-4, max_lr=5e-4, final_lr=1e-4, warmup_epochs=1.0, epochs=3, train_data_size=70,
+                       batch_size=8, world_size=2, fine_tune_coff=0.0, weight_decay=0.0),
+}
+OPTIM_STEPS = 5  # Adam steps taken with fixed gradients
+GRAD_SCALE = 1e-2  # fixed gradients ~ N(0, GRAD_SCALE^2): comparable to weight decay x parameter, as in training
+
+
+def fixed_gradient(step: int, name: str, shape) -> "torch.Tensor":
+    """The gradient of parameter ``name`` at optimizer step ``step`` (1-based): ``randn(shape) * GRAD_SCALE`` from a
+    torch.Generator seeded with crc32 of ``"{step}:{name}"``. Tests regenerate it the same way."""
+    import torch  # noqa: PLC0415
+
+    generator = torch.Generator().manual_seed(zlib.crc32(f"{step}:{name}".encode()))
+    return torch.randn(shape, generator=generator) * GRAD_SCALE
+
+
+def receives_gradient(name: str, param) -> bool:
+    """Trainable, and not one of the encoder's bond-output branches, which a finetune model never uses (upstream
+    builds them anyway; they get no gradient in training, so Adam skips them)."""
+    return param.requires_grad and "bond_from_" not in name
+
+
+def optimizer_steps(case: dict) -> dict:
+    """Every group's lr after the scheduler's construction and after each scheduler step up to 2 past the end of
+    the schedule; parameters after OPTIM_STEPS steps in the train loop's order (gradients set, optimizer.step(),
+    scheduler.step())."""
+    from argparse import Namespace  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+    from kermt.util.loss import MTLLoss  # noqa: PLC0415
+    from kermt.util.utils import build_lr_scheduler, build_model, build_optimizer  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model = build_model(Namespace(**OPTIM_MODEL))
+    mtl = MTLLoss(OPTIM_MODEL["num_tasks"])
+    params = {**dict(model.named_parameters()), "mtl_loss.log_sigma": mtl.log_sigma}
+    out = {f"init::{name}": p.detach().numpy().copy() for name, p in params.items()}
+    args = Namespace(**case)
+    optimizer = build_optimizer(model, args)
+    optimizer.param_groups[1]["params"].append(mtl.log_sigma)
+    scheduler = build_lr_scheduler(optimizer, args, world_size=case["world_size"])
+    lrs = [[group["lr"] for group in optimizer.param_groups]]
+    for step in range(1, case["epochs"] * scheduler.steps_per_epoch + 3):
+        if step <= OPTIM_STEPS:
+            for name, param in params.items():
+                param.grad = fixed_gradient(step, name, param.shape) if receives_gradient(name, param) else None
+            optimizer.step()
+        scheduler.step()
+        lrs.append([group["lr"] for group in optimizer.param_groups])
+        if step == OPTIM_STEPS:
+            out.update({f"after::{name}": p.detach().numpy().copy() for name, p in params.items()})
+    out["lr"] = np.array(lrs, dtype=np.float64)
+    out["steps_per_epoch"] = np.int64(scheduler.steps_per_epoch)
+    return out
+
+
+def optimizer_oracle() -> dict:
+    record = {"model_args": np.array(json.dumps(OPTIM_MODEL)), "optim_steps": np.int64(OPTIM_STEPS),
+              "grad_scale": np.float64(GRAD_SCALE)}
+    for name, case in OPTIM_CASES.items():
+        record[f"{name}::settings"] = np.array(json.dumps(case))
+        for key, value in optimizer_steps(case).items():
+            record[key if key.startswith("init::") else f"{name}::{key}"] = value
+    return record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", type=Path, required=True)
@@ -243,7 +322,9 @@ def main() -> None:
         for name, case in STEP_CASES.items():
             record.update(pretrain_step(name, case, smiles, record["fg_labels"], vocabs))
         np.savez_compressed(HERE / "pretrain_step.npz", **record)
-    print(f"wrote {len(record)} arrays to {HERE / 'pretrain_step.npz'}")
+        optim = optimizer_oracle()
+        np.savez_compressed(HERE / "optim_step.npz", **optim)
+    print(f"wrote {len(record)} arrays to pretrain_step.npz, {len(optim)} to optim_step.npz in {HERE}")
 
 
 if __name__ == "__main__":
