@@ -10,7 +10,6 @@ What a molecule sees must be the same on 1 worker with batch 2b as on 2 workers 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 import numpy as np
 import torch
@@ -21,6 +20,7 @@ from kermt.chem.vocab_labels import DEFAULT_LABEL_FRACTION
 from kermt.chem.vocab_smiles import END, PAD
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
+from kermt.data.corpus import CorpusArrays
 from kermt.data.sampling import worker_share
 from kermt.nn.pretrain_config import PretrainHeadsConfig
 from kermt.nn.pretrain_model import PretrainBatch
@@ -42,52 +42,31 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64), counts) + within
 
 
+def max_in_degree(graphs: FlatGraphs) -> np.ndarray:
+    """int64 [n]: each molecule's largest atom degree (0 for a molecule without bonds)."""
+    atom_starts = _starts(graphs.atom_counts)
+    owner = np.repeat(np.arange(len(graphs)), graphs.bond_counts)
+    ends = graphs.bond_atoms.astype(np.int64) + atom_starts[owner][:, None]
+    degree = np.bincount(ends.reshape(-1), minlength=int(atom_starts[-1]))
+    out = np.zeros(len(graphs), dtype=np.int64)
+    np.maximum.at(out, np.repeat(np.arange(len(graphs)), graphs.atom_counts), degree)
+    return out
+
+
 @dataclass(frozen=True)
-class PretrainArrays:
-    """What pretraining reads of a corpus of n molecules (numpy, shareable zero-copy through an object store).
+class PretrainData:
+    """A corpus as pretraining reads it: its arrays (shareable zero-copy through an object store) and each
+    molecule's largest atom degree, computed once per process (:meth:`of`)."""
 
-    graphs        FlatGraphs [n]
-    fg_labels     uint8 [n, 85]  functional-group labels
-    atom_labels   int [Σ atoms]  atom-vocab id of EVERY atom, molecule after molecule (graph order); sampling
-                                 which ones a step labels happens per batch
-    bond_labels   int [Σ bonds]  bond-vocab id of every chemical bond (graph pair order)
-    tokens        int [Σ tokens] SMILES token ids ``<start> … <end>`` of each molecule, concatenated
-    token_counts  int [n]
-    """
+    arrays: CorpusArrays
+    max_in_degree: np.ndarray
 
-    graphs: FlatGraphs
-    fg_labels: np.ndarray
-    atom_labels: np.ndarray
-    bond_labels: np.ndarray
-    tokens: np.ndarray
-    token_counts: np.ndarray
+    @classmethod
+    def of(cls, arrays: CorpusArrays) -> "PretrainData":
+        return cls(arrays, max_in_degree(arrays.graphs))
 
     def __len__(self) -> int:
-        return len(self.graphs)
-
-    @cached_property
-    def max_in_degree(self) -> np.ndarray:
-        """int64 [n]: each molecule's largest atom degree (computed once per process)."""
-        graphs = self.graphs
-        atom_starts = _starts(graphs.atom_counts)
-        owner = np.repeat(np.arange(len(graphs)), graphs.bond_counts)
-        ends = graphs.bond_atoms.astype(np.int64) + atom_starts[owner][:, None]
-        degree = np.bincount(ends.reshape(-1), minlength=int(atom_starts[-1]))
-        out = np.zeros(len(graphs), dtype=np.int64)
-        np.maximum.at(out, np.repeat(np.arange(len(graphs)), graphs.atom_counts), degree)
-        return out
-
-    @cached_property
-    def _token_starts(self) -> np.ndarray:
-        return _starts(self.token_counts)
-
-    @cached_property
-    def _atom_starts(self) -> np.ndarray:
-        return _starts(self.graphs.atom_counts)
-
-    @cached_property
-    def _bond_starts(self) -> np.ndarray:
-        return _starts(self.graphs.bond_counts)
+        return len(self.arrays)
 
 
 @dataclass(frozen=True)
@@ -108,7 +87,7 @@ def _pad_columns(table: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(table, (0, width - table.shape[1])) if table.shape[1] < width else table
 
 
-def _graph(arrays: PretrainArrays, rows: np.ndarray, width: int) -> BatchMolGraph:
+def _graph(arrays: CorpusArrays, rows: np.ndarray, width: int) -> BatchMolGraph:
     graph = collate_graphs(arrays.graphs.select(rows))
     return replace(graph, a2b=_pad_columns(graph.a2b, width), a2a=_pad_columns(graph.a2a, width))
 
@@ -118,11 +97,11 @@ def _sampled(labels: np.ndarray, chosen: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.concatenate([[0], np.where(chosen, labels, 0)]).astype(np.int64))
 
 
-def _tokens(arrays: PretrainArrays, rows: np.ndarray, length: int) -> torch.Tensor:
+def _tokens(arrays: CorpusArrays, rows: np.ndarray, length: int) -> torch.Tensor:
     """[len(rows), length] int64, right-padded; sequences longer than ``length`` keep their ``<end>``."""
-    counts = arrays.token_counts[rows].astype(np.int64)
+    counts = arrays.token_lengths[rows]
     out = np.full((len(rows), length), PAD, dtype=np.int64)
-    ids = arrays.tokens[_ranges(arrays._token_starts[rows], counts)]
+    ids = arrays.tokens[_ranges(arrays.token_offsets[rows], counts)].astype(np.int64)
     kept = np.minimum(counts, length)
     position = np.arange(int(counts.sum())) - np.repeat(_starts(counts)[:-1], counts)
     keep = position < np.repeat(kept, counts)
@@ -132,15 +111,16 @@ def _tokens(arrays: PretrainArrays, rows: np.ndarray, length: int) -> torch.Tens
     return torch.from_numpy(out)
 
 
-def build_step_batch(arrays: PretrainArrays, global_rows: np.ndarray, rank: int, world_size: int,
+def build_step_batch(data: PretrainData, global_rows: np.ndarray, rank: int, world_size: int,
                      heads: PretrainHeadsConfig, seed: int, step: int,
                      label_fraction: float = DEFAULT_LABEL_FRACTION) -> StepBatch:
     """Rank ``rank``'s contiguous share of global batch ``global_rows`` (corpus row ids), with the draws of
     global step ``step``."""
+    arrays = data.arrays
     global_rows = np.asarray(global_rows, dtype=np.int64)
     shares = np.array_split(global_rows, world_size)
     rows = worker_share(global_rows, rank, world_size)
-    width = max(1, int(arrays.max_in_degree[global_rows].max(initial=0)))
+    width = max(1, int(data.max_in_degree[global_rows].max(initial=0)))
     graphs = arrays.graphs
     atom_counts, bond_counts = graphs.atom_counts[rows], graphs.bond_counts[rows]
     targets, tokens, noise = None, None, None
@@ -148,13 +128,13 @@ def build_step_batch(arrays: PretrainArrays, global_rows: np.ndarray, rank: int,
     if heads.uses_vocab:
         atom_chosen = labelled_positions(seed, ATOM_LABELS, step, rows, atom_counts, label_fraction)
         bond_chosen = labelled_positions(seed, BOND_LABELS, step, rows, bond_counts, label_fraction)
-        atoms = arrays.atom_labels[_ranges(arrays._atom_starts[rows], atom_counts)]
-        bonds = arrays.bond_labels[_ranges(arrays._bond_starts[rows], bond_counts)]
+        atoms = arrays.atom_labels[_ranges(arrays.atom_offsets[rows], atom_counts)]
+        bonds = arrays.bond_labels[_ranges(arrays.bond_offsets[rows], bond_counts)]
         targets = VocabTargets(_sampled(atoms, atom_chosen), _sampled(bonds, bond_chosen),
                                torch.from_numpy(arrays.fg_labels[rows].astype(np.float32)))
         labelled = [int((targets.atom != 0).sum()), int((targets.bond != 0).sum())]
     if heads.uses_decoder:
-        length = min(int(arrays.token_counts[global_rows].max(initial=2)), heads.decoder_max_seq_len)
+        length = min(int(arrays.token_lengths[global_rows].max(initial=2)), heads.decoder_max_seq_len)
         tokens = _tokens(arrays, rows, length)
         noise = torch.from_numpy(latent_noise(seed, step, rows, heads.latent_dim))
     counts = [len(rows), int(atom_counts.sum()), int(bond_counts.sum()), *labelled]
@@ -164,4 +144,4 @@ def build_step_batch(arrays: PretrainArrays, global_rows: np.ndarray, rank: int,
                      int(sum(len(s) for s in shares[:rank])))
 
 
-__all__ = ["PretrainArrays", "StepBatch", "build_step_batch"]
+__all__ = ["PretrainData", "StepBatch", "build_step_batch", "max_in_degree"]

@@ -20,7 +20,7 @@ from kermt.nn.depth import depth_rng
 from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.pretrain.batch import StepBatch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
-from kermt.training import AllReduce, _zero_touch, no_reduce
+from kermt.training import AllReduce, no_reduce
 
 AllGather = Callable[[torch.Tensor], list[torch.Tensor]]
 
@@ -38,6 +38,14 @@ class Distribution:
     rank: int = 0
     all_reduce: AllReduce = no_reduce
     all_gather: AllGather = field(default=no_gather)
+
+
+def _zero_gradient_term(model: nn.Module) -> torch.Tensor:
+    """0 × one element of every trainable parameter. A step can leave parameters unused (an encoder ``W_h`` a
+    shallow depth draw skips, every parameter on a rank with an empty share); DDP without find_unused_parameters
+    needs a gradient for each on every rank, and 1 rank must equal N, so every step adds this."""
+    touched = [p.reshape(-1)[0] for p in model.parameters() if p.requires_grad]
+    return torch.stack(touched).sum() * 0.0
 
 
 class _AllGather(torch.autograd.Function):
@@ -109,7 +117,7 @@ class PretrainStep:
         must call it for every global batch (an empty share included) so collectives stay matched."""
         self.model.train()
         shares = self._shares(step, global_step)
-        loss = self.distribution.world_size * shares["loss"] + _zero_touch(self.core)
+        loss = self.distribution.world_size * shares["loss"] + _zero_gradient_term(self.core)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()

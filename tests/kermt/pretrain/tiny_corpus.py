@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import csv
 
-import numpy as np
-from rdkit import Chem
-
-from kermt.chem.fg_labels import fg_labels
-from kermt.chem.molgraph import build_graphs
 from kermt.chem.vocab_context import ContextVocab
-from kermt.chem.vocab_labels import all_vocab_labels
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.config import EncoderConfig
+from kermt.data.corpus import corpus_rows
 from kermt.nn.pretrain_config import PretrainHeadsConfig
-from kermt.pretrain.batch import PretrainArrays
+from kermt.pretrain.batch import PretrainData
 from tests.conftest import FIXTURE_DIR
 
 
@@ -24,23 +19,14 @@ def fixture_smiles() -> list[str]:
         return [row["smiles"] for row in csv.DictReader(f)]
 
 
-def tiny_arrays(smiles: list[str]) -> tuple[PretrainArrays, dict[str, int]]:
-    """The arrays of ``smiles`` and the vocab sizes (atom, bond, smiles)."""
-    mols = [Chem.MolFromSmiles(s) for s in smiles]
-    graphs, errors = build_graphs(mols)
-    assert not any(errors)
+def tiny_arrays(smiles: list[str]) -> tuple[PretrainData, dict[str, int]]:
+    """The corpus rows of ``smiles`` (kermt.data.corpus, vocabularies built from them) and the vocab sizes."""
     atom_vocab, bond_vocab = ContextVocab.build(smiles, "atom"), ContextVocab.build(smiles, "bond")
-    labels = all_vocab_labels(smiles, atom_vocab, bond_vocab)
     smiles_vocab = SmilesVocab.build(smiles)
-    tokens = [smiles_vocab.encode(s) for s in smiles]
-    arrays = PretrainArrays(
-        graphs=graphs, fg_labels=fg_labels(mols), atom_labels=labels.atom[1:].astype(np.int32),
-        bond_labels=labels.bond[1:].astype(np.int32), tokens=np.concatenate(tokens).astype(np.int32),
-        token_counts=np.array([len(t) for t in tokens], dtype=np.int32),
-    )
-    sizes = {"atom_vocab_size": len(atom_vocab.itos), "bond_vocab_size": len(bond_vocab.itos),
+    arrays = corpus_rows(smiles, atom_vocab, bond_vocab, smiles_vocab)
+    sizes = {"atom_vocab_size": len(atom_vocab), "bond_vocab_size": len(bond_vocab),
              "smiles_vocab_size": len(smiles_vocab)}
-    return arrays, sizes
+    return PretrainData.of(arrays), sizes
 
 
 TINY_ENCODER = EncoderConfig(hidden_size=16, depth=3, num_attn_head=2, activation="PReLU", dropout=0.0,
