@@ -66,6 +66,8 @@ RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
                     _lazy("ray_app.screening.commands", "main_fingerprint")),
     "embed": ("readout embeddings (and cmim/hybrid latents) as Parquet or .npy",
               _lazy("ray_app.screening.commands", "main_embed")),
+    "corpus": ("prepare a pretraining corpus with Ray Data: vocabs, labels, graph shards (kermt pretrain reads it)",
+               _lazy("ray_app.pretrain.corpus", "main")),
 }
 
 

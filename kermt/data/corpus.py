@@ -17,6 +17,8 @@ Shard columns (all labels of every molecule are stored; a trainer samples which 
     tokens                  large_list<uint16>  SMILES token ids, <start> ... <end>
     atom_labels             large_list<uint16>  atom-vocab id of every atom, graph atom order
     bond_labels             large_list<uint16>  bond-vocab id of every chemical bond, (a1 < a2) pair order
+    source, row             int32, int64   (written by ``kermt corpus``) input file index in the manifest's
+                                           ``inputs`` and 0-based data row there: where the molecule came from
 
 Ids are uint16 while a vocab has at most 65,536 entries, int32 beyond.
 """

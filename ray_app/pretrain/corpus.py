@@ -1,0 +1,210 @@
+"""`kermt corpus`: a pretraining corpus (format: ``kermt.data.corpus``) prepared with Ray Data.
+
+    read (one task per file, rows numbered)  ->  clean: parse, canonicalise, validate (CPU tasks)  ->  materialise
+      pass 1: count atom / bond contexts, SMILES tokens, rows and rejects per block -> groupby(kind, key).sum()
+              -> vocabs on the driver (a few thousand counts, exactly as upstream's build_vocab.py orders them)
+      pass 2: valid rows -> featurise + label (CPU tasks) -> blocks of exactly --rows_per_shard rows, in input
+              order -> each written as a staged Parquet file by a task; the driver renames them part-00000...
+      then vocab files, invalid.csv and, last, manifest.json
+
+The driver handles per-block summaries, the vocab counts and the rejected rows only, never the molecules.
+A re-run first removes the old manifest, so a corpus being rewritten (or left half-written by a crash) never
+looks complete. An empty input, or one without a single valid SMILES, is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from kermt.chem.vocab_context import ContextVocab
+from kermt.chem.vocab_smiles import SmilesVocab
+from kermt.data.atomic_files import filesystem, join, write_text
+from kermt.data.corpus import (
+    INVALID_FILE,
+    MANIFEST_FILE,
+    InputInfo,
+    ShardInfo,
+    corpus_rows,
+    corpus_table,
+    shard_path,
+    write_manifest,
+    write_vocabs,
+)
+from kermt.data.corpus_prep import (
+    VocabSettings,
+    check_not_empty,
+    clean_smiles,
+    count_vocab_tokens,
+    invalid_report,
+    manifest_for,
+    vocabs_from_counts,
+)
+from ray_app.pretrain.corpus_config import CorpusConfig
+
+STAGED_PREFIX = "shards/.staged-"
+ROWS, INVALID = "rows", "invalid"  # count kinds besides the vocab kinds: per-source row and reject counts
+
+
+def clean_block(batch: pa.Table, canonicalize: bool) -> pa.Table:
+    """(source, row, raw) -> (source, row, smiles, reason, raw); ``raw`` kept only for rejected rows."""
+    raw = batch.column("raw").to_pylist()
+    smiles, reasons = clean_smiles(raw, canonicalize)
+    return pa.table({
+        "source": batch.column("source"), "row": batch.column("row"),
+        "smiles": pa.array(smiles, pa.string()), "reason": pa.array(reasons, pa.string()),
+        "raw": pa.array([r if reason else None for r, reason in zip(raw, reasons)], pa.string()),
+    })
+
+
+def _valid(batch: pa.Table) -> pa.Table:
+    return batch.filter(pc.is_null(batch.column("reason")))
+
+
+def count_block(batch: pa.Table) -> pa.Table:
+    """Map side of the vocab reduce: (kind, key, count) rows for this block's contexts, tokens, rows, rejects."""
+    counts = count_vocab_tokens(_valid(batch).column("smiles").to_pylist())
+    sources = batch.column("source").to_numpy()
+    rejected = batch.column("reason").is_null().to_numpy(zero_copy_only=False) == 0
+    counts[ROWS] = Counter({str(s): int(n) for s, n in zip(*np.unique(sources, return_counts=True))})
+    counts[INVALID] = Counter({str(s): int(n) for s, n in zip(*np.unique(sources[rejected], return_counts=True))})
+    kinds = [kind for kind, counter in counts.items() for _ in counter]
+    return pa.table({"kind": pa.array(kinds, pa.string()),
+                     "key": pa.array([k for c in counts.values() for k in c], pa.string()),
+                     "count": pa.array([n for c in counts.values() for n in c.values()], pa.int64())})
+
+
+def featurize_block(batch: pa.Table, vocabs: tuple[ContextVocab, ContextVocab, SmilesVocab]) -> pa.Table:
+    """Valid cleaned rows -> shard columns, plus ``source`` and ``row`` (provenance; also the shard order key)."""
+    table = corpus_table(corpus_rows(batch.column("smiles").to_pylist(), *vocabs))
+    return table.append_column("source", batch.column("source")).append_column("row", batch.column("row"))
+
+
+def stage_shard(batch: pa.Table, corpus_dir: str) -> pa.Table:
+    """Write one shard block under a staged name; report where it starts (for the driver to order the shards)."""
+    import uuid
+
+    staged = join(corpus_dir, f"{STAGED_PREFIX}{uuid.uuid4().hex}.parquet")
+    fs, inner = filesystem(staged)
+    pq.write_table(batch, inner, filesystem=fs, compression="zstd")
+    lengths = pc.list_value_length(batch.column("tokens")).to_numpy(zero_copy_only=False)
+    return pa.table({"staged": [staged], "rows": [batch.num_rows], "source": [batch.column("source")[0].as_py()],
+                     "row": [batch.column("row")[0].as_py()], "max_tokens": [int(lengths.max())]})
+
+
+def _reduce_counts(cleaned) -> dict[str, Counter]:
+    totals: dict[str, Counter] = {}
+    grouped = cleaned.map_batches(count_block, batch_format="pyarrow").groupby(["kind", "key"]).sum("count")
+    for batch in grouped.iter_batches(batch_format="pyarrow", batch_size=None):
+        for kind, key, count in zip(*(batch.column(i).to_pylist() for i in range(3))):
+            totals.setdefault(kind, Counter())[key] = count
+    return totals
+
+
+def _rejected_rows(cleaned, paths: Sequence[str]) -> list[tuple[str, int, str, str]]:
+    def rejected(batch: pa.Table) -> pa.Table:
+        return batch.filter(pc.is_valid(batch.column("reason")))
+
+    rows = []
+    for batch in cleaned.map_batches(rejected, batch_format="pyarrow").iter_batches(batch_format="pyarrow"):
+        rows += zip(*(batch.column(n).to_pylist() for n in ("source", "row", "raw", "reason")))
+    return [(paths[s], r, raw or "", reason) for s, r, raw, reason in sorted(rows, key=lambda x: (x[0], x[1]))]
+
+
+def _write_shards(cleaned, corpus_dir: str, vocabs: tuple, rows_per_shard: int,
+                  rows_per_task: int) -> tuple[list[ShardInfo], int]:
+    valid = cleaned.map_batches(_valid, batch_format="pyarrow")
+    rows = valid.map_batches(featurize_block, fn_kwargs={"vocabs": vocabs}, batch_format="pyarrow",
+                             batch_size=rows_per_task)
+    shards = rows.repartition(target_num_rows_per_block=rows_per_shard, strict=True)
+    staged = shards.map_batches(stage_shard, fn_kwargs={"corpus_dir": corpus_dir}, batch_format="pyarrow",
+                                batch_size=None).take_all()
+    staged.sort(key=lambda s: (s["source"], s["row"]))
+    fs, _ = filesystem(corpus_dir)
+    for index, shard in enumerate(staged):
+        fs.move(filesystem(shard["staged"])[1], filesystem(join(corpus_dir, shard_path(index)))[1])
+    _remove_stale_shards(corpus_dir, keep=len(staged))
+    return [ShardInfo(shard_path(i), s["rows"]) for i, s in enumerate(staged)], max(s["max_tokens"] for s in staged)
+
+
+def _remove_stale_shards(corpus_dir: str, keep: int) -> None:
+    """Shards of an earlier, larger corpus in the same directory (part-N for N >= keep) and staged leftovers."""
+    fs, shards = filesystem(join(corpus_dir, "shards"))
+    wanted = {filesystem(join(corpus_dir, shard_path(i)))[1] for i in range(keep)}
+    for info in fs.get_file_info(pafs.FileSelector(shards, allow_not_found=True)):
+        if info.type == pafs.FileType.File and info.path not in wanted:
+            fs.delete_file(info.path)
+
+
+def _start_rewrite(corpus_dir: str) -> None:
+    """From here on the directory is not a complete corpus: its manifest goes first."""
+    fs, manifest = filesystem(join(corpus_dir, MANIFEST_FILE))
+    if fs.get_file_info(manifest).type == pafs.FileType.File:
+        fs.delete_file(manifest)
+    fs.create_dir(filesystem(join(corpus_dir, "shards"))[1], recursive=True)
+
+
+def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, settings: VocabSettings,
+                 rows_per_shard: int, rows_per_task: int):
+    """The whole flow on the connected Ray cluster; returns the manifest (written last)."""
+    from ray_app.pretrain.corpus_read import read_inputs
+
+    raw = read_inputs(paths, columns)
+    cleaned = raw.map_batches(clean_block, fn_kwargs={"canonicalize": settings.canonicalize},
+                              batch_format="pyarrow", batch_size=rows_per_task).materialize()
+    counts = _reduce_counts(cleaned)
+    rows, invalid = counts.get(ROWS, Counter()), counts.get(INVALID, Counter())
+    n_rows, n_invalid = sum(rows.values()), sum(invalid.values())
+    rejected = _rejected_rows(cleaned, paths) if n_invalid else []
+    check_not_empty(n_rows, n_rows - n_invalid, list(paths), Counter(r[3] for r in rejected))
+    vocabs = vocabs_from_counts({kind: counts.get(kind, Counter()) for kind in ("atom", "bond", "smiles")},
+                                settings)
+    _start_rewrite(corpus_dir)
+    shards, max_tokens = _write_shards(cleaned, corpus_dir, vocabs, rows_per_shard, rows_per_task)
+    if sum(s.rows for s in shards) != n_rows - n_invalid:
+        raise RuntimeError(f"wrote {sum(s.rows for s in shards)} molecules, expected {n_rows - n_invalid}")
+    write_vocabs(corpus_dir, *vocabs)
+    write_text(join(corpus_dir, INVALID_FILE), invalid_report(rejected))
+    inputs = [InputInfo(path, rows[str(i)], invalid[str(i)]) for i, path in enumerate(paths)]
+    manifest = manifest_for(shards, inputs, max_tokens, vocabs, settings, rows_per_shard, smiles_columns=list(columns))
+    write_manifest(corpus_dir, manifest)
+    return manifest
+
+
+def run_corpus(config: CorpusConfig) -> None:
+    from ray_app.common.cluster import connect
+    from ray_app.common.storage import resolve_storage
+    from ray_app.pretrain.corpus_read import check_inputs
+
+    columns = check_inputs(config.data_path, config.smiles_column)
+    connect(config.address, num_cpus=config.num_cpus)
+    corpus_dir = resolve_storage(config.save_dir, default_dir=None, flag="--save_dir")  # type: ignore[arg-type]
+    start = time.perf_counter()
+    manifest = build_corpus(config.data_path, columns, corpus_dir, config.vocab_settings, config.rows_per_shard,
+                            config.rows_per_task)
+    seconds = time.perf_counter() - start
+    print(f"kermt corpus: {manifest.n_molecules} molecules in {len(manifest.shards)} shard(s), "
+          f"{manifest.n_invalid} invalid row(s) (see {INVALID_FILE}); vocab sizes atom {manifest.atom_vocab_size}, "
+          f"bond {manifest.bond_vocab_size}, smiles {manifest.smiles_vocab_size}; {seconds:.1f} s "
+          f"({manifest.n_molecules / seconds:.0f} molecules/s) -> {corpus_dir}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    from ray_app.common.settings import build_parser, resolve
+
+    if any(a in ("-h", "--help") for a in argv):
+        build_parser("kermt corpus", CorpusConfig).print_help()
+        return 0
+    config, _ = resolve(argv, CorpusConfig, "kermt corpus")
+    run_corpus(config)
+    return 0
+
+
+__all__ = ["build_corpus", "clean_block", "count_block", "featurize_block", "main", "run_corpus", "stage_shard"]
