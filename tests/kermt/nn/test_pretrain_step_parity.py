@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 import torch
 
+from kermt.chem.vocab_context import ContextVocab
+from kermt.chem.vocab_labels import sample_vocab_labels
+from kermt.chem.vocab_smiles import SmilesVocab, encode_batch
 from kermt.nn.depth import draw_depths
 from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.nn.pretrain_loss import pretrain_loss
@@ -86,6 +89,28 @@ def our_step(oracle: dict[str, np.ndarray], case: str):
 @pytest.fixture(scope="module")
 def steps(oracle):
     return {case: our_step(oracle, case) for case in CASES}
+
+
+def test_oracle_molecules_are_the_fixture_batch(oracle) -> None:
+    with np.load(FIXTURE_DIR / "graph.npz") as graph:
+        np.testing.assert_array_equal(oracle["smiles"], graph["smiles"])
+
+
+@pytest.mark.parametrize("case", ["vocab", "hybrid", "hybrid_weighted"])
+def test_our_label_sampling_draws_upstreams_labels(oracle, case) -> None:
+    """The replayed labels are also what our sampler draws from the same seed."""
+    atom_vocab, bond_vocab = (ContextVocab.load(FIXTURE_DIR / f"tiny_{kind}_vocab.json") for kind in ("atom", "bond"))
+    rng = np.random.RandomState(settings(oracle, case)["label_seed"])
+    labels = sample_vocab_labels([str(s) for s in oracle["smiles"]], atom_vocab, bond_vocab, rng)
+    np.testing.assert_array_equal(labels.atom, oracle[f"{case}::av_labels"])
+    np.testing.assert_array_equal(labels.bond, oracle[f"{case}::bv_labels"])
+
+
+def test_our_tokens_equal_upstreams(oracle) -> None:
+    vocab = SmilesVocab.load(FIXTURE_DIR / "tiny_smiles_vocab.pkl")
+    tokens = encode_batch([str(s) for s in oracle["smiles"]], vocab, fixture_heads("hybrid").decoder_max_seq_len)
+    for case in ("hybrid", "hybrid_weighted", "cmim"):
+        np.testing.assert_array_equal(tokens.tokens, oracle[f"{case}::tokens"])
 
 
 @pytest.mark.parametrize("case", CASES)
