@@ -145,7 +145,11 @@ def test_every_gradient_equals_upstreams(oracle, steps, case) -> None:
     ours = {name: p.grad for name, p in model.named_parameters() if name in recorded or p.grad is not None}
     if settings(oracle, case)["grads"] == "heads":  # the oracle skipped the encoder's gradients
         ours = {name: grad for name, grad in ours.items() if not name.startswith("latent_dist.kermt.")}
-    assert set(ours) == set(recorded)
+    # A parameter the step leaves unused (an encoder that drew zero iterations) has no gradient upstream; ours may
+    # hold an exact zero there instead (docs/numerics.md#random-draws), never anything else.
+    unused_upstream = set(ours) - set(recorded)
+    assert all(ours[name] is not None and not ours[name].any() for name in unused_upstream), unused_upstream
+    assert set(recorded) <= set(ours)
     largest = max(float(np.abs(grad).max()) for grad in recorded.values())
     for name, expected in recorded.items():
         grad = ours[name].numpy()
