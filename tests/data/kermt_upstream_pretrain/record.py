@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -35,9 +36,7 @@ def import_upstream(upstream: Path, scratch: Path) -> None:
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
     sys.path[:0] = upstream_env(upstream, scratch)["PYTHONPATH"].split(":")
     # KermtTask.forward marks NVTX ranges, which CPU-only torch refuses; they are profiler labels, nothing more
-    from torch.cuda import nvtx  # noqa: PLC0415
-
-    nvtx.range_push = nvtx.range_pop = lambda *args, **kwargs: None
+    torch.cuda.nvtx.range_push = torch.cuda.nvtx.range_pop = lambda *args, **kwargs: None
 
 
 def fixture_smiles() -> list[str]:
@@ -114,7 +113,6 @@ def upstream_args(ckpt_args, loss_settings: dict):
 
 def build_task(mode: str, ckpt: dict, args, vocab_sizes: dict):
     """Upstream's task class for ``mode`` (as pretrain_ddp.py builds it) with the checkpoint's weights."""
-    import torch  # noqa: PLC0415
     from kermt.model.models import KERMTEmbedding, KermtCMIMTask, KermtHybridTask, KermtTask  # noqa: PLC0415
 
     state = ckpt["state_dict"]
@@ -156,34 +154,39 @@ def load_vocabs() -> dict:
             "smiles": SMILESVocab.load_vocab(str(FIXTURES / "tiny_smiles_vocab.pkl"))}
 
 
-def pretrain_step(name: str, case: dict, smiles: list[str], labels: np.ndarray, vocabs: dict) -> dict:
-    """One seeded train step of upstream's task: batch draws, loss terms and every parameter's gradient."""
-    import torch  # noqa: PLC0415
+def seeded_forward(model, batch: dict, case: dict) -> tuple[dict, list[int], list[torch.Tensor]]:
+    """Upstream's train-mode forward after seeding numpy (dynamic depths) and torch (latent noise) with the case's
+    forward_seed: (predictions, depths drawn, noise tensors drawn)."""
     from kermt.model import layers  # noqa: PLC0415
 
+    recorder, real_stats, real_randn_like, eps = DepthRecorder(layers.stats), layers.stats, torch.randn_like, []
+
+    def randn_like(*args, **kwargs):  # the latent's reparameterisation noise
+        eps.append(real_randn_like(*args, **kwargs))
+        return eps[-1]
+
+    layers.stats, torch.randn_like = recorder, randn_like
+    try:
+        np.random.seed(case["forward_seed"])
+        torch.manual_seed(case["forward_seed"])
+        preds = model(batch["graph_input"] if case["mode"] == "vocab" else batch)
+    finally:
+        layers.stats, torch.randn_like = real_stats, real_randn_like
+    return preds, recorder.depths, eps
+
+
+def pretrain_step(name: str, case: dict, smiles: list[str], labels: np.ndarray, vocabs: dict) -> dict:
+    """One seeded train step of upstream's task: batch draws, loss terms and every parameter's gradient."""
     ckpt = torch.load(FIXTURES / case["ckpt"], map_location="cpu", weights_only=False)  # upstream's own fixture
     settings = {**case, "loss": {**LOSS_DEFAULTS, **case["loss"]}}
     args = upstream_args(ckpt["args"], settings["loss"])
     model = build_task(case["mode"], ckpt, args, {k: len(v) for k, v in vocabs.items()})
     np.random.seed(case["label_seed"])  # the collator's atom / bond masking draws
     batch = collate(case["mode"], smiles, labels, vocabs, args)
-    recorder, real_stats, real_randn_like, eps = DepthRecorder(layers.stats), layers.stats, torch.randn_like, []
-    layers.stats = recorder
-
-    def randn_like(*a, **k):  # the latent's reparameterisation noise
-        eps.append(real_randn_like(*a, **k))
-        return eps[-1]
-
-    torch.randn_like = randn_like
-    try:
-        np.random.seed(case["forward_seed"])  # dynamic depths
-        torch.manual_seed(case["forward_seed"])  # latent noise
-        preds = model(batch["graph_input"] if case["mode"] == "vocab" else batch)
-    finally:
-        layers.stats, torch.randn_like = real_stats, real_randn_like
+    preds, depths, eps = seeded_forward(model, batch, case)
     losses = model.get_loss_func(args)(preds, batch.get("targets"))
     losses[0].backward()
-    out = {f"{name}::settings": np.array(json.dumps(settings)), f"{name}::depths": np.array(recorder.depths)}
+    out = {f"{name}::settings": np.array(json.dumps(settings)), f"{name}::depths": np.array(depths)}
     for loss_name, value in zip(LOSS_NAMES[case["mode"]], losses):
         out[f"{name}::{loss_name}"] = np.float64(float(value))
     if "targets" in batch:
@@ -249,10 +252,9 @@ OPTIM_STEPS = 5  # Adam steps taken with fixed gradients
 GRAD_SCALE = 1e-2  # fixed gradients ~ N(0, GRAD_SCALE^2): comparable to weight decay x parameter, as in training
 
 
-def fixed_gradient(step: int, name: str, shape) -> "torch.Tensor":
+def fixed_gradient(step: int, name: str, shape) -> torch.Tensor:
     """The gradient of parameter ``name`` at optimizer step ``step`` (1-based): ``randn(shape) * GRAD_SCALE`` from a
     torch.Generator seeded with crc32 of ``"{step}:{name}"``. Tests regenerate it the same way."""
-    import torch  # noqa: PLC0415
 
     generator = torch.Generator().manual_seed(zlib.crc32(f"{step}:{name}".encode()))
     return torch.randn(shape, generator=generator) * GRAD_SCALE
@@ -270,7 +272,6 @@ def optimizer_steps(case: dict) -> dict:
     scheduler.step())."""
     from argparse import Namespace  # noqa: PLC0415
 
-    import torch  # noqa: PLC0415
     from kermt.util.loss import MTLLoss  # noqa: PLC0415
     from kermt.util.utils import build_lr_scheduler, build_model, build_optimizer  # noqa: PLC0415
 
