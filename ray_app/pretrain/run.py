@@ -1,0 +1,183 @@
+"""`kermt pretrain`: vocab / cMIM / hybrid pretraining of one model by a Ray TorchTrainer.
+
+Driver flow: check the corpus and vocabularies (before Ray starts) -> connect -> claim the run id (the same command
+re-run after the driver died resumes the run from its last checkpoint) -> one Ray task reads the corpus shards into
+the object store (the driver never holds the corpus; the workers of a node share one copy, zero-copy) -> train ->
+``save_dir/model/`` (native), ``save_dir/model.pt`` (upstream's layout), ``metrics.csv`` (+ TensorBoard).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from kermt.checkpoint import load_into_model, load_native, merge_encoder
+from kermt.config import EncoderConfig
+from kermt.data.corpus import open_corpus
+from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.nn.pretrain_model import KermtPretrainModel
+from kermt.pretrain.export import export_pretrain_upstream, save_pretrain_native
+from ray_app.common import outputs
+from ray_app.common.cluster import connect
+from ray_app.common.settings import Source, to_yaml
+from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
+from ray_app.finetune.resume import claim_run_id
+from ray_app.pretrain.config import PretrainConfig
+from ray_app.pretrain.inputs import PretrainInputs, check_inputs
+from ray_app.pretrain.train_loop import MODEL_DIR, STATE_FILE, PretrainPlan, train_loop_per_worker
+
+ENCODER_KEYS = ("hidden_size", "depth", "num_attn_head", "num_mt_block", "activation", "bias")
+DECODER_KEYS = ("latent_dim", "decoder_num_layers", "decoder_num_attention_heads", "decoder_ffn_hidden_size",
+                "decoder_positional_encoding", "decoder_gate_self_attn", "decoder_gate_cross_attn")
+# Heads of the checkpoint that a continued model does not have yet (vocab -> hybrid).
+NEW_HEAD_PREFIXES = ("latent_dist.readout.", "latent_dist.fc_mean_logscale.", "decoder.")
+
+
+def model_configs(config: PretrainConfig, sources: dict[str, Source],
+                  inputs: PretrainInputs) -> tuple[EncoderConfig, PretrainHeadsConfig, PretrainLossConfig]:
+    """Architecture from the flags, or from ``--continue_from`` (a flag the user set must agree with it)."""
+    c, checkpoint = config, inputs.continue_from
+    heads = {k: getattr(c, k) for k in DECODER_KEYS}
+    if checkpoint is None:
+        encoder = EncoderConfig(**{k: getattr(c, k) for k in ENCODER_KEYS}, dropout=c.dropout,
+                                embedding_output_type="both")
+    else:
+        user = {k: getattr(c, k) for k in ENCODER_KEYS if sources.get(k, "default") != "default"}
+        encoder = merge_encoder(checkpoint.spec.encoder, {**user, "dropout": c.dropout,
+                                                          "embedding_output_type": "both"}, str(checkpoint.path))
+        heads.update({k: v for k, v in checkpoint.spec.pretrain.items() if k in DECODER_KEYS})
+    head_config = PretrainHeadsConfig(
+        pretrain_mode=c.pretrain_mode, **inputs.vocab_sizes, **heads, decoder_dropout=c.decoder_dropout,
+        decoder_max_seq_len=c.decoder_max_seq_len, contrastive_temperature=c.contrastive_temperature)
+    loss = PretrainLossConfig(c.dist_coff, c.reconstruction_loss_weight, c.vocab_loss_weight, c.normalize_loss,
+                              c.normalize_gradient)
+    return encoder, head_config, loss
+
+
+def initial_state(encoder: EncoderConfig, heads: PretrainHeadsConfig, inputs: PretrainInputs,
+                  seed: int) -> dict[str, torch.Tensor]:
+    """Seeded fresh weights, or the checkpoint's (strict: every tensor used or a known new head)."""
+    torch.manual_seed(seed)
+    model = KermtPretrainModel(encoder, heads)
+    if inputs.continue_from is not None:
+        report = load_into_model(model, inputs.continue_from.state_dict, NEW_HEAD_PREFIXES,
+                                 inputs.continue_from.ignored_entries())
+        print(f"continuing from {inputs.continue_from.path}: {report.summary()}", flush=True)
+    return model.state_dict()
+
+
+def split_rows(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, validation rows) of the corpus: a held-out slice fixed by the seed (sorted, for locality)."""
+    order = np.random.default_rng([seed, 11]).permutation(n)
+    n_val = int(round(n * val_fraction)) if n > 1 else 0
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+@ray.remote(num_cpus=1)
+def read_corpus(path: str):
+    """The corpus arrays, read once into the object store by whichever node runs this."""
+    return open_corpus(path).load()
+
+
+def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: PretrainInputs) -> PretrainPlan:
+    encoder, heads, loss = model_configs(config, sources, inputs)
+    train_rows, val_rows = split_rows(inputs.corpus.manifest.n_molecules, config.val_fraction, config.seed)
+    c = config
+    return PretrainPlan(encoder, heads, loss, initial_state(encoder, heads, inputs, c.seed), train_rows, val_rows,
+                        c.seed, c.epochs, c.global_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
+                        c.weight_decay, c.save_interval, c.val_interval, c.train_interval, c.max_val_batches,
+                        c.stop_after_steps)
+
+
+def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str) -> ray.train.Result:
+    low, high = config.worker_range
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"plan": ray.put(plan), "corpus": read_corpus.remote(config.data_path)},
+        scaling_config=ScalingConfig(num_workers=(low, high) if low != high else low, use_gpu=config.use_gpu),
+        run_config=RunConfig(
+            name=f"{run_id}-pretrain",
+            storage_path=storage,
+            failure_config=FailureConfig(max_failures=resolve_max_failures(config.max_failures)),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            logging_config=LoggingConfig(log_level="WARNING"),  # the loop prints one line per interval
+        ),
+    )
+    return trainer.fit()
+
+
+def write_outputs(save_dir: Path, result: ray.train.Result, plan: PretrainPlan, run_id: str,
+                  tensorboard: bool) -> dict:
+    """model/ (native), model.pt (upstream layout), metrics.csv (+ TensorBoard) from the run's last checkpoint."""
+    with result.checkpoint.as_directory() as directory:
+        native = load_native(Path(directory) / MODEL_DIR)
+        state = torch.load(Path(directory) / STATE_FILE, weights_only=True, map_location="cpu")
+        model = KermtPretrainModel(plan.encoder, plan.heads)
+        model.load_state_dict(native.state_dict)
+    progress = state["progress"]
+    save_pretrain_native(save_dir / "model", model, plan.loss, provenance={"run_id": run_id})
+    export_pretrain_upstream(save_dir / "model.pt", model, plan.loss, {
+        "epoch": progress["epoch"], "batch_idx": progress["batch_idx"], "scheduler_step": progress["global_step"]})
+    outputs.atomic_write_text(save_dir / "metrics.csv", outputs.metrics_csv(progress["history"]))
+    if tensorboard:
+        write_tensorboard(save_dir, progress["history"])
+    return progress
+
+
+def write_tensorboard(directory: Path, history: list[dict[str, float]]) -> None:
+    """Upstream's scalar names: train/<term>, val/<term>, train/lr, at the global step."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(directory)) as writer:
+        for row in history:
+            for name, value in row.items():
+                split, _, term = name.partition("_")
+                if split in ("train", "val"):
+                    writer.add_scalar(f"{split}/{term}", value, int(row["step"]))
+            writer.add_scalar("train/lr", row["lr"], int(row["step"]))
+
+
+def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: PretrainInputs) -> dict[str, Any]:
+    """The whole run; returns the final progress (epoch, batch_idx, global_step, history)."""
+    resources = connect(config.address)
+    save_dir = Path(config.save_dir).resolve()
+    storage = resolve_storage(config.storage_path, save_dir / "ray_results")
+    check_gpus(config.use_gpu)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    # a re-run that only moves the stopping point (or the logging) continues the same run
+    run_id, _ = claim_run_id(save_dir, config.model_copy(update={"stop_after_steps": None, "train_interval": 0}))
+    outputs.atomic_write_text(save_dir / "config.yaml", to_yaml(config))
+    plan = make_plan(config, sources, inputs)
+    print(f"pretraining {config.pretrain_mode}: {len(plan.train_rows)} train / {len(plan.val_rows)} validation "
+          f"molecules, global batch {plan.global_batch_size}, {config.num_workers} worker(s); "
+          f"{sum(p.numel() for p in KermtPretrainModel(plan.encoder, plan.heads).parameters()):,} parameters",
+          flush=True)
+    progress = write_outputs(save_dir, train(config, plan, run_id, storage), plan, run_id, config.tensorboard)
+    finished = progress["epoch"] >= config.epochs
+    print(f"{'finished' if finished else 'stopped'} at step {progress['global_step']} (epoch {progress['epoch']}); "
+          f"model: {save_dir / 'model'}, {save_dir / 'model.pt'}"
+          + ("" if finished else "; run the same command again to continue"), flush=True)
+    outputs.atomic_write_text(save_dir / "run.json", outputs.run_record(
+        config.model_dump(mode="json"), dict(sources), resources, {"run_id": run_id, "finished": finished}))
+    return progress
+
+
+def main(argv: list[str]) -> int:
+    from ray_app.pretrain.config import build_parser, resolve
+
+    if any(a in ("-h", "--help") for a in argv):
+        build_parser().print_help()
+        return 0
+    config, sources = resolve(argv)
+    inputs = check_inputs(config)  # corpus, vocabularies, checkpoint: before Ray starts
+    run_pretrain(config, sources, inputs)
+    return 0
+
+
+__all__ = ["main", "make_plan", "model_configs", "run_pretrain", "split_rows"]
