@@ -12,7 +12,10 @@ check printed at the end compares like with like.
 from __future__ import annotations
 
 import argparse
+import importlib
+import subprocess
 import sys
+import tempfile
 import time
 import types
 from argparse import Namespace
@@ -26,16 +29,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kermt.chem.descriptors import molecule_features
 from kermt.chem.molgraph import mol_to_graph
-from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt import config as kermt_config
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
 from kermt.nn.finetune import KermtFinetuneModel
 
-SMILES_CSV = Path(__file__).resolve().parents[1] / "tests/data/kermt_upstream_splits/finetune/train.csv"
+ROOT = Path(__file__).resolve().parents[1]
+SMILES_CSV = ROOT / "tests/data/kermt_upstream_splits/finetune/train.csv"
 RELEASE = dict(hidden=800, depth=6, heads=4, ffn=700, ffn_layers=3, attn_hidden=4, attn_out=8, features=200)
 
 
-def release_config(dropout: float) -> FinetuneModelConfig:
+def release_config(dropout: float, config: types.ModuleType = kermt_config):
+    """The release architecture, built with ``config`` (a kermt.config module: ours, or the baseline's)."""
+    EncoderConfig, FinetuneModelConfig = config.EncoderConfig, config.FinetuneModelConfig  # noqa: N806
+    HeadConfig, ReadoutConfig = config.HeadConfig, config.ReadoutConfig  # noqa: N806
     return FinetuneModelConfig(
         encoder=EncoderConfig(hidden_size=RELEASE["hidden"], depth=RELEASE["depth"], num_attn_head=RELEASE["heads"],
                               dropout=dropout),
@@ -56,8 +63,25 @@ def make_batches(n_batches: int, batch_size: int) -> list[tuple[BatchMolGraph, t
     return batches
 
 
+def import_from_checkout(path: Path, module_names: list[str]) -> list[types.ModuleType]:
+    """Modules of another ``kermt`` package (upstream's, or ours at another commit) found under ``path``.
+
+    Both are called ``kermt``: ours are moved aside from ``sys.modules`` while the others import, then put back,
+    so the two implementations live side by side in one process (each module keeps its own globals).
+    """
+    ours = {name: mod for name, mod in sys.modules.items() if name == "kermt" or name.startswith("kermt.")}
+    for name in ours:
+        del sys.modules[name]
+    sys.path.insert(0, str(path))
+    try:
+        return [importlib.import_module(name) for name in module_names]
+    finally:
+        sys.path.remove(str(path))
+        sys.modules.update(ours)
+
+
 def import_upstream_build_model(path: Path):
-    """Upstream's ``kermt.util.utils.build_model``, imported from the checkout at ``path`` (ours stays importable)."""
+    """Upstream's ``kermt.util.utils.build_model``, imported from the checkout at ``path``."""
     # cuik_molmaker (GPU featurisation) is imported at module level upstream but unused here; it is not on PyPI
     # in a working form, so a stub module stands in for it.
     def unavailable(name: str):
@@ -71,17 +95,8 @@ def import_upstream_build_model(path: Path):
     stub.mol_features.__getattr__ = unavailable
     sys.modules.setdefault("cuik_molmaker", stub)
     sys.modules.setdefault("cuik_molmaker.mol_features", stub.mol_features)
-    # Upstream's package is also called ``kermt``: import it with our modules moved aside, then put ours back.
-    ours = {name: mod for name, mod in sys.modules.items() if name == "kermt" or name.startswith("kermt.")}
-    for name in ours:
-        del sys.modules[name]
-    sys.path.insert(0, str(path))
-    try:
-        from kermt.util.utils import build_model  # noqa: PLC0415  (upstream's package)
-    finally:
-        sys.path.remove(str(path))
-        sys.modules.update(ours)
-    return build_model
+    (utils,) = import_from_checkout(path, ["kermt.util.utils"])
+    return utils.build_model
 
 
 def load_upstream(path: Path, output_type: str, dropout: float) -> torch.nn.Module:
@@ -169,6 +184,100 @@ def sgemm_flops_per_cpu_second(rows: int, hidden: int, threads: int) -> float:
     return best
 
 
+LIBRARY_MODULES = ("kermt.config", "kermt.chem.molgraph", "kermt.data.collate", "kermt.data.dataset",
+                   "kermt.nn.finetune", "kermt.training", "kermt.optim", "kermt.nn.dispatch_audit")
+
+
+def load_library(revision: str | None, scratch: Path) -> dict[str, types.ModuleType]:
+    """Our library's modules: as imported (``revision`` None) or at a git ``revision`` (``git archive`` of kermt/)."""
+    if revision is None:
+        return {name: importlib.import_module(name) for name in LIBRARY_MODULES}
+    archive = subprocess.run(["git", "archive", revision, "kermt"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
+    # the baseline may predate the audit module: ours counts for both (it only observes the dispatcher)
+    names = [n for n in LIBRARY_MODULES if (scratch / (n.replace(".", "/") + ".py")).exists()]
+    library = dict(zip(names, import_from_checkout(scratch, names)))
+    library.setdefault("kermt.nn.dispatch_audit", importlib.import_module("kermt.nn.dispatch_audit"))
+    return library
+
+
+def _audited(run, host_tensors=()) -> tuple[int, int, str]:
+    """(dispatched ops, host synchronisations, the synchronising ops by name) of ``run()``."""
+    from kermt.nn.dispatch_audit import DispatchAudit  # noqa: PLC0415  (ours counts every implementation)
+
+    with DispatchAudit(host_tensors) as audit:
+        run()
+    return audit.op_count, audit.sync_count, ", ".join(f"{n} {c}" for n, c in sorted(audit.syncs.items()))
+
+
+def audit_library(lib: dict, state: dict, mols: list, features: torch.Tensor, targets: torch.Tensor) -> dict:
+    """Ops and syncs of one eval forward, one forward+backward and one full train step (a second step: Adam's
+    lazy state initialisation is not steady state) at the release size, on one batch."""
+    model = lib["kermt.nn.finetune"].KermtFinetuneModel(release_config(0.0, lib["kermt.config"]))
+    model.load_state_dict(state)
+    graphs = [lib["kermt.chem.molgraph"].mol_to_graph(m) for m in mols]
+
+    def batch(training: bool):
+        spec = model.kermt.aggregation_spec(training) if hasattr(model.kermt, "aggregation_spec") else None
+        graph = lib["kermt.data.collate"].collate_graphs(graphs, **({"operators": spec} if spec else {}))
+        extra = {"global_label_counts": (~torch.isnan(targets)).sum(0).float()} if spec else {}
+        return lib["kermt.data.dataset"].MoleculeBatch(graph, features, targets, np.arange(len(mols)), **extra)
+
+    eval_batch, train_batch = batch(False), batch(True)
+    model.eval()
+    with torch.no_grad():
+        model(eval_batch.graph, eval_batch.features)
+        results = {"eval forward": _audited(lambda: model(eval_batch.graph, eval_batch.features))}
+    model.train()
+
+    def forward_backward():
+        out = model(train_batch.graph, train_batch.features, np.random.default_rng(0))
+        (out.atom_view.square().mean() + out.bond_view.square().mean()).backward()
+
+    results["forward + backward"] = _audited(forward_backward)
+    optim, training = lib["kermt.optim"], lib["kermt.training"]
+    optimizer = optim.build_optimizer(model, 1e-4, 0.0, 1.0)
+    scheduler = optim.NoamLR(optimizer, optim.NoamSchedule(2.0, 10, 10, 1e-4, 1e-3, 1e-4), 1.0)
+    collectives = []
+
+    def count_collective(tensor):
+        collectives.append(tensor)
+        return tensor
+
+    def step():
+        training.train_step(model, optimizer, scheduler, train_batch, training.StepSettings("regression", 0.1),
+                            np.random.default_rng(1), 1, count_collective)
+
+    step()
+    collectives.clear()
+    results["train step"] = _audited(step, lib["kermt.nn.dispatch_audit"].optimizer_host_tensors(optimizer))
+    results["train step collectives"] = len(collectives)
+    return results
+
+
+def print_audit(opts, state: dict, batch_size: int) -> None:
+    frame = pd.read_csv(SMILES_CSV).head(batch_size)
+    mols = [Chem.MolFromSmiles(s) for s in frame["smiles"]]
+    features = torch.from_numpy(np.nan_to_num(molecule_features(mols, ("rdkit_2d_normalized",)))).float()
+    targets = torch.from_numpy(frame[["y_mean"]].to_numpy(np.float32))
+    with tempfile.TemporaryDirectory() as scratch:
+        revisions = {"ours": None, **({f"baseline {opts.baseline}": opts.baseline} if opts.baseline else {})}
+        audits = {name: audit_library(load_library(rev, Path(scratch)), state, mols, features, targets)
+                  for name, rev in revisions.items()}
+    print(f"host synchronisations and dispatched aten ops, release size, one batch of {batch_size}:")
+    header = "".join(f"{name:>30s}" for name in audits)
+    print(f"{'':24s}{header}" + ("   ours / baseline" if len(audits) == 2 else ""))
+    for what in ("eval forward", "forward + backward", "train step"):
+        cells = [audits[name][what] for name in audits]
+        print(f"{what + ' ops':24s}" + "".join(f"{ops:30d}" for ops, _, _ in cells)
+              + (f"   {cells[0][0] / cells[1][0]:.2f}" if len(cells) == 2 else ""))
+        print(f"{what + ' syncs':24s}" + "".join(f"{syncs:30d}" for _, syncs, _ in cells))
+        for name, (_, syncs, detail) in zip(audits, cells):
+            if syncs:
+                print(f"{'':26s}{name}: {detail}")
+    print(f"{'train step collectives':24s}" + "".join(f"{audits[n]['train step collectives']:30d}" for n in audits))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", type=Path, help="path of an upstream KERMT checkout to compare with")
@@ -179,15 +288,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds; medians are compared")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--dropout", type=float, default=0.0, help="0 lets the outputs of both models be compared")
+    parser.add_argument("--baseline", metavar="REV", help="git revision of this repository whose ops and host "
+                        "synchronisations are printed next to ours (its kermt/ is imported in this process)")
+    parser.add_argument("--audit-only", action="store_true", help="print the op and sync audit, skip the timing")
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
-    batches = make_batches(opts.batches + 1, opts.batch_size)
-    warmup, timed = batches[:1], batches[1:]
     torch.manual_seed(0)
     ours = KermtFinetuneModel(release_config(opts.dropout))
     with torch.no_grad():  # PyTorch default init + noise: upstream's init (LayerNorm gains 0) makes outputs constant
         for param in ours.parameters():
             param.add_(0.01 * torch.randn_like(param))
+    print_audit(opts, ours.state_dict(), opts.batch_size)
+    if opts.audit_only:
+        return
+    batches = make_batches(opts.batches + 1, opts.batch_size)
+    warmup, timed = batches[:1], batches[1:]
     print(f"threads {opts.threads}, {len(timed)} timed batches of {opts.batch_size} molecules "
           f"(mean {np.mean([g.f_atoms.shape[0] - 1 for g, _ in timed]) / opts.batch_size:.1f} atoms/molecule), "
           f"{opts.rounds} alternating rounds")

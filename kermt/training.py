@@ -2,7 +2,12 @@
 
 Distribution is injected, not assumed: ``train_step`` takes ``world_size`` and an ``all_reduce`` for the label
 count (identity in a single process), so N workers with batch b compute exactly the gradients of one process with
-batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.losses`).
+batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.losses`). A batch built with its global
+batch's rows (``MoleculeSet.batch(..., global_rows=...)``) brings that count, counted on the host, and the step
+runs no collective of its own.
+
+Nothing in a step waits for the device: results stay on it as 0-d tensors (the caller reads them once per epoch),
+and the step's ops need no value or shape from it (``tests/kermt/test_training.py`` audits the dispatched ops).
 """
 
 from __future__ import annotations
@@ -66,8 +71,12 @@ def train_step(
     this for every global batch, even with an empty share, so collectives stay matched.
     """
     targets = LabelledTargets.from_nan(batch.targets)
-    counts = targets.task_counts() if settings.use_mtl_loss else targets.mask.sum().reshape(1)
-    global_counts = all_reduce(counts.clone())
+    if batch.global_label_counts is not None:  # counted on the host: the sum over ranks, without a collective
+        counts = batch.global_label_counts
+        global_counts = counts if settings.use_mtl_loss else counts.sum().reshape(1)
+    else:
+        counts = targets.task_counts() if settings.use_mtl_loss else targets.mask.sum().reshape(1)
+        global_counts = all_reduce(counts.clone())
     output = model(batch.graph, batch.features, depth_rng)
     core = getattr(model, "module", model)
     terms = two_view_terms(output.atom_view, output.bond_view, targets, settings.dataset_type, settings.dist_coff)
@@ -77,7 +86,7 @@ def train_step(
         world_size=world_size,
         log_sigma=core.mtl_log_sigma if settings.use_mtl_loss else None,
     )
-    loss = loss + _zero_touch(core)
+    loss = _touch_unreached(loss, core)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
@@ -85,16 +94,35 @@ def train_step(
     return StepResult(terms.detach().sum(), global_counts.sum(), loss.detach() / world_size)
 
 
-def _zero_touch(model: nn.Module) -> torch.Tensor:
-    """0 x (one element of every trainable parameter): gives every parameter a gradient, zero where unused.
+def _touch_unreached(loss: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """``loss`` plus 0 x (one element of every trainable parameter the loss does not depend on).
 
-    A step can leave parameters unused: a ``W_h`` skipped by a shallow dynamic-depth draw, or the whole model on a
-    worker whose share of the epoch's last global batch is empty. DDP without ``find_unused_parameters`` needs a
-    gradient for every parameter on every rank, and 1 worker must equal N workers, so every runner adds this term.
-    (With Adam, a zero gradient still applies the moment update where upstream skips the parameter.)
+    A step can leave parameters unused: a ``W_h`` skipped by a shallow dynamic-depth draw, for instance. DDP
+    without ``find_unused_parameters`` needs a gradient for every parameter on every rank, and 1 worker must equal
+    N workers, so every runner gives those a zero gradient. (With Adam, a zero gradient still applies the moment
+    update where upstream skips the parameter.) Which parameters the loss reaches is read from the autograd graph
+    on the host, so the usual step, which reaches all of them, runs no extra op.
     """
-    touched = [p.reshape(-1)[0] for p in model.parameters() if p.requires_grad]
-    return torch.stack(touched).sum() * 0.0 if touched else torch.zeros(())
+    reached = _graph_leaves(loss)
+    unreached = [p for p in model.parameters() if p.requires_grad and p not in reached]
+    if not unreached:
+        return loss
+    return loss + torch.stack([p.reshape(-1)[0] for p in unreached]).sum() * 0.0
+
+
+def _graph_leaves(output: torch.Tensor) -> set[torch.Tensor]:
+    """The leaf tensors (parameters) whose gradient the backward of ``output`` computes (a walk over its graph)."""
+    leaves, seen, pending = set(), set(), [output.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # AccumulateGrad nodes hold their leaf
+        if variable is not None:
+            leaves.add(variable)
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
 
 
 @torch.no_grad()

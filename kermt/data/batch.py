@@ -2,13 +2,73 @@
 
 Row 0 of the atom and directed-bond arrays is an all-zero padding row; molecule ``i``'s atoms occupy rows
 ``a_scope[i, 0] : a_scope[i, 0] + a_scope[i, 1]`` (starts at 1). Index arrays use 0 for "no neighbour".
+
+A batch can also carry what the model would otherwise have to derive on the device with host round trips: the
+neighbour-sum operators as ready CSR arrays (:class:`GraphOperators`, built in numpy by the data loader) and the
+largest molecule's row counts (plain ints the readout needs for its padded width).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 import torch
+
+# The index and feature arrays, in upstream's order (``components()``).
+GRAPH_ARRAYS = ("f_atoms", "f_bonds", "a2b", "b2a", "b2revb", "a_scope", "b_scope", "a2a")
+
+
+def _moved(tensor: torch.Tensor, device: torch.device | str | None, non_blocking: bool) -> torch.Tensor:
+    """``tensor`` on ``device`` (pinned instead when ``device`` is None)."""
+    return tensor.pin_memory() if device is None else tensor.to(device, non_blocking=non_blocking)
+
+
+@dataclass(frozen=True)
+class SparseOperator:
+    """A constant sparse matrix [rows, cols] as CSR arrays (duplicates already summed, columns ascending per row).
+
+    crow [rows + 1] int64, col [nnz] int64, values [nnz] float32; ``shape`` is a host value, so building the
+    torch CSR tensor from these arrays needs nothing from the device.
+    """
+
+    crow: torch.Tensor
+    col: torch.Tensor
+    values: torch.Tensor
+    shape: tuple[int, int]
+
+    def to(self, device: torch.device | str | None, non_blocking: bool = False) -> "SparseOperator":
+        """On ``device`` (``None``: pinned host memory)."""
+        crow, col, values = (_moved(t, device, non_blocking) for t in (self.crow, self.col, self.values))
+        return SparseOperator(crow, col, values, self.shape)
+
+    def matrix(self, dtype: torch.dtype) -> torch.Tensor:
+        """The sparse CSR tensor (values in ``dtype``)."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            return torch.sparse_csr_tensor(self.crow, self.col, self.values.to(dtype), self.shape,
+                                           check_invariants=False)
+
+
+@dataclass(frozen=True)
+class GraphOperators:
+    """Neighbour-sum operators of one batch for one padding mode (see :mod:`kermt.data.operators`).
+
+    matrices    name -> operator ("incoming_bonds", "neighbour_atoms", "bond_update", "atom_to_bond")
+    transposes  name -> the operator's transpose, for the backward (empty for batches that are only predicted)
+    """
+
+    padding: str
+    matrices: Mapping[str, SparseOperator]
+    transposes: Mapping[str, SparseOperator]
+
+    def to(self, device: torch.device | str | None, non_blocking: bool = False) -> "GraphOperators":
+        return GraphOperators(
+            self.padding,
+            {name: op.to(device, non_blocking) for name, op in self.matrices.items()},
+            {name: op.to(device, non_blocking) for name, op in self.transposes.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -24,6 +84,9 @@ class BatchMolGraph:
         a_scope  [M, 2]   int64    (first atom row, atom count) per molecule
         b_scope  [M, 2]   int64    (first bond row, directed-bond count) per molecule
         a2a      [A, D]   int64    b2a[a2b]: neighbour atom ids, padded with 0
+    Optional, filled by the collate (None: derived from the arrays when needed, with a host round trip):
+        operators                  GraphOperators for the model's padding mode
+        max_atoms, max_bonds       int: the largest a_scope[:, 1] and b_scope[:, 1] (0 without molecules)
     """
 
     f_atoms: torch.Tensor
@@ -34,14 +97,28 @@ class BatchMolGraph:
     a_scope: torch.Tensor
     b_scope: torch.Tensor
     a2a: torch.Tensor
+    operators: GraphOperators | None = None
+    max_atoms: int | None = None
+    max_bonds: int | None = None
 
     @property
     def num_molecules(self) -> int:
         return int(self.a_scope.shape[0])
 
-    def to(self, device: torch.device | str) -> "BatchMolGraph":
-        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "BatchMolGraph":
+        """The batch on ``device``; ``non_blocking`` copies asynchronously (from pinned memory, see
+        :meth:`pin_memory`)."""
+        return self._moved(device, non_blocking)
+
+    def pin_memory(self) -> "BatchMolGraph":
+        """The batch in page-locked host memory, so that ``to(cuda, non_blocking=True)`` overlaps the copy."""
+        return self._moved(None, False)
+
+    def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "BatchMolGraph":
+        arrays = {name: _moved(getattr(self, name), device, non_blocking) for name in GRAPH_ARRAYS}
+        operators = self.operators.to(device, non_blocking) if self.operators is not None else None
+        return replace(self, **arrays, operators=operators)
 
     def components(self) -> tuple[torch.Tensor, ...]:
         """The tuple upstream's encoder consumes, in upstream's order."""
-        return tuple(getattr(self, f.name) for f in fields(self))
+        return tuple(getattr(self, name) for name in GRAPH_ARRAYS)

@@ -4,6 +4,8 @@ Upstream behaviour: docs/upstream-compatibility.md#batch-graph.
 
 Everything is numpy concatenation plus offsets: no Python loop over atoms or bonds, so collating a batch costs
 far less than featurising it. Row 0 of atoms and edges is the zero padding row; molecule atoms start at 1.
+Given the model's :class:`~kermt.data.operators.OperatorSpec`, the collate also builds the neighbour-sum operators
+(on the CPU, in the data loader), so the step on the device never has to.
 """
 
 from __future__ import annotations
@@ -16,13 +18,20 @@ import torch
 from kermt.chem.features import ATOM_FDIM, BOND_FDIM
 from kermt.chem.molgraph import FlatGraphs, MolGraph, grouped_positions
 from kermt.data.batch import BatchMolGraph
+from kermt.data.operators import OperatorSpec, build_operators
 
 
-def collate_graphs(graphs: Sequence[MolGraph] | FlatGraphs) -> BatchMolGraph:
-    """Build the batch graph of ``graphs`` (a list of MolGraph or an already flat FlatGraphs)."""
+def collate_graphs(graphs: Sequence[MolGraph] | FlatGraphs, operators: OperatorSpec | None = None) -> BatchMolGraph:
+    """Build the batch graph of ``graphs`` (a list of MolGraph or an already flat FlatGraphs), with the
+    operators ``operators`` names (see ``aggregation_spec`` of the encoder) when given."""
     flat = graphs if isinstance(graphs, FlatGraphs) else FlatGraphs.from_graphs(graphs)
     arrays = collate_arrays(flat)
-    return BatchMolGraph(**{name: torch.from_numpy(value) for name, value in arrays.items()})
+    return BatchMolGraph(
+        **{name: torch.from_numpy(value) for name, value in arrays.items()},
+        operators=build_operators(arrays, operators) if operators is not None else None,
+        max_atoms=int(arrays["a_scope"][:, 1].max(initial=0)),
+        max_bonds=int(arrays["b_scope"][:, 1].max(initial=0)),
+    )
 
 
 def collate_arrays(flat: FlatGraphs) -> dict[str, np.ndarray]:

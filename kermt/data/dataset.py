@@ -15,20 +15,35 @@ import torch
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
+from kermt.data.operators import OperatorSpec
 
 
 @dataclass(frozen=True)
 class MoleculeBatch:
-    """graph: M molecules; features [M, F] float32 or None; targets [M, T] float32 with NaN = missing."""
+    """graph: M molecules; features [M, F] float32 or None; targets [M, T] float32 with NaN = missing.
+
+    global_label_counts [T] float32 or None: labels per task in the whole GLOBAL batch this batch is a worker's
+    share of, counted on the host when the batch was built (the train step then needs no collective for it).
+    """
 
     graph: BatchMolGraph
     features: torch.Tensor | None
     targets: torch.Tensor
     rows: np.ndarray
+    global_label_counts: torch.Tensor | None = None
 
-    def to(self, device: torch.device | str) -> "MoleculeBatch":
-        features = self.features.to(device) if self.features is not None else None
-        return MoleculeBatch(self.graph.to(device), features, self.targets.to(device), self.rows)
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "MoleculeBatch":
+        """The batch on ``device``; ``non_blocking`` copies asynchronously (from pinned memory)."""
+        return self._moved(lambda t: t.to(device, non_blocking=non_blocking), self.graph.to(device, non_blocking))
+
+    def pin_memory(self) -> "MoleculeBatch":
+        """The batch in page-locked host memory (for an asynchronous copy to a CUDA device)."""
+        return self._moved(torch.Tensor.pin_memory, self.graph.pin_memory())
+
+    def _moved(self, move, graph: BatchMolGraph) -> "MoleculeBatch":
+        optional = {"features": self.features, "global_label_counts": self.global_label_counts}
+        moved = {name: move(t) if t is not None else None for name, t in optional.items()}
+        return MoleculeBatch(graph, moved["features"], move(self.targets), self.rows, moved["global_label_counts"])
 
 
 @dataclass(frozen=True)
@@ -52,12 +67,26 @@ class MoleculeSet:
     def bond_counts(self, rows: np.ndarray) -> np.ndarray:
         return self.graphs.bond_counts[np.asarray(rows, dtype=np.int64)]
 
-    def batch(self, rows: np.ndarray, keep_bond: np.ndarray | None = None) -> MoleculeBatch:
-        """Collate ``rows`` into one batch (row 0 padding, upstream layout)."""
+    def batch(
+        self,
+        rows: np.ndarray,
+        keep_bond: np.ndarray | None = None,
+        operators: OperatorSpec | None = None,
+        global_rows: np.ndarray | None = None,
+    ) -> MoleculeBatch:
+        """Collate ``rows`` into one batch (row 0 padding, upstream layout).
+
+        operators    the model's ``aggregation_spec``: build its neighbour-sum operators here, on the CPU
+        global_rows  the global batch ``rows`` belong to: count its labels here (``global_label_counts``)
+        """
         rows = np.asarray(rows, dtype=np.int64)
-        graph = collate_graphs(self.graphs.select(rows, keep_bond))
+        graph = collate_graphs(self.graphs.select(rows, keep_bond), operators)
         features = torch.from_numpy(self.features[rows]) if self.features is not None else None
-        return MoleculeBatch(graph, features, torch.from_numpy(self.targets[rows]), rows)
+        counts = None
+        if global_rows is not None:
+            labelled = ~np.isnan(self.targets[np.asarray(global_rows, dtype=np.int64)])
+            counts = torch.from_numpy(labelled.sum(axis=0).astype(np.float32))
+        return MoleculeBatch(graph, features, torch.from_numpy(self.targets[rows]), rows, counts)
 
 
 def bond_keep_mask(

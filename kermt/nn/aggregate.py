@@ -1,32 +1,21 @@
 """Neighbour sums over a :class:`~kermt.data.batch.BatchMolGraph` as sparse matrix products.
 
-Upstream sums over padded index lists: ``x[a2b].sum(1)`` gathers an [A, D, hidden] tensor (D = the batch's maximum
-in-degree, often 6 while the mean degree is about 2) and every padding slot adds row 0. Each neighbour sum used by
-the encoder is a fixed linear map of the rows, so we build it once per batch as a sparse CSR matrix whose entries
-count how often each row is summed — padding slots included in "upstream" mode (they add row 0, so column 0
-holds the number of padding slots), excluded in "zero" mode. The edge update ``Σ_{a2b[b2a[b]]} x − x[b2revb[b]]``
-becomes one matrix with a 0 where the reverse bond cancels (exact, where upstream adds then subtracts).
-
-Each operator's transpose (for the backward) is built once per batch too.
+The operators themselves (what they sum, the two padding modes) are described in :mod:`kermt.data.operators`. A
+batch collated with the model's :class:`~kermt.data.operators.OperatorSpec` brings them ready, transposes included,
+so a forward and its backward only multiply: no sort, coalesce or other host round trip on the device. A batch
+without them (built by hand, or collated for prediction and then trained on) gets them built here from its index
+arrays, on the host.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import torch
 
 from kermt.config import PADDING_MODES, PaddingMode
-from kermt.data.batch import BatchMolGraph
-
-
-def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    """A coalesced (duplicates summed) CSR matrix from COO triplets."""
-    coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, shape, check_invariants=False).coalesce()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return coo.to_sparse_csr()
+from kermt.data.batch import BatchMolGraph, SparseOperator
+from kermt.data.operators import OperatorSpec, operators_of
 
 
 class _ConstantSparseProduct(torch.autograd.Function):
@@ -45,76 +34,67 @@ class _ConstantSparseProduct(torch.autograd.Function):
         return None, None, torch.sparse.mm(ctx.transposed, grad)
 
 
-def _transpose(operator: torch.Tensor) -> torch.Tensor:
-    coo = operator.to_sparse_coo().coalesce()
-    rows, cols = coo.indices()
-    return _csr(cols, rows, coo.values(), (operator.shape[1], operator.shape[0]))
+def _block_diagonal(operator: SparseOperator, copies: int) -> SparseOperator:
+    """``copies`` copies of ``operator`` along the diagonal, from its CSR arrays (no host round trip: nnz and the
+    shape are host values)."""
+    nnz = operator.col.shape[0]
+    rows, cols = operator.shape
+    offsets = torch.arange(copies, device=operator.col.device)
+    crow = (operator.crow[:-1].unsqueeze(0) + (offsets * nnz).unsqueeze(1)).reshape(-1)
+    crow = torch.cat([crow, operator.crow.new_full((1,), copies * nnz)])
+    col = (operator.col.unsqueeze(0) + (offsets * cols).unsqueeze(1)).reshape(-1)
+    return SparseOperator(crow, col, operator.values.repeat(copies), (copies * rows, copies * cols))
 
 
-def _padded_lists(index: torch.Tensor, dtype: torch.dtype, padding: PaddingMode) -> tuple[torch.Tensor, ...]:
-    """COO triplets summing row ``index[r, j]`` into row r for every slot j (padding slot 0 only if upstream)."""
-    rows = torch.arange(index.shape[0], device=index.device).repeat_interleave(index.shape[1])
-    cols = index.reshape(-1)
-    if padding == "zero":  # the same test as GraphIndex.zero_padding_row
-        keep = cols != 0
-        rows, cols = rows[keep], cols[keep]
-    return rows, cols, torch.ones(rows.shape[0], dtype=dtype, device=index.device)
-
-
-@dataclass(frozen=True)
+@dataclass
 class GraphIndex:
-    """The batch's neighbour-sum operators (sparse CSR, built once per batch).
+    """The batch's neighbour-sum operators for one padding mode, as torch CSR tensors made on first use."""
 
-    incoming_bonds  [A, E]  Σ_{b ∈ a2b[a]} x[b]
-    neighbour_atoms [A, A]  Σ_{w ∈ a2a[a]} x[w]
-    bond_update     [E, E]  Σ_{a2b[b2a[b]]} x − x[b2revb[b]]
-    atom_to_bond    [E, A]  for bond u->v: x[u] + Σ_{a2a[u]} x − x[v]
-    """
-
-    incoming_bonds: torch.Tensor
-    neighbour_atoms: torch.Tensor
-    bond_update: torch.Tensor
-    atom_to_bond: torch.Tensor
+    graph: BatchMolGraph
     padding: PaddingMode
-    _transposed: dict = field(default_factory=dict, compare=False, repr=False)
+    dtype: torch.dtype
+    _matrices: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_batch(cls, graph: BatchMolGraph, padding: PaddingMode, dtype: torch.dtype) -> "GraphIndex":
         if padding not in PADDING_MODES:
             raise ValueError(f"padding {padding!r} is not one of {PADDING_MODES}")
-        n_atoms, n_bonds = graph.f_atoms.shape[0], graph.f_bonds.shape[0]
-        b2a, b2revb = graph.b2a, graph.b2revb
-        bond_rows, bond_cols, bond_vals = _padded_lists(graph.a2b, dtype, padding)
-        atom_rows, atom_cols, atom_vals = _padded_lists(graph.a2a, dtype, padding)
-        # bond update: rows of the source atom's incoming-bond list, moved to every bond leaving that atom
-        update_rows, update_cols, update_vals = _padded_lists(graph.a2b.index_select(0, b2a), dtype, padding)
-        around_rows, around_cols, around_vals = _padded_lists(
-            torch.cat([b2a.unsqueeze(1), graph.a2a.index_select(0, b2a)], dim=1), dtype, padding
-        )
-        every_bond = torch.arange(n_bonds, device=b2a.device)
-        minus_one = -torch.ones(n_bonds, dtype=dtype, device=b2a.device)
-        return cls(
-            incoming_bonds=_csr(bond_rows, bond_cols, bond_vals, (n_atoms, n_bonds)),
-            neighbour_atoms=_csr(atom_rows, atom_cols, atom_vals, (n_atoms, n_atoms)),
-            bond_update=_csr(
-                torch.cat([update_rows, every_bond]), torch.cat([update_cols, b2revb]),
-                torch.cat([update_vals, minus_one]), (n_bonds, n_bonds),
-            ),
-            atom_to_bond=_csr(
-                torch.cat([around_rows, every_bond]), torch.cat([around_cols, b2a.index_select(0, b2revb)]),
-                torch.cat([around_vals, minus_one]), (n_bonds, n_atoms),
-            ),
-            padding=padding,
-        )
+        return cls(graph, padding, dtype)
+
+    def _parts(self, name: str, transposed: bool) -> SparseOperator:
+        operators = self.graph.operators
+        ready = operators is not None and operators.padding == self.padding
+        found = (operators.transposes if transposed else operators.matrices).get(name) if ready else None
+        if found is None:  # not collated with this operator: build it from the index arrays (host round trip)
+            built = operators_of(self.graph, OperatorSpec(self.padding, (name,), transposes=transposed))
+            found = (built.transposes if transposed else built.matrices)[name]
+        return found
+
+    def matrix(self, name: str, transposed: bool = False, copies: int = 1) -> torch.Tensor:
+        """Operator ``name`` (or its transpose) as a CSR tensor, repeated ``copies`` times along the diagonal."""
+        key = (name, transposed, copies)
+        if key not in self._matrices:
+            parts = self._parts(name, transposed)
+            self._matrices[key] = (parts if copies == 1 else _block_diagonal(parts, copies)).matrix(self.dtype)
+        return self._matrices[key]
 
     def apply(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Operator ``name`` applied to the rows of ``x``: [R_in, h] -> [R_out, h]."""
-        operator = getattr(self, name)
         if not torch.is_grad_enabled() or not x.requires_grad:
-            return torch.sparse.mm(operator, x)
-        if name not in self._transposed:
-            self._transposed[name] = _transpose(operator)
-        return _ConstantSparseProduct.apply(operator, self._transposed[name], x)
+            return torch.sparse.mm(self.matrix(name), x)
+        return _ConstantSparseProduct.apply(self.matrix(name), self.matrix(name, transposed=True), x)
+
+    def apply_stacked(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """Operator ``name`` applied to each of K stacked inputs at once: [K, R_in, h] -> [K, R_out, h]
+        (one product with the block-diagonal operator instead of K products)."""
+        copies, rows, width = x.shape
+        x = x.reshape(copies * rows, width)
+        operator = self.matrix(name, copies=copies)
+        if not torch.is_grad_enabled() or not x.requires_grad:
+            out = torch.sparse.mm(operator, x)
+        else:
+            out = _ConstantSparseProduct.apply(operator, self.matrix(name, transposed=True, copies=copies), x)
+        return out.view(copies, -1, width)
 
     def sum_incoming_bonds(self, bond_x: torch.Tensor) -> torch.Tensor:
         """``Σ_{b ∈ a2b[a]} bond_x[b]`` for every atom a."""
@@ -134,7 +114,7 @@ class GraphIndex:
 
     def zero_padding_row(self, x: torch.Tensor) -> torch.Tensor:
         """In "zero" mode, return ``x`` with row 0 (dimension -2) set to zero; in "upstream" mode, ``x`` itself."""
-        if self.padding != "zero":  # the same test as _padded_lists: "zero" is the one mode that changes sums
+        if self.padding != "zero":  # the same test as the operators': "zero" is the one mode that changes sums
             return x
         keep = torch.ones(x.shape[-2], 1, dtype=x.dtype, device=x.device)
         keep[0] = 0

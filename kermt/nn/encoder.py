@@ -18,6 +18,7 @@ from torch import nn
 
 from kermt.config import EncoderConfig
 from kermt.data.batch import BatchMolGraph
+from kermt.data.operators import OPERATOR_NAMES, OperatorSpec
 from kermt.nn.aggregate import GraphIndex
 from kermt.nn.depth import draw_depths
 from kermt.nn.layers import PositionwiseFeedForward, SublayerConnection
@@ -26,6 +27,13 @@ from kermt.nn.mtblock import MTBlock
 ATOM_BRANCHES = ("atom_from_atom", "atom_from_bond")
 BOND_BRANCHES = ("bond_from_atom", "bond_from_bond")
 BRANCHES_BY_OUTPUT_TYPE = {"atom": ATOM_BRANCHES, "bond": BOND_BRANCHES, "both": ATOM_BRANCHES + BOND_BRANCHES}
+# The neighbour sum each output branch applies to the last block's output (atoms for *_from_atom, bonds otherwise).
+BRANCH_OPERATORS = {
+    "atom_from_atom": "neighbour_atoms",
+    "atom_from_bond": "incoming_bonds",
+    "bond_from_atom": "atom_to_bond",
+    "bond_from_bond": "bond_update",
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,12 @@ class GTransEncoder(nn.Module):
         for name in self.branches:
             self.add_module(f"{name}_sublayer", SublayerConnection(hidden, config.dropout))
 
+    def aggregation_spec(self, training: bool) -> OperatorSpec:
+        """The neighbour-sum operators this encoder reads (node blocks: atoms, edge blocks: the bond update, plus
+        one per output branch), for the collate to build; ``training`` adds the transposes the backward needs."""
+        used = {"neighbour_atoms", "bond_update"} | {BRANCH_OPERATORS[name] for name in self.branches}
+        return OperatorSpec(self.config.padding, tuple(n for n in OPERATOR_NAMES if n in used), training)
+
     def draw_depths(self, rng: np.random.Generator | None) -> list[list[int]] | None:
         """Per block (node blocks first, then edge blocks) the sampled depth of each encoder; None in eval mode."""
         if not self.training:
@@ -88,16 +102,11 @@ class GTransEncoder(nn.Module):
             atoms = block(atoms, index, block_depths)
         for block, block_depths in zip(self.edge_blocks, edge_depths):
             bonds = block(bonds, index, block_depths)
-        aggregated = {
-            "atom_from_atom": lambda: index.sum_neighbour_atoms(atoms),
-            "atom_from_bond": lambda: index.sum_incoming_bonds(bonds),
-            "bond_from_atom": lambda: index.atom_to_bond_messages(atoms),
-            "bond_from_bond": lambda: index.bond_messages(bonds),
-        }
         outputs = {}
         for name in self.branches:
             raw = graph.f_atoms if name.startswith("atom") else graph.f_bonds
-            ffn_out = getattr(self, f"ffn_{name}")(torch.cat([raw, aggregated[name]()], dim=1))
+            aggregated = index.apply(BRANCH_OPERATORS[name], atoms if name.endswith("from_atom") else bonds)
+            ffn_out = getattr(self, f"ffn_{name}")(torch.cat([raw, aggregated], dim=1))
             outputs[name] = index.zero_padding_row(getattr(self, f"{name}_sublayer")(ffn_out))
         return EncoderOutput(**outputs)
 
@@ -109,6 +118,10 @@ class KermtEmbedding(nn.Module):
         super().__init__()
         self.config = config
         self.encoders = GTransEncoder(config)
+
+    def aggregation_spec(self, training: bool) -> OperatorSpec:
+        """What to collate batches with (see :meth:`GTransEncoder.aggregation_spec`)."""
+        return self.encoders.aggregation_spec(training)
 
     def forward(self, graph: BatchMolGraph, depth_rng: np.random.Generator | None = None) -> EncoderOutput:
         return self.encoders(graph, depth_rng)

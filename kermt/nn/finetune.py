@@ -112,8 +112,8 @@ class KermtFinetuneModel(nn.Module):
         """graph: a batch of M molecules; features: [M, features_size] or None. ``depth_rng``: see
         :func:`kermt.nn.depth.draw_depths` (train mode only)."""
         encoded = self.kermt(graph, depth_rng)
-        readout_bond = self.readout(encoded.atom_from_bond, graph.a_scope)
-        readout_atom = self.readout(encoded.atom_from_atom, graph.a_scope)
+        readout_bond = self.readout(encoded.atom_from_bond, graph.a_scope, graph.max_atoms)
+        readout_atom = self.readout(encoded.atom_from_atom, graph.a_scope, graph.max_atoms)
         inputs = {"atom": readout_atom, "bond": readout_bond}
         if features is not None:
             # explicit width: reshape(M, -1) is ambiguous (an error) for a worker's empty share (M = 0)

@@ -1,14 +1,16 @@
 """The q/k/v message-passing encoders of an MTBlock (docs/upstream-compatibility.md#message-passing).
 
 Each :class:`MPNEncoder` owns upstream's parameters (``W_h``, ``act_func``) and one iteration of its update
-``message <- dropout(act(inp + W_h(Σ neighbour messages)))``. :func:`run_encoders` runs every encoder of a block
-for its own (dynamic) number of iterations.
+``message <- dropout(act(inp + W_h(Σ neighbour messages)))``. Two ways to run every encoder of a block, each for
+its own (dynamic) number of iterations:
 
-Why one 2-D tensor per encoder rather than one stacked [K, R, h] tensor: with dynamic depth the encoders stop at
-different iterations, and slicing a stacked tensor makes autograd materialise a zero gradient of the whole stack
-for every slice (a full-size fill and copy per iteration), which cost as much as a third of the matmul time.
-Per-encoder tensors keep the backward to the matmuls themselves; the neighbour sum of the shared input is
-computed once for all encoders.
+- :func:`run_encoders_stacked`, whenever no dropout is drawn (eval mode, or training with dropout 0): all
+  encoders as one [K, R, h] computation, per iteration one sparse product with a block-diagonal operator, one
+  batched matmul and one activation instead of K of each (K = 3 x heads launches become one on a GPU);
+- :func:`run_encoders`, encoder by encoder, iteration by iteration, which is the order in which upstream draws
+  its dropout masks from torch's RNG: training with dropout reproduces upstream's masks only this way. It keeps
+  one 2-D tensor per encoder (slicing a stack would make autograd fill a zero gradient of the whole stack per
+  slice); the neighbour sum of the shared input is computed once for all encoders.
 """
 
 from __future__ import annotations
@@ -52,9 +54,14 @@ class MPNEncoder(nn.Module):
         return F.dropout(self.act_func(pre_activation), mode.dropout, mode.training)
 
 
+def _operator(mode: PassingMode) -> str:
+    """The neighbour sum of the passing mode: atoms via a2a, or the directed-bond update."""
+    return "neighbour_atoms" if mode.atom_messages else "bond_update"
+
+
 def _neighbour_sum(message: torch.Tensor, index: GraphIndex, mode: PassingMode) -> torch.Tensor:
-    """Σ over neighbours of ``message`` [R, h]: atoms via a2a, or the directed-bond update."""
-    return index.sum_neighbour_atoms(message) if mode.atom_messages else index.bond_messages(message)
+    """Σ over neighbours of ``message`` [R, h]."""
+    return index.apply(_operator(mode), message)
 
 
 def run_encoders(
@@ -78,3 +85,76 @@ def run_encoders(
             message = index.zero_padding_row(encoder.update(inp, incoming, mode))
         outputs.append(message)
     return outputs
+
+
+def can_stack(encoders: list[MPNEncoder], mode: PassingMode) -> bool:
+    """Whether :func:`run_encoders_stacked` computes what :func:`run_encoders` does: no dropout draws (their
+    order, encoder by encoder, is upstream's RNG order) and one kind of activation."""
+    no_dropout = not mode.training or mode.dropout == 0.0
+    return bool(encoders) and no_dropout and len({type(encoder.act_func) for encoder in encoders}) == 1
+
+
+def _slopes(encoders: list[MPNEncoder]) -> torch.Tensor | None:
+    """The encoders' PReLU slopes [K], or None for a parameter-free activation."""
+    if not isinstance(encoders[0].act_func, nn.PReLU):
+        return None
+    if any(encoder.act_func.weight.numel() != 1 for encoder in encoders):
+        raise ValueError("stacked PReLU needs one slope per encoder")
+    return torch.cat([encoder.act_func.weight for encoder in encoders])
+
+
+def _activate(x: torch.Tensor, slopes: torch.Tensor | None, act: nn.Module) -> torch.Tensor:
+    """Each encoder's activation on its slice of ``x`` [K, R, h], as one op."""
+    if slopes is None:
+        return act(x)
+    # prelu's channel dimension is 1: the [R, K, h] view puts the encoders there
+    return F.prelu(x.transpose(0, 1), slopes).transpose(0, 1)
+
+
+def run_encoders_stacked(
+    encoders: list[MPNEncoder], inp: torch.Tensor, iterations: list[int], index: GraphIndex, mode: PassingMode
+) -> torch.Tensor:
+    """What :func:`run_encoders` computes, stacked: [K, R, h] in encoder order (valid where :func:`can_stack`).
+
+    The encoders run sorted by iteration count, longest first, so the ones still running at any iteration are a
+    leading block: each iteration is one block-diagonal sparse product, one batched matmul and one activation for
+    all of them. When some stop, their messages are split off (a split, unlike a slice, gives the backward one
+    concatenation rather than a zero-filled copy of the whole stack per piece).
+    """
+    order = sorted(range(len(encoders)), key=lambda k: -iterations[k])  # stable: eval keeps encoder order
+    running_encoders = [encoders[k] for k in order]
+    counts = [iterations[k] for k in order]
+    weights = torch.stack([encoder.W_h.weight for encoder in running_encoders]).transpose(1, 2)  # [K, in, out]
+    biases = [encoder.W_h.bias for encoder in running_encoders]
+    base = inp.unsqueeze(0)
+    if biases[0] is not None:
+        base = base + torch.stack(biases).unsqueeze(1)
+    slopes = _slopes(running_encoders)
+    finished, message, running = [], None, len(encoders)
+    for step in range(counts[0]):
+        still = sum(count > step for count in counts)
+        if still < running:  # the encoders that ran ``step`` iterations are done
+            sizes = [still, running - still]
+            if message is None:
+                finished.append(inp.unsqueeze(0).expand(sizes[1], -1, -1))
+            else:
+                message, done = message.split(sizes)
+                finished.append(done)
+            weights = weights.split(sizes)[0]
+            slopes = slopes.split(sizes)[0] if slopes is not None else None
+            base = base.split(sizes)[0] if base.shape[0] > 1 else base
+            running = still
+        if message is None:
+            incoming = _neighbour_sum(inp, index, mode).unsqueeze(0).expand(running, -1, -1)
+        else:
+            incoming = index.apply_stacked(_operator(mode), message)
+        pre_activation = torch.baddbmm(base, incoming, weights)
+        message = index.zero_padding_row(_activate(pre_activation, slopes, running_encoders[0].act_func))
+    finished.append(message if message is not None else inp.unsqueeze(0).expand(len(encoders), -1, -1))
+    if order == sorted(order) and len(finished) == 1:
+        return finished[0]
+    by_rank = [row for piece in reversed(finished) for row in piece.unbind(0)]  # sorted order
+    by_encoder = [None] * len(encoders)
+    for rank, k in enumerate(order):
+        by_encoder[k] = by_rank[rank]
+    return torch.stack(by_encoder)

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from kermt.config import EncoderConfig
 from kermt.nn.aggregate import GraphIndex
 from kermt.nn.layers import MultiHeadedAttention, SublayerConnection, make_activation
-from kermt.nn.mpn import MPNEncoder, PassingMode, run_encoders
+from kermt.nn.mpn import MPNEncoder, PassingMode, can_stack, run_encoders, run_encoders_stacked
 
 
 class Head(nn.Module):
@@ -77,7 +77,12 @@ class MTBlock(nn.Module):
         depths = depths if depths is not None else [self.depth] * len(encoders)
         iterations = [max(d - 1, 0) for d in depths]
         mode = PassingMode(self.atom_messages, self.dropout, self.training)
-        outputs = run_encoders(encoders, x, iterations, index, mode)  # q, k, v of head 0, then head 1, ...
-        query, key, value = (torch.stack(outputs[i::3], dim=1) for i in range(3))  # each [R, H, h]
+        # q, k, v of head 0, then head 1, ...; query, key, value each [R, H, h]
+        if can_stack(encoders, mode):
+            stacked = run_encoders_stacked(encoders, x, iterations, index, mode)  # [K, R, h]
+            query, key, value = (stacked[i::3].transpose(0, 1) for i in range(3))
+        else:
+            outputs = run_encoders(encoders, x, iterations, index, mode)
+            query, key, value = (torch.stack(outputs[i::3], dim=1) for i in range(3))
         mixed = self.attn(query, key, value).reshape(x.shape[0], -1)
         return index.zero_padding_row(self.sublayer(self.W_o(mixed)))

@@ -30,13 +30,17 @@ class SelfAttention(nn.Module):
         return torch.matmul(torch.tanh(torch.matmul(x, self.w1.t())), self.w2.t())
 
 
-def pad_by_scope(rows: torch.Tensor, scope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_by_scope(
+    rows: torch.Tensor, scope: torch.Tensor, width: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Gather each molecule's rows into [M, N_max, hidden] (zeros beyond a molecule's size) and a mask [M, N_max].
 
-    ``scope`` [M, 2] holds (first row, row count) per molecule.
+    ``scope`` [M, 2] holds (first row, row count) per molecule; ``width`` is N_max if the caller knows it (the
+    batch's ``max_atoms``/``max_bonds``), else it is read from ``scope``: a host synchronisation on a device.
     """
     starts, sizes = scope[:, 0], scope[:, 1]
-    width = int(sizes.max()) if sizes.numel() else 0
+    if width is None:
+        width = int(sizes.max()) if sizes.numel() else 0
     positions = torch.arange(width, device=rows.device)
     mask = positions.unsqueeze(0) < sizes.unsqueeze(1)
     row_ids = torch.where(mask, starts.unsqueeze(1) + positions.unsqueeze(0), torch.zeros_like(mask, dtype=torch.long))
@@ -59,8 +63,9 @@ class Readout(nn.Module):
     def output_size(self) -> int:
         return self.config.output_size(self.hidden_size)
 
-    def forward(self, rows: torch.Tensor, scope: torch.Tensor) -> torch.Tensor:
-        padded, mask = pad_by_scope(rows, scope)
+    def forward(self, rows: torch.Tensor, scope: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """``width``: the largest molecule's row count, if known (see :func:`pad_by_scope`)."""
+        padded, mask = pad_by_scope(rows, scope, width)
         sizes = mask.sum(dim=1)
         if self.config.self_attention:
             scores = self.attn.scores(padded).masked_fill(~mask.unsqueeze(-1), float("-inf"))  # [M, N, out]
