@@ -20,6 +20,7 @@ from ray_app.common.errors import ray_causes
 
 
 def _finetune(argv: list[str]) -> int:
+    from ray_app.common.remote_files import local_files
     from ray_app.finetune.config import build_parser, resolve
     from ray_app.finetune.inputs import check_inputs
 
@@ -27,22 +28,17 @@ def _finetune(argv: list[str]) -> int:
         build_parser().print_help()
         return 0
     config, sources = resolve(argv)
-    check_inputs(config)  # data files, labels, columns, checkpoint: before Ray starts
-    from ray_app.finetune.run import run_finetune
+    with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
+        check_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
+        from ray_app.finetune.run import run_finetune
 
-    run_finetune(config, sources)
+        run_finetune(local, sources, recorded=config)
     return 0
 
 
 def _tune(argv: list[str]) -> int:
-    from ray_app.finetune.config import resolve
-    from ray_app.finetune.inputs import check_inputs
     from ray_app.tune.command import main
-    from ray_app.tune.config import TuneConfig
 
-    if not any(a in ("-h", "--help") for a in argv):
-        config, _ = resolve(argv, TuneConfig, "kermt tune")
-        check_inputs(config)  # the same input checks as finetune, before Ray starts
     return main(argv)
 
 
@@ -68,6 +64,8 @@ RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
               _lazy("ray_app.screening.commands", "main_embed")),
     "corpus": ("prepare a pretraining corpus with Ray Data: vocabs, labels, graph shards (kermt pretrain reads it)",
                _lazy("ray_app.pretrain.corpus", "main")),
+    "pretrain": ("vocab / cmim / hybrid pretraining on Ray Train from a corpus (upstream pretrain_ddp.py flags)",
+                 _lazy("ray_app.pretrain.run", "main")),
 }
 
 

@@ -14,9 +14,9 @@ Deliberate differences from upstream:
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ray_app.common import settings
 from ray_app.common.settings import FEATURE_GENERATORS, METRICS, SPLIT_TYPES, Source, did_you_mean
@@ -68,6 +68,9 @@ class FinetuneConfig(BaseModel):
     # training schedule
     epochs: int = Field(30, ge=1)
     batch_size: int = Field(32, ge=1, description="molecules per worker per step (global batch = x num_workers)")
+    global_batch_size: Optional[int] = Field(
+        None, ge=1, description="molecules per optimizer step over all workers, split over whoever runs (default: "
+        "batch_size x num_workers, x MAX for a MIN-MAX range); results do not depend on the number of workers")
     warmup_epochs: float = Field(2.0, ge=0)
     init_lr: float = Field(1e-4, gt=0)
     max_lr: float = Field(1e-3, gt=0)
@@ -97,7 +100,8 @@ class FinetuneConfig(BaseModel):
         "upstream", description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
     )
     # Ray
-    num_workers: int = Field(1, ge=1, description="data-parallel training workers")
+    num_workers: Union[str, int] = Field(1, description="data-parallel training workers: N, or MIN-MAX for elastic training "
+                             "(Ray Train starts with what fits, at least MIN, and resizes as nodes come and go)")
     use_gpu: bool = Field(False, description="one GPU per worker")
     address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
     max_concurrent_trials: Optional[int] = Field(
@@ -110,6 +114,34 @@ class FinetuneConfig(BaseModel):
         None, description="checkpoints and Tune state: s3://..., gs://..., any pyarrow URI, or file:///shared/path "
         "(default: save_dir on a single-node cluster; required on a multi-node one)")
     dry_run: bool = Field(False, description="validate and print the plan, do not train")
+
+    @field_validator("num_workers", mode="before")
+    @classmethod
+    def _worker_count(cls, value: Any) -> int | str:
+        low, high = parse_worker_range(value)
+        return low if low == high else f"{low}-{high}"  # a plain count stays a number in config.yaml / run.json
+
+    @property
+    def worker_range(self) -> tuple[int, int]:
+        """(MIN, MAX) training workers; equal for a fixed count."""
+        return parse_worker_range(self.num_workers)
+
+    @property
+    def min_workers(self) -> int:
+        return self.worker_range[0]
+
+    @property
+    def max_workers(self) -> int:
+        return self.worker_range[1]
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_workers != self.max_workers
+
+    @property
+    def step_batch_size(self) -> int:
+        """The global batch: molecules per optimizer step, whatever number of workers shares it."""
+        return self.global_batch_size or self.batch_size * self.max_workers
 
     @model_validator(mode="after")
     def _check(self) -> "FinetuneConfig":
@@ -132,6 +164,22 @@ class FinetuneConfig(BaseModel):
             raise ValueError(f"init_lr {self.init_lr} must not exceed max_lr {self.max_lr}")
         return self
 
+
+
+def parse_worker_range(value: Any) -> tuple[int, int]:
+    """``2`` or ``"2"`` -> (2, 2); ``"1-4"`` -> (1, 4). A ValueError names what is wrong."""
+    text = str(value).strip()
+    low, dash, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high) if dash else int(low))
+    except ValueError:
+        raise ValueError(f"num_workers {text!r}: give a number of workers (2) or a range MIN-MAX (1-4)") from None
+    if bounds[0] < 1:
+        raise ValueError(f"num_workers {text!r}: at least 1 worker")
+    if bounds[0] > bounds[1]:
+        raise ValueError(f"num_workers {text!r}: MIN {bounds[0]} is larger than MAX {bounds[1]}; give MIN-MAX with "
+                         "MIN <= MAX")
+    return bounds
 
 
 def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] = FinetuneConfig):

@@ -43,14 +43,14 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
     state, load_summary = initial_state(setup, config, seed)
     print(f"{label}: {load_summary}", flush=True)
     shipped = (None, None) if splits_ref is not None else (splits.train, splits.val)
-    plan = MemberPlan(config, state, *shipped, splits.target_scaler, seed, c.epochs, c.batch_size,
+    plan = MemberPlan(config, state, *shipped, splits.target_scaler, seed, c.epochs, c.step_batch_size,
                       c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
                       c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
                       label=label)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"plan": ray.put(plan), **({"splits": splits_ref} if splits_ref is not None else {})},
-        scaling_config=ScalingConfig(num_workers=c.num_workers, use_gpu=c.use_gpu),
+        scaling_config=ScalingConfig(num_workers=c.worker_range if c.elastic else c.min_workers, use_gpu=c.use_gpu),
         run_config=RunConfig(
             name=f"{setup.run_id}-fold{fold}-model{member}",
             storage_path=setup.storage,
@@ -164,7 +164,7 @@ def kept_members(setup: RunSetup, parts: list[ScaledSplits], jobs: list[tuple[in
 
 def member_concurrency(setup: RunSetup, runs: int) -> int:
     c = setup.config
-    concurrency = concurrent_runs(c.max_concurrent_trials, c.num_workers, c.use_gpu, runs)
+    concurrency = concurrent_runs(c.max_concurrent_trials, c.min_workers, c.use_gpu, runs)
     if runs > 1:
         print(f"training {runs} models ({fold_count(c)} fold(s) x {c.ensemble_size} member(s)), "
               f"{concurrency} at a time", flush=True)

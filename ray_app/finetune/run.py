@@ -70,15 +70,18 @@ def run_folds(setup: RunSetup) -> list[float]:
     for fold, member, model, history in finished:
         if (fold, member) not in kept:
             save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
-        member_preds[fold][member] = member_test_predictions(model, parts[fold], c.batch_size * c.num_workers,
+        member_preds[fold][member] = member_test_predictions(model, parts[fold], c.step_batch_size,
                                                              c.use_gpu)
         if all(p is not None for p in member_preds[fold]):
             scores[fold] = finish_fold(setup, fold, parts[fold], member_preds[fold])  # type: ignore[arg-type]
     return scores
 
 
-def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str, Any]:
-    """The whole run; returns the summary (also written to run.json)."""
+def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
+                 recorded: FinetuneConfig | None = None) -> dict[str, Any]:
+    """The whole run; returns the summary (also written to run.json). ``recorded``: the settings as the user gave
+    them, when ``config`` has local copies in place of URIs (config.yaml and run.json keep the URIs)."""
+    recorded = recorded or config
     resources = connect(config.address)
     setup = resolve_setup(config, sources)
     print(f"dataset_type={setup.dataset_type}{' (inferred from the labels)' if config.dataset_type is None else ''} "
@@ -89,8 +92,8 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str
     if config.dry_run:
         return dry_run_report(setup, resources)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
-    setup = replace(setup, run_id=claim_run_id(setup.save_dir, config)[0])
-    outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(config))
+    setup = replace(setup, run_id=claim_run_id(setup.save_dir, recorded)[0])
+    outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(recorded))
     write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
     scores = run_folds(setup)
     mean = nanmean(scores)
@@ -99,6 +102,8 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source]) -> dict[str
                f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
     extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml")}
     settings, setting_sources = _settings_with_checkpoint_values(setup)
+    given, used = recorded.model_dump(mode="json"), config.model_dump(mode="json")
+    settings.update({k: given[k] for k in given if given[k] != used[k]})  # the URIs, not their local copies
     outputs.atomic_write_text(setup.save_dir / "run.json", outputs.run_record(
         settings, setting_sources, resources, extra))
     print(f"overall_{config.split_type}_test_{setup.metric}={mean:.6f}", flush=True)
@@ -143,9 +148,9 @@ def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]
         _, load_summary = initial_state(setup, model.config, c.seed)
         print(f"checkpoint {setup.checkpoint.path} ({setup.checkpoint.spec.kind}):\n  " +
               load_summary.replace("\n", "\n  "))
-    wanted = {"CPU": c.num_workers, **({"GPU": c.num_workers} if c.use_gpu else {})}
+    wanted = {"CPU": c.max_workers, **({"GPU": c.max_workers} if c.use_gpu else {})}
     runs = c.ensemble_size * len(folds)
-    at_once = concurrent_runs(c.max_concurrent_trials, c.num_workers, c.use_gpu, runs)
+    at_once = concurrent_runs(c.max_concurrent_trials, c.min_workers, c.use_gpu, runs)
     print(f"would train {c.ensemble_size} model(s) x {len(folds)} fold(s), {at_once} at a time, each with "
           f"{c.num_workers} worker(s) ({wanted}) on a cluster with {resources}")
     return {"dry_run": True, "folds": folds, "dataset_type": setup.dataset_type, "metric": setup.metric,

@@ -1,14 +1,16 @@
 """``train_loop_per_worker``: one ensemble member of one fold, trained data-parallel by Ray Train.
 
 What makes N workers equal to one process (docs/architecture.md decision 4):
-- the epoch's batch plan depends only on (n, global batch, seed, epoch); each worker takes a slice of global batch k;
+- the epoch's batch plan depends only on (n, global batch, seed, epoch); each worker takes a slice of global batch k
+  (the global batch is fixed by the plan, so an elastic run that resizes between restarts keeps it);
 - the loss is normalised by the GLOBAL label count, the LR schedule counts global steps;
 - dynamic depth and bond dropout are drawn from (seed, global step), identically on every rank;
 - validation predicts fixed chunks of the global batch size, spread over ranks and gathered, so every rank scores
   the same predictions and takes the same best-model and early-stopping decisions.
 Fault tolerance: rank 0 reports a checkpoint every epoch (model, optimizer, scheduler, progress, best-so-far);
 a restarted worker group resumes from it, and dropout is reseeded per (seed, epoch, rank), so a lost worker costs
-at most one epoch and changes no result.
+at most one epoch and changes no result. A group restarted with a different size (elastic ``MIN-MAX``) gives the
+same result with dropout 0; with dropout > 0 the masks follow the ranks, so it differs by that draw only.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class MemberPlan:
     target_scaler: StandardScaler | None
     seed: int
     epochs: int
-    batch_size: int
+    global_batch_size: int  # molecules per optimizer step, split over whoever runs
     init_lr: float
     max_lr: float
     final_lr: float
@@ -108,8 +110,7 @@ def _build(plan: MemberPlan) -> tuple[KermtFinetuneModel, torch.optim.Optimizer,
     # On the device before the optimizer exists, so restored Adam state lands next to its parameters.
     model.to(ray.train.torch.get_device())
     optimizer = build_optimizer(model, plan.init_lr, plan.weight_decay, plan.fine_tune_coff)
-    world = ray.train.get_context().get_world_size()
-    schedule = NoamSchedule(plan.warmup_epochs, plan.epochs, len(plan.train) // (plan.batch_size * world),
+    schedule = NoamSchedule(plan.warmup_epochs, plan.epochs, len(plan.train) // plan.global_batch_size,
                             plan.init_lr, plan.max_lr, plan.final_lr)
     return model, optimizer, NoamLR(optimizer, schedule, plan.fine_tune_coff)
 
@@ -139,7 +140,7 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     order = epoch_order(len(plan.train), plan.seed, progress.epoch)
     # [local label-loss sum, local objective share, global label count]: summed on the device, read once per epoch
     sums = torch.zeros(3, dtype=torch.float64, device=device)
-    steps = global_batches(order, plan.batch_size * world)
+    steps = global_batches(order, plan.global_batch_size)
     for global_rows in steps:
         rows = worker_share(global_rows, rank, world)  # empty on some ranks when the last global batch is short
         keep = None
@@ -165,7 +166,7 @@ def _validate(plan: MemberPlan, model) -> dict[str, float]:
     """Val loss and metric over every val molecule exactly once, identical on every rank."""
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    chunk = plan.batch_size * world
+    chunk = plan.global_batch_size
     chunks = global_batches(np.arange(len(plan.val)), chunk)
     mine = [c for i, c in enumerate(chunks) if i % world == rank]
     local = {i * world + rank: predict(model, plan.val, c, chunk) for i, c in enumerate(mine)}

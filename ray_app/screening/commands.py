@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from kermt.errors import run_reporting_user_errors
 from ray_app.common.errors import ray_causes
+from ray_app.common.remote_files import local_files
 from ray_app.common.settings import build_parser, resolve
 from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig
 
@@ -18,7 +19,15 @@ def _run(prog: str, schema: type[BaseModel], argv: list[str], body) -> int:
     if any(a in ("-h", "--help") for a in argv):
         build_parser(prog, schema).print_help()
         return 0
-    return run_reporting_user_errors(prog, lambda: body(resolve(argv, schema, prog)[0]), ray_causes)
+    return run_reporting_user_errors(prog, lambda: _run_with_local_files(resolve(argv, schema, prog)[0], body),
+                                     ray_causes)
+
+
+def _run_with_local_files(config: BaseModel, body) -> int:
+    # --checkpoint_path/--checkpoint_dir URIs are downloaded, an --output_path URI is uploaded once complete;
+    # --data_path is streamed by Ray Data itself, URI or not.
+    with local_files(config, keep_remote=("data_path",)) as local:
+        return body(local)
 
 
 def main_predict(argv: list[str]) -> int:

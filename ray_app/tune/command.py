@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from ray_app.common.remote_files import local_files
 from ray_app.finetune.config import build_parser, resolve
+from ray_app.finetune.inputs import check_inputs
 from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
 
 
@@ -15,15 +17,17 @@ def main(argv: list[str]) -> int:
         build_parser("kermt tune", TuneConfig).print_help()
         return 0
     config, sources = resolve(argv, TuneConfig, "kermt tune")
-    space = config.space()
-    check_resumable(config)
-    from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
+    with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
+        check_inputs(local)  # the same input checks as finetune, before Ray starts
+        space = local.space()
+        check_resumable(local)
+        from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
 
-    try:
-        run_tune(config, sources, space)
-    except SweepFailedError as error:
-        print(f"kermt tune: error: {error}", file=sys.stderr)
-        return 1
+        try:
+            run_tune(local, sources, space)
+        except SweepFailedError as error:
+            print(f"kermt tune: error: {error}", file=sys.stderr)
+            return 1
     return 0
 
 

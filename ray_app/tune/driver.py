@@ -69,7 +69,7 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     base = config.finetune_base()
     setup = resolve_setup(base, finetune_sources(config, sources))
     objective = Objective.of(setup)
-    concurrency = concurrent_runs(config.max_concurrent_trials, base.num_workers, base.use_gpu, config.n_trials)
+    concurrency = concurrent_runs(config.max_concurrent_trials, base.min_workers, base.use_gpu, config.n_trials)
     print(f"dataset_type={setup.dataset_type} metric={setup.metric} objective={objective.key} ({objective.mode})\n"
           f"search space ({config.search_space or 'hpo_mode ' + (config.hpo_mode or 'all')}):\n  "
           + space.describe().replace("\n", "\n  "), flush=True)

@@ -134,7 +134,7 @@ def test_score(setup: RunSetup, model, splits: ScaledSplits) -> float:
     test labels)."""
     if len(splits.test) == 0 or bool(np.isnan(splits.test_targets_raw).all()):
         return float("nan")
-    preds = member_test_predictions(model, splits, setup.config.batch_size * setup.config.num_workers,
+    preds = member_test_predictions(model, splits, setup.config.step_batch_size,
                                     setup.config.use_gpu)
     value, _ = score(preds, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
     return float(value)

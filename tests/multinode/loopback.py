@@ -21,15 +21,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import free_port
+from tests.s3_server import BUCKET, MotoS3
 
 BIN = Path(sys.executable).parent
-BUCKET = "kermt-test"
 HEAD_IP = "127.0.0.2"
 
 
@@ -90,9 +88,11 @@ class LoopbackCluster:
     object_store_mb: int = 120
     port: int = field(default_factory=free_port)
     dashboard_port: int = field(default_factory=free_port)
-    s3_port: int = field(default_factory=free_port)
     nodes: dict[str, int] = field(default_factory=dict)  # worker node ip -> CPUs
-    _s3: subprocess.Popen | None = None
+    s3: MotoS3 = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.s3 = MotoS3(self.root / "s3")
 
     @property
     def head_dir(self) -> Path:
@@ -109,9 +109,7 @@ class LoopbackCluster:
 
     def env(self, temp_dir: Path | None = None) -> dict[str, str]:
         """Environment of every node and of drivers attached to this cluster."""
-        return {**ray_test_env(temp_dir or self.head_dir),
-                "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}"}
+        return {**ray_test_env(temp_dir or self.head_dir), **self.s3.env()}
 
     def driver_env(self) -> dict[str, str]:
         """A driver on the head node, attached by address (as `ray job submit` or `--address` attach one)."""
@@ -119,9 +117,10 @@ class LoopbackCluster:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def start(self, worker_nodes: dict[str, int]) -> "LoopbackCluster":
-        for directory in (self.head_dir, self.root / "driver", self.root / "s3"):
+        for directory in (self.head_dir, self.root / "driver"):
             directory.mkdir(parents=True, exist_ok=True)
-        self._start_s3()
+        os.environ.update(self.s3.env())  # this test process lists the bucket too
+        self.s3.start(BUCKET)
         self._ray_start(["--head", f"--port={self.port}", f"--node-ip-address={HEAD_IP}", "--num-cpus=0",
                          f"--dashboard-host={HEAD_IP}", f"--dashboard-port={self.dashboard_port}",
                          f"--ray-client-server-port={free_port()}"], self.env())
@@ -146,9 +145,7 @@ class LoopbackCluster:
 
     def stop(self) -> None:
         kill_tree(str(self.root))
-        if self._s3 is not None:
-            self._s3.kill()
-            self._s3.wait()
+        self.s3.stop()
 
     def _ray_start(self, args: list[str], env: dict[str, str], wrap=lambda command: command) -> None:
         self._run(wrap([str(BIN / "ray"), "start", f"--object-store-memory={self.object_store_mb * 2**20}",
@@ -163,32 +160,9 @@ class LoopbackCluster:
         if done.returncode != 0:
             raise RuntimeError(f"{shlex.join(command)} failed:\n{log.read_text()[-3000:]}")
 
-    def _start_s3(self) -> None:
-        log = open(self.root / "s3.log", "w")
-        self._s3 = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(self.s3_port)],
-                                    stdout=log, stderr=subprocess.STDOUT, env=self.env(), cwd=self.root / "s3")
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.s3_port}/", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError(f"moto_server did not start: {(self.root / 's3.log').read_text()[-2000:]}")
-                time.sleep(0.3)
-        self.make_bucket(BUCKET)
-
     def make_bucket(self, name: str) -> None:
-        import pyarrow.fs as pafs
-
-        os.environ.update({k: v for k, v in self.env().items() if k.startswith("AWS_")})
-        pafs.S3FileSystem(endpoint_override=f"http://127.0.0.1:{self.s3_port}",
-                          allow_bucket_creation=True).create_dir(name)
+        self.s3.make_bucket(name)
 
     def s3_listing(self, prefix: str) -> list[str]:
         """Every object key under ``s3://prefix`` (bucket/path)."""
-        import pyarrow.fs as pafs
-
-        fs = pafs.S3FileSystem(endpoint_override=f"http://127.0.0.1:{self.s3_port}")
-        infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
-        return sorted(i.path for i in infos if i.type == pafs.FileType.File)
+        return self.s3.listing(prefix)

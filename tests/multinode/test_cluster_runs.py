@@ -202,3 +202,37 @@ def test_predict_and_embed_from_the_heads_files(cluster, head_inputs, two_node_f
     import pyarrow.parquet as pq
 
     assert pq.read_metadata(embeddings).num_rows == len(rows)
+
+
+def test_elastic_run_continues_on_fewer_workers_with_the_same_result(cluster, head_inputs):
+    """``--num_workers 1-2``: SIGKILL one training node and add none back; Ray Train restarts the group with the one
+    worker that still fits, from the last S3 checkpoint. The global batch is fixed (16 x 2) and ``--padding zero``
+    makes molecule outputs independent of batch composition, so the score equals an uninterrupted 1-worker run's
+    with the same global batch (float summation noise aside). The lost node is replaced at the end for the tests
+    that follow."""
+    elastic = ("--padding", "zero", "--global_batch_size", "32")
+    reference = run_driver(cluster, finetune_args(head_inputs, cluster.head_dir / "ft-ref1", s3("ft-ref1"),
+                                                  "--num_workers", "1", *elastic)).stdout
+    save_dir = cluster.head_dir / "ft-elastic"
+    args = finetune_args(head_inputs, save_dir, s3("ft-elastic"), "--num_workers", "1-2", *elastic)
+    driver = subprocess.Popen([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
+                              env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 600
+    for line in driver.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if "[fold 0 model 0] epoch    0" in line:
+            break
+        assert time.monotonic() < deadline, "no epoch finished in time:\n" + "".join(lines[-50:])
+    assert "starting epoch 0: 2 worker(s) on 2 node(s)" in "".join(lines), "".join(lines[-30:])
+    wait_for_registered_checkpoint(cluster, "kermt-test/ft-elastic", "fold0-model0")
+    lost = sorted(cluster.nodes)[-1]
+    try:
+        assert cluster.kill_node(lost) > 0
+        out = "".join(lines) + driver.stdout.read()  # type: ignore[union-attr]
+        assert driver.wait(timeout=900) == 0, out[-6000:]
+    finally:
+        cluster.add_node("127.0.0.6", 1)
+    assert re.search(r"resuming at epoch [1-5]: 1 worker\(s\) on 1 node\(s\)", out), out[-4000:]
+    score = float(SUMMARY.search(out).group(1))
+    assert score == pytest.approx(float(SUMMARY.search(reference).group(1)), rel=0, abs=1e-5)

@@ -41,7 +41,7 @@ def _molecule_set(smiles: list[str], targets: np.ndarray, scaler: StandardScaler
     return MoleculeSet(done.graphs, features, scaler.transform(targets).astype(np.float32), done.smiles)
 
 
-def _plan(batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = False, n_train: int = 44,
+def _plan(global_batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = False, n_train: int = 44,
           features_generator: tuple[str, ...] = ()) -> MemberPlan:
     table = load_molecule_table(ROOT / "data/sample/admet_demo.csv", max_rows=60)
     train_y, val_y = table.targets[:n_train], table.targets[44:]
@@ -64,7 +64,7 @@ def _plan(batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = F
         model_config=config, initial_state=model.state_dict(),
         train=_molecule_set(table.smiles[:n_train], train_y, scaler, features_generator),
         val=_molecule_set(table.smiles[44:], val_y, scaler, features_generator),
-        target_scaler=scaler, seed=3, epochs=epochs, batch_size=batch_size, init_lr=1e-3, max_lr=3e-3,
+        target_scaler=scaler, seed=3, epochs=epochs, global_batch_size=global_batch_size, init_lr=1e-3, max_lr=3e-3,
         final_lr=5e-4, warmup_epochs=1.0, weight_decay=0.0, fine_tune_coff=0.5, dist_coff=0.15, bond_drop_rate=0.0,
         metric="rmse", select_by_loss=False, early_stop_epoch=100,
     )
@@ -84,7 +84,7 @@ def _fit(plan: MemberPlan, workers: int, tmp_path, name: str, max_failures: int 
 @pytest.mark.parametrize("use_mtl_loss", [False, True])
 def test_two_workers_equal_one_worker_with_double_batch(ray_cluster, tmp_path, use_mtl_loss):
     single = _fit(_plan(8, "zero", use_mtl_loss=use_mtl_loss), 1, tmp_path, "single")
-    double = _fit(_plan(4, "zero", use_mtl_loss=use_mtl_loss), 2, tmp_path, "double")
+    double = _fit(_plan(8, "zero", use_mtl_loss=use_mtl_loss), 2, tmp_path, "double")
     # 44 molecules, global batch 8: 6 steps per epoch including a ragged tail of 4 (2 per worker)
     assert single["progress"]["global_step"] == double["progress"]["global_step"] == 12
     _assert_same_training(single, double)
@@ -112,7 +112,7 @@ def test_a_worker_with_no_molecules_in_the_last_batch(ray_cluster, tmp_path):
     # run its forward (molecule features included), backward and collectives; MTL adds per-task label counts.
     single = _fit(_plan(8, "zero", use_mtl_loss=True, n_train=41, features_generator=("rdkit_2d_normalized",)),
                   1, tmp_path, "single")
-    double = _fit(_plan(4, "zero", use_mtl_loss=True, n_train=41, features_generator=("rdkit_2d_normalized",)),
+    double = _fit(_plan(8, "zero", use_mtl_loss=True, n_train=41, features_generator=("rdkit_2d_normalized",)),
                   2, tmp_path, "double")
     assert single["progress"]["global_step"] == double["progress"]["global_step"] == 12
     _assert_same_training(single, double)
@@ -138,7 +138,7 @@ def _kill_one_worker_after_first_checkpoint(storage: Path, name: str, done: thre
 
 
 def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
-    plan = dataclasses.replace(_plan(4, "upstream", epochs=5), bond_drop_rate=0.1)
+    plan = dataclasses.replace(_plan(8, "upstream", epochs=5), bond_drop_rate=0.1)
     plan = dataclasses.replace(plan, model_config=dataclasses.replace(
         plan.model_config, encoder=dataclasses.replace(plan.model_config.encoder, dropout=0.1)))
     reference = _fit(plan, 2, tmp_path, "uninterrupted")
@@ -158,3 +158,25 @@ def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
         torch.testing.assert_close(resumed["model"][name], value, rtol=0, atol=1e-6, msg=name)
     assert [h["val_rmse"] for h in resumed["progress"]["history"]] == pytest.approx(
         [h["val_rmse"] for h in reference["progress"]["history"]], abs=1e-7)
+
+
+def test_run_resumed_on_fewer_workers_changes_no_result(ray_cluster, tmp_path):
+    """What an elastic run (``--num_workers 1-2``) does when a node goes: the group restarts smaller from the last
+    checkpoint. The global batch is part of the plan, so 1 worker continues exactly where 2 left off."""
+    plan = dataclasses.replace(_plan(8, "zero", epochs=4), bond_drop_rate=0.1)
+    reference = _fit(plan, 2, tmp_path, "uninterrupted")
+
+    done, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_one_worker_after_first_checkpoint,
+                              args=(tmp_path, "shrunk", done, killed), daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(Exception):  # no retries left: the 2-worker run stops at the kill
+            _fit(plan, 2, tmp_path, "shrunk")
+    finally:
+        done.set()
+        killer.join(timeout=5)
+    assert killed and killed[0] < 4, f"no worker was killed mid-run (epochs checkpointed at kill: {killed})"
+    resumed = _fit(plan, 1, tmp_path, "shrunk")  # same run name and storage: resumes from its checkpoint
+    assert resumed["progress"]["epoch"] == reference["progress"]["epoch"] == 4
+    _assert_same_training(reference, resumed)

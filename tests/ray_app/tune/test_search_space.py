@@ -114,7 +114,7 @@ def test_tune_settings_validate_the_sweep():
                               TuneConfig, "kermt tune")
     assert (config.search, config.scheduler, config.hpo_mode) == ("optuna", "asha", None)
     base = config.finetune_base()
-    assert type(base) is FinetuneConfig and base.num_workers == 2 and base.max_concurrent_trials is None
+    assert type(base) is FinetuneConfig and base.worker_range == (2, 2) and base.max_concurrent_trials is None
     with pytest.raises(ValueError, match="setting 'n_trials'"):
         resolve(["--data_path", "d.csv"], TuneConfig, "kermt tune")
     with pytest.raises(ValueError, match="hpo_mode and search_space conflict"):

@@ -1,0 +1,116 @@
+"""URIs for inputs and outputs, against a local S3 endpoint (moto's server): downloads, the cache, mirrored
+--save_dir, staged --output_path, and `kermt finetune` / `kermt predict` end to end with everything in the bucket."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from kermt.errors import UserError
+from ray_app.cli import main as cli_main
+from ray_app.common.remote_files import fetch_input, local_files
+from ray_app.screening.config import PredictConfig
+from tests.conftest import FIXTURE_DIR
+from tests.s3_server import BUCKET, MotoS3
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    server = MotoS3(tmp_path_factory.mktemp("s3")).start()
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    os.environ["KERMT_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    os.environ.pop("KERMT_CACHE", None)
+    server.stop()
+
+
+def _put(s3: MotoS3, key: str, data: bytes) -> str:
+    with s3.filesystem().open_output_stream(f"{BUCKET}/{key}") as out:
+        out.write(data)
+    return f"s3://{BUCKET}/{key}"
+
+
+def _get(s3: MotoS3, key: str) -> bytes:
+    with s3.filesystem().open_input_stream(f"{BUCKET}/{key}") as stream:
+        return stream.read()
+
+
+def test_an_input_uri_is_downloaded_once_and_again_when_it_changes(s3):
+    uri = _put(s3, "in/data.csv", b"smiles,y\nCCO,1.0\n")
+    first = fetch_input(uri, "--data_path")
+    assert Path(first).read_bytes() == b"smiles,y\nCCO,1.0\n" and Path(first).name == "data.csv"
+    assert fetch_input(uri, "--data_path") == first  # cached: same object, same local copy
+    _put(s3, "in/data.csv", b"smiles,y\nCCO,1.0\nCCN,2.0\n")
+    changed = fetch_input(uri, "--data_path")
+    assert changed != first and Path(changed).read_bytes().endswith(b"CCN,2.0\n")
+    assert fetch_input("relative/local.csv", "--data_path") == "relative/local.csv"
+
+
+def test_a_missing_object_is_a_one_line_error_naming_flag_and_uri(s3):
+    with pytest.raises(UserError, match=r"--checkpoint_path s3://kermt-test/nope.pt: no such object"):
+        fetch_input(f"s3://{BUCKET}/nope.pt", "--checkpoint_path")
+
+
+def test_output_file_is_uploaded_only_when_the_command_succeeded(s3, tmp_path):
+    config = PredictConfig(data_path="in.csv", output_path=f"s3://{BUCKET}/out/a.csv", checkpoint_path="c.pt")
+    with local_files(config, keep_remote=("data_path",)) as local:
+        assert local.data_path == "in.csv" and not local.output_path.startswith("s3://")
+        assert local.output_path.endswith("/a.csv")
+        Path(local.output_path).write_text("done\n")
+    assert _get(s3, "out/a.csv") == b"done\n"
+    failed = config.model_copy(update={"output_path": f"s3://{BUCKET}/out/b.csv"})
+    with pytest.raises(RuntimeError), local_files(failed, keep_remote=("data_path",)) as local:
+        Path(local.output_path).write_text("half\n")
+        raise RuntimeError("the run failed")
+    assert f"{BUCKET}/out/b.csv" not in s3.listing(f"{BUCKET}/out")
+
+
+def test_finetune_reads_and_writes_object_storage(ray_cluster, s3, capsys):
+    """--data_path, --checkpoint_path and --save_dir in the bucket; config.yaml keeps the URIs; a re-run of the
+    same command finds the first run's files through the mirror and keeps its finished model."""
+    with open(ROOT / "data/sample/admet_demo.csv", "rb") as f:
+        data_uri = _put(s3, "in/demo.csv", b"".join(f.readlines()[:61]))
+    ckpt_uri = _put(s3, "in/ckpt.pt", (FIXTURE_DIR / "ckpt_pretrain_vocab.pt").read_bytes())
+    save_uri = f"s3://{BUCKET}/runs/ft"
+    args = ["finetune", "--data_path", data_uri, "--checkpoint_path", ckpt_uri, "--save_dir", save_uri,
+            "--num_workers", "1", "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8"]
+    assert cli_main(args) == 0
+    keys = s3.listing(f"{BUCKET}/runs/ft")
+    for name in ("config.yaml", "run.json", "fold_0/test_result.csv", "fold_0/model_0/model.pt",
+                 "fold_0/model_0/model/config.json"):
+        assert f"{BUCKET}/runs/ft/{name}" in keys, keys
+    recorded = yaml.safe_load(_get(s3, "runs/ft/config.yaml"))
+    assert (recorded["data_path"], recorded["checkpoint_path"], recorded["save_dir"]) == (data_uri, ckpt_uri, save_uri)
+    run = json.loads(_get(s3, "runs/ft/run.json"))
+    assert run["settings"]["data_path"] == {"value": data_uri, "source": "user"}
+    first_result = _get(s3, "runs/ft/fold_0/test_result.csv")
+
+    capsys.readouterr()
+    assert cli_main(args) == 0  # the same command again: the mirror brings the finished model back, it is kept
+    assert "kept 1 of 1 model(s) finished by the interrupted run" in capsys.readouterr().out
+    assert _get(s3, "runs/ft/fold_0/test_result.csv") == first_result
+
+
+def test_predict_with_checkpoint_and_output_in_the_bucket(ray_cluster, s3, tmp_path):
+    ckpt_uri = _put(s3, "models/reg.pt", (FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes())
+    local = tmp_path / "local.csv"
+    assert cli_main(["predict", "--data_path", str(FIXTURE_DIR / "smiles.csv"), "--checkpoint_path", ckpt_uri,
+                     "--output_path", f"s3://{BUCKET}/preds/p.csv"]) == 0
+    assert cli_main(["predict", "--data_path", str(FIXTURE_DIR / "smiles.csv"), "--checkpoint_path",
+                     str(FIXTURE_DIR / "ckpt_ft_reg.pt"), "--output_path", str(local)]) == 0
+    remote = tmp_path / "remote.csv"
+    remote.write_bytes(_get(s3, "preds/p.csv"))
+    pd.testing.assert_frame_equal(pd.read_csv(remote), pd.read_csv(local))
