@@ -40,6 +40,20 @@ def wait_for_registered_checkpoint(cluster, prefix: str, run_marker: str, timeou
         time.sleep(0.2)
 
 
+def start_until_first_epoch(cluster, args: list[str]) -> tuple[subprocess.Popen, list[str]]:
+    """Start a finetune driver on the head; return once member 0 of fold 0 has logged its first epoch."""
+    driver = subprocess.Popen([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
+                              env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + 600
+    for line in driver.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if "[fold 0 model 0] epoch    0" in line:
+            break
+        assert time.monotonic() < deadline, "no epoch finished in time:\n" + "".join(lines[-50:])
+    return driver, lines
+
+
 def test_worker_nodes_cannot_see_the_heads_disk(cluster, head_inputs):
     """The lane's premise: what the driver has on the head is invisible to a process on a worker node."""
     probe = ("import os, ray; ray.init(); "
@@ -89,15 +103,7 @@ def test_losing_a_training_node_mid_run_changes_no_result(cluster, head_inputs, 
     uninterrupted run."""
     save_dir = cluster.head_dir / "ft2-lost"
     args = finetune_args(head_inputs, save_dir, s3("ft2-lost"), "--num_workers", "2")  # max_failures: 3 by default here
-    driver = subprocess.Popen([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
-                              env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    deadline = time.monotonic() + 600
-    for line in driver.stdout:  # type: ignore[union-attr]
-        lines.append(line)
-        if "[fold 0 model 0] epoch    0" in line:
-            break
-        assert time.monotonic() < deadline, "no epoch finished in time:\n" + "".join(lines[-50:])
+    driver, lines = start_until_first_epoch(cluster, args)
     wait_for_registered_checkpoint(cluster, "kermt-test/ft2-lost", "fold0-model0")
     lost = "127.0.0.4"
     assert cluster.kill_node(lost) > 0
@@ -215,15 +221,7 @@ def test_elastic_run_continues_on_fewer_workers_with_the_same_result(cluster, he
                                                   "--num_workers", "1", *elastic)).stdout
     save_dir = cluster.head_dir / "ft-elastic"
     args = finetune_args(head_inputs, save_dir, s3("ft-elastic"), "--num_workers", "1-2", *elastic)
-    driver = subprocess.Popen([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
-                              env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    deadline = time.monotonic() + 600
-    for line in driver.stdout:  # type: ignore[union-attr]
-        lines.append(line)
-        if "[fold 0 model 0] epoch    0" in line:
-            break
-        assert time.monotonic() < deadline, "no epoch finished in time:\n" + "".join(lines[-50:])
+    driver, lines = start_until_first_epoch(cluster, args)
     assert "starting epoch 0: 2 worker(s) on 2 node(s)" in "".join(lines), "".join(lines[-30:])
     wait_for_registered_checkpoint(cluster, "kermt-test/ft-elastic", "fold0-model0")
     lost = sorted(cluster.nodes)[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -137,21 +138,29 @@ def _kill_one_worker_after_first_checkpoint(storage: Path, name: str, done: thre
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def killing_a_worker_after_first_checkpoint(storage: Path, name: str):
+    """While the block runs run ``name``: SIGKILL one of its workers once its first checkpoint exists. Yields the
+    list that receives the number of checkpoints at the kill (empty: no kill happened)."""
+    done, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_one_worker_after_first_checkpoint, args=(storage, name, done, killed),
+                              daemon=True)
+    killer.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        killer.join(timeout=5)
+
+
 def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
     plan = dataclasses.replace(_plan(8, "upstream", epochs=5), bond_drop_rate=0.1)
     plan = dataclasses.replace(plan, model_config=dataclasses.replace(
         plan.model_config, encoder=dataclasses.replace(plan.model_config.encoder, dropout=0.1)))
     reference = _fit(plan, 2, tmp_path, "uninterrupted")
 
-    done, killed = threading.Event(), []
-    killer = threading.Thread(target=_kill_one_worker_after_first_checkpoint,
-                              args=(tmp_path, "interrupted", done, killed), daemon=True)
-    killer.start()
-    try:
+    with killing_a_worker_after_first_checkpoint(tmp_path, "interrupted") as killed:
         resumed = _fit(plan, 2, tmp_path, "interrupted", max_failures=1)
-    finally:
-        done.set()
-        killer.join(timeout=5)
     assert killed and killed[0] < 5, f"no worker was killed mid-run (epochs checkpointed at kill: {killed})"
     assert resumed["progress"]["epoch"] == reference["progress"]["epoch"] == 5
     for name, value in reference["model"].items():
@@ -166,16 +175,9 @@ def test_run_resumed_on_fewer_workers_changes_no_result(ray_cluster, tmp_path):
     plan = dataclasses.replace(_plan(8, "zero", epochs=4), bond_drop_rate=0.1)
     reference = _fit(plan, 2, tmp_path, "uninterrupted")
 
-    done, killed = threading.Event(), []
-    killer = threading.Thread(target=_kill_one_worker_after_first_checkpoint,
-                              args=(tmp_path, "shrunk", done, killed), daemon=True)
-    killer.start()
-    try:
+    with killing_a_worker_after_first_checkpoint(tmp_path, "shrunk") as killed:
         with pytest.raises(Exception):  # no retries left: the 2-worker run stops at the kill
             _fit(plan, 2, tmp_path, "shrunk")
-    finally:
-        done.set()
-        killer.join(timeout=5)
     assert killed and killed[0] < 4, f"no worker was killed mid-run (epochs checkpointed at kill: {killed})"
     resumed = _fit(plan, 1, tmp_path, "shrunk")  # same run name and storage: resumes from its checkpoint
     assert resumed["progress"]["epoch"] == reference["progress"]["epoch"] == 4
