@@ -15,11 +15,9 @@ from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.pretrain.loss import GlobalView, pretrain_shares
 from tests.kermt.nn.test_pretrain_step_parity import (
     CASES,
-    GRAD_ATOL,
-    GRAD_RTOL,
     LOSS_RTOL,
-    NOISE_FLOOR,
     ORACLE,
+    assert_gradients_equal_upstreams,
     fixture_model,
     recorded_batch,
     settings,
@@ -76,14 +74,4 @@ def test_every_share_equals_upstreams_logged_term(oracle, runs, case) -> None:
 
 @pytest.mark.parametrize("case", ["vocab", "hybrid_weighted", "cmim"])
 def test_every_gradient_equals_upstreams(oracle, runs, case) -> None:
-    model, _ = runs[case]
-    prefix = f"{case}::grad::"
-    recorded = {key.removeprefix(prefix): oracle[key] for key in oracle if key.startswith(prefix)}
-    largest = max(float(np.abs(grad).max()) for grad in recorded.values())
-    params = dict(model.named_parameters())
-    for name, expected in recorded.items():
-        atol = GRAD_ATOL * float(np.abs(expected).max()) + NOISE_FLOOR * largest
-        np.testing.assert_allclose(params[name].grad.numpy(), expected, rtol=GRAD_RTOL, atol=atol, err_msg=name)
-    for name, param in params.items():  # upstream has no gradient there: an unused parameter, zero at most
-        if name not in recorded and param.grad is not None and settings(oracle, case)["grads"] == "all":
-            assert not param.grad.any(), name
+    assert_gradients_equal_upstreams(oracle, case, runs[case][0])
