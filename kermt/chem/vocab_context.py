@@ -39,25 +39,54 @@ def _join_context(head: str, counts: Counter) -> str:
 
 def atom_context(mol: Chem.Mol, atom: Chem.Atom) -> str:
     """Context string of ``atom``, e.g. ethanol's CH2 -> ``"C_C-SINGLE1_O-SINGLE1"``."""
-    counts: Counter = Counter()
-    for bond in atom.GetBonds():
-        neighbour = bond.GetOtherAtom(atom)
-        counts[f"{neighbour.GetSymbol()}-{bond.GetBondType()}"] += 1
-    return _join_context(atom.GetSymbol(), counts)
+    return _atom_contexts(mol)[atom.GetIdx()]
 
 
 def bond_context(mol: Chem.Mol, bond: Chem.Bond) -> str:
     """Context string of ``bond``: its descriptor, then ``"<end symbol>-<descriptor>"`` of every other bond at
-    either end (a bond back to the other endpoint, i.e. a ring closure of size 2, cannot exist and is skipped)."""
-    ends = (bond.GetBeginAtom(), bond.GetEndAtom())
-    end_ids = {atom.GetIdx() for atom in ends}
-    counts: Counter = Counter()
-    for end in ends:
-        for other in end.GetBonds():
-            if other.GetOtherAtomIdx(end.GetIdx()) in end_ids:
-                continue
-            counts[f"{end.GetSymbol()}-{bond_descriptor(other)}"] += 1
-    return _join_context(bond_descriptor(bond), counts)
+    either end (the bond itself excluded; two atoms share at most one bond)."""
+    return _bond_contexts(mol)[bond.GetIdx()]
+
+
+# Whole-molecule passes: every bond's type / descriptor and every atom's symbol is read from RDKit once and shared
+# by all the contexts that mention it (per-atom and per-bond RDKit iteration cost several times more, and a
+# corpus computes these strings for tens of millions of atoms and bonds).
+
+def _atom_contexts(mol: Chem.Mol) -> list[str]:
+    """Contexts of all atoms, in atom index order."""
+    symbols = [atom.GetSymbol() for atom in mol.GetAtoms()]
+    counts: list[Counter] = [Counter() for _ in symbols]
+    for bond in mol.GetBonds():
+        i, j, kind = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), str(bond.GetBondType())
+        counts[i][f"{symbols[j]}-{kind}"] += 1
+        counts[j][f"{symbols[i]}-{kind}"] += 1
+    return [_join_context(symbol, c) for symbol, c in zip(symbols, counts)]
+
+
+def _bond_contexts(mol: Chem.Mol) -> list[str]:
+    """Contexts of all bonds, in RDKit bond index order."""
+    symbols = [atom.GetSymbol() for atom in mol.GetAtoms()]
+    bonds = list(mol.GetBonds())
+    ends = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in bonds]
+    descriptors = [bond_descriptor(bond) for bond in bonds]
+    at_atom: list[list[int]] = [[] for _ in symbols]
+    for k, (i, j) in enumerate(ends):
+        at_atom[i].append(k)
+        at_atom[j].append(k)
+    out = []
+    for k, (i, j) in enumerate(ends):
+        counts: Counter = Counter()
+        for end in (i, j):
+            for other in at_atom[end]:
+                if other != k:
+                    counts[f"{symbols[end]}-{descriptors[other]}"] += 1
+        out.append(_join_context(descriptors[k], counts))
+    return out
+
+
+def _pair(bond: Chem.Bond) -> tuple[int, int]:
+    i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+    return (i, j) if i < j else (j, i)
 
 
 def bonds_in_pair_order(mol: Chem.Mol) -> list[Chem.Bond]:
@@ -66,18 +95,15 @@ def bonds_in_pair_order(mol: Chem.Mol) -> list[Chem.Bond]:
     This is the order upstream's MolGraph enumerates bonds in (``for a1: for a2 > a1``), hence the order of bond
     labels and of the directed-edge pairs (2k+1, 2k+2) in a batch; sorting avoids the O(n_atoms²) double loop.
     """
-    def pair(bond: Chem.Bond) -> tuple[int, int]:
-        i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
-        return (i, j) if i < j else (j, i)
-
-    return sorted(mol.GetBonds(), key=pair)
+    return sorted(mol.GetBonds(), key=_pair)
 
 
 def contexts(mol: Chem.Mol, kind: VocabKind) -> list[str]:
     """Context strings of every atom (atom order) or every bond (pair order, see :func:`bonds_in_pair_order`)."""
     if kind == "atom":
-        return [atom_context(mol, atom) for atom in mol.GetAtoms()]
-    return [bond_context(mol, bond) for bond in bonds_in_pair_order(mol)]
+        return _atom_contexts(mol)
+    by_index = _bond_contexts(mol)
+    return [by_index[bond.GetIdx()] for bond in bonds_in_pair_order(mol)]
 
 
 @dataclass(frozen=True)
