@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rdkit import Chem
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -215,22 +216,41 @@ VOCAB_RUNS = {
 }
 
 
+def non_canonical(smiles: str) -> str:
+    """The same molecule written otherwise: kekulé, rooted at its last atom (so upstream's cleaning rewrites it)."""
+    mol = Chem.MolFromSmiles(smiles)
+    Chem.Kekulize(mol, clearAromaticFlags=True)
+    return Chem.MolToSmiles(mol, rootedAtAtom=mol.GetNumAtoms() - 1, kekuleSmiles=True)
+
+
 def write_vocab_input() -> None:
-    """One-column SMILES file: the first VOCAB_MOLECULES of the bundled sample data, plus one unparsable row."""
+    """One-column SMILES file: the first VOCAB_MOLECULES of the bundled sample data (already RDKit-canonical),
+    every third rewritten by :func:`non_canonical`, plus one unparsable row."""
     with open(VOCAB_SOURCE, newline="") as handle:
         rows = [row["smiles"] for _, row in zip(range(VOCAB_MOLECULES), csv.DictReader(handle))]
+    rows = [non_canonical(smi) if i % 3 == 1 else smi for i, smi in enumerate(rows)]
     rows.insert(VOCAB_MOLECULES // 2, UNPARSABLE)
     VOCAB_INPUT.write_text("smiles\n" + "".join(f"{smi}\n" for smi in rows))
 
 
-def build_vocabs(upstream: Path, scratch: Path) -> None:
-    """Upstream's scripts/build_vocab.py, its real CLI, once per VOCAB_RUNS entry."""
+def run_upstream_script(upstream: Path, scratch: Path, script: str, *flags: str) -> None:
     env = upstream_env(upstream, scratch)
+    subprocess.run([sys.executable, f"scripts/{script}", *flags], cwd=upstream, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def build_vocabs(upstream: Path, scratch: Path) -> None:
+    """Upstream's scripts/build_vocab.py, its real CLI, once per VOCAB_RUNS entry on the raw input; then upstream's
+    documented flow, scripts/clean_smiles.py (drop unparsable rows, canonicalise) and build_vocab.py ("cleaned")."""
+    common = ["--vocab_save_folder", str(HERE), "--num_workers", "2"]
     for name, flags in VOCAB_RUNS.items():
-        command = [sys.executable, "scripts/build_vocab.py", "--data_path", str(VOCAB_INPUT),
-                   "--vocab_save_folder", str(HERE), "--dataset_name", name, "--num_workers", "2", *flags]
-        subprocess.run(command, cwd=upstream, env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        run_upstream_script(upstream, scratch, "build_vocab.py", "--data_path", str(VOCAB_INPUT), *common,
+                            "--dataset_name", name, *flags)
+    cleaned = scratch / "vocab_input_clean.csv"
+    run_upstream_script(upstream, scratch, "clean_smiles.py", "--input", str(VOCAB_INPUT), "--output", str(cleaned),
+                        "--restart")
+    run_upstream_script(upstream, scratch, "build_vocab.py", "--data_path", str(cleaned), *common,
+                        "--dataset_name", "cleaned")
 
 
 # Optimizer-step oracle: a tiny finetune model (upstream's build_model init, torch seed 0), upstream's
