@@ -84,7 +84,8 @@ def clean_smiles(raw: Sequence[object], canonicalize: bool = True) -> tuple[list
 
 
 def count_vocab_tokens(smiles: Iterable[str]) -> dict[str, Counter]:
-    """Atom contexts, bond contexts and SMILES tokens of cleaned SMILES: {"atom": Counter, "bond": ..., "smiles": ...}."""
+    """Atom contexts, bond contexts and SMILES tokens of cleaned SMILES: {"atom": Counter, "bond": ..., "smiles": ...}
+    """
     counts = {kind: Counter() for kind in VOCAB_KINDS}
     with rdBase.BlockLogs():
         for smi in smiles:

@@ -1,7 +1,7 @@
 """`kermt corpus`: a pretraining corpus (format: ``kermt.data.corpus``) prepared with Ray Data.
 
     read (one task per file, rows numbered)  ->  clean: parse, canonicalise, validate (CPU tasks)  ->  materialise
-      pass 1: count atom / bond contexts, SMILES tokens, rows and rejects per block -> groupby(kind, key).sum()
+      pass 1: count atom / bond contexts, SMILES tokens, rows and rejects per block -> summed in one task
               -> vocabs on the driver (a few thousand counts, exactly as upstream's build_vocab.py orders them)
       pass 2: valid rows -> featurise + label (CPU tasks) -> blocks of exactly --rows_per_shard rows, in input
               order -> each written as a staged Parquet file by a task; the driver renames them part-00000...
@@ -99,12 +99,21 @@ def stage_shard(batch: pa.Table, corpus_dir: str) -> pa.Table:
                      "row": [batch.column("row")[0].as_py()], "max_tokens": [int(lengths.max())]})
 
 
-def _reduce_counts(cleaned) -> dict[str, Counter]:
+def sum_counts(batch: pa.Table) -> pa.Table:
+    """Reduce side: (kind, key, count) rows -> one row per (kind, key) with the summed count."""
+    summed = batch.group_by(["kind", "key"]).aggregate([("count", "sum")])
+    return pa.table({"kind": summed.column("kind"), "key": summed.column("key"), "count": summed.column("count_sum")})
+
+
+def _reduce_counts(cleaned, rows_per_task: int) -> dict[str, Counter]:
+    # Every block's counts are already summed, so the reduce reads a few hundred rows per block: one task does it
+    # (a hash-shuffle groupby would start aggregator actors for what is a few MB even for millions of molecules).
+    per_block = cleaned.map_batches(count_block, batch_format="pyarrow", batch_size=rows_per_task)
+    total = per_block.repartition(1).map_batches(sum_counts, batch_format="pyarrow", batch_size=None)
     totals: dict[str, Counter] = {}
-    grouped = cleaned.map_batches(count_block, batch_format="pyarrow").groupby(["kind", "key"]).sum("count")
-    for batch in grouped.iter_batches(batch_format="pyarrow", batch_size=None):
-        for kind, key, count in zip(*(batch.column(i).to_pylist() for i in range(3))):
-            totals.setdefault(kind, Counter())[key] = count
+    for batch in total.iter_batches(batch_format="pyarrow", batch_size=None):
+        for kind, key, count in zip(*(batch.column(n).to_pylist() for n in ("kind", "key", "count"))):
+            totals.setdefault(kind, Counter())[key] += count
     return totals
 
 
@@ -159,7 +168,7 @@ def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, 
     raw = read_inputs(paths, columns)
     cleaned = raw.map_batches(clean_block, fn_kwargs={"canonicalize": settings.canonicalize},
                               batch_format="pyarrow", batch_size=rows_per_task).materialize()
-    counts = _reduce_counts(cleaned)
+    counts = _reduce_counts(cleaned, rows_per_task)
     rows, invalid = counts.get(ROWS, Counter()), counts.get(INVALID, Counter())
     n_rows, n_invalid = sum(rows.values()), sum(invalid.values())
     rejected = _rejected_rows(cleaned, paths) if n_invalid else []
@@ -207,4 +216,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["build_corpus", "clean_block", "count_block", "featurize_block", "main", "run_corpus", "stage_shard"]
+__all__ = ["build_corpus", "clean_block", "count_block", "featurize_block", "main", "run_corpus", "stage_shard",
+           "sum_counts"]

@@ -1,0 +1,103 @@
+"""Corpus preparation on MOSES: `kermt corpus` throughput on Ray Data next to the single-process rate; bytes per
+molecule.
+
+    .venv/bin/python scripts/fetch_moses.py                 # once: data/moses/train.csv.gz
+    .venv/bin/python bench/corpus.py [--n 100000] [--num_cpus 2] [--single_n 3000] [--keep DIR]
+
+* single process: the same steps in this process (clean + canonicalise, count contexts and tokens, featurise and
+  label, write one shard) on the first ``--single_n`` molecules: molecules per second of one CPU;
+* Ray: ``kermt corpus`` on the first ``--n`` MOSES SMILES (one CSV) on a local cluster of ``--num_cpus`` CPUs:
+  wall clock from reading to the manifest, molecules per second, and that rate over ``num_cpus`` x the
+  single-process rate (1.0 = perfect scaling);
+* bytes per molecule of the written corpus: the graph store in memory (FlatGraphs), labels and tokens in memory,
+  and the Parquet shards on disk (zstd).
+
+Figures depend on the machine and on what else runs on it: they are printed with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+MOSES = ROOT / "data/moses/train.csv.gz"
+
+
+def moses_smiles(n: int) -> list[str]:
+    if not MOSES.exists():
+        sys.exit(f"{MOSES} is missing: run .venv/bin/python scripts/fetch_moses.py first")
+    with gzip.open(MOSES, "rt") as handle:
+        next(handle)  # header: SMILES
+        return [line.strip() for line in itertools.islice(handle, n)]
+
+
+def single_process_rate(smiles: list[str], directory: str) -> float:
+    """Molecules per second of one process doing every step of a corpus build (as prepare_corpus does)."""
+    from kermt.data.corpus_prep import prepare_corpus
+
+    prepare_corpus({"warm-up": smiles[:50]}, os.path.join(directory, "warm"))  # imports, RDKit pattern caches
+    start = time.perf_counter()
+    prepare_corpus({"moses": smiles}, os.path.join(directory, "single"))
+    return len(smiles) / (time.perf_counter() - start)
+
+
+def bytes_per_molecule(corpus_dir: str) -> dict[str, float]:
+    from kermt.data.corpus import open_corpus
+
+    corpus = open_corpus(corpus_dir)
+    arrays = corpus.load()
+    n = len(arrays)
+    labels = arrays.fg_labels.nbytes + arrays.tokens.nbytes + arrays.atom_labels.nbytes + arrays.bond_labels.nbytes
+    on_disk = sum(os.path.getsize(os.path.join(corpus_dir, s.path)) for s in corpus.manifest.shards)
+    return {"graph in memory": arrays.graphs.nbytes / n, "labels + tokens in memory": labels / n,
+            "shards on disk (Parquet zstd)": on_disk / n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000, help="MOSES molecules for the Ray build")
+    parser.add_argument("--num_cpus", type=int, default=os.cpu_count(), help="CPUs of the local Ray cluster")
+    parser.add_argument("--single_n", type=int, default=3000, help="molecules for the single-process rate")
+    parser.add_argument("--rows_per_shard", type=int, default=50_000)
+    parser.add_argument("--keep", help="write the Ray-built corpus here (default: a temporary directory)")
+    args = parser.parse_args()
+
+    smiles = moses_smiles(max(args.n, args.single_n))
+    with tempfile.TemporaryDirectory() as tmp:
+        single = single_process_rate(smiles[:args.single_n], tmp)
+        print(f"single process: {single:.0f} molecules/s ({args.single_n} molecules; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
+        source = os.path.join(tmp, f"moses_{args.n}.csv")
+        Path(source).write_text("smiles\n" + "\n".join(smiles[:args.n]) + "\n")
+        corpus_dir = args.keep or os.path.join(tmp, "corpus")
+
+        from ray_app.common.cluster import connect
+        from ray_app.pretrain.corpus_config import CorpusConfig
+        from ray_app.pretrain.corpus import build_corpus
+
+        connect(num_cpus=args.num_cpus)
+        config = CorpusConfig(data_path=[source], save_dir=corpus_dir, rows_per_shard=args.rows_per_shard)
+        start = time.perf_counter()
+        manifest = build_corpus([source], ["smiles"], corpus_dir, config.vocab_settings, config.rows_per_shard,
+                                config.rows_per_task)
+        seconds = time.perf_counter() - start
+        rate = manifest.n_molecules / seconds
+        print(f"kermt corpus on Ray ({args.num_cpus} CPUs): {manifest.n_molecules} molecules "
+              f"({manifest.n_invalid} invalid) in {seconds:.1f} s = {rate:.0f} molecules/s = "
+              f"{rate / (args.num_cpus * single):.2f} x ({args.num_cpus} x single process); vocab sizes atom "
+              f"{manifest.atom_vocab_size}, bond {manifest.bond_vocab_size}, smiles {manifest.smiles_vocab_size}; "
+              f"{len(manifest.shards)} shards; load average {os.getloadavg()[0]:.1f}", flush=True)
+        for name, value in bytes_per_molecule(corpus_dir).items():
+            print(f"bytes per molecule, {name}: {value:.0f}")
+
+
+if __name__ == "__main__":
+    main()
