@@ -21,7 +21,8 @@ from kermt.chem.vocab_context import ContextVocab
 from kermt.chem.vocab_labels import sample_vocab_labels
 from kermt.chem.vocab_smiles import SmilesVocab, encode_batch
 from kermt.nn.depth import draw_depths
-from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.checkpoint import read_checkpoint
+from kermt.nn.pretrain_config import PretrainLossConfig, configs_from_settings
 from kermt.nn.pretrain_loss import pretrain_loss
 from kermt.nn.pretrain_model import KermtPretrainModel, PretrainBatch
 from kermt.nn.pretrain_vocab import VocabTargets
@@ -51,11 +52,14 @@ def settings(oracle: dict[str, np.ndarray], case: str) -> dict:
 
 
 def fixture_model(mode: str, checkpoint: str) -> KermtPretrainModel:
-    """Our model of ``mode`` with the checkpoint's weights, dropout 0 everywhere (as recorded)."""
-    heads = replace(fixture_heads(mode), decoder_dropout=0.0)
-    model = KermtPretrainModel(replace(FIXTURE_ENCODER, dropout=0.0), heads)
-    state = torch.load(FIXTURE_DIR / checkpoint, weights_only=False)["state_dict"]
-    if mode == "cmim":  # the hybrid checkpoint's latent head and decoder
+    """Our model of ``mode`` rebuilt by the library's safe reader from the checkpoint's settings and weights, with
+    dropout 0 everywhere (as recorded). cmim: the hybrid checkpoint's latent head and decoder."""
+    ckpt = read_checkpoint(FIXTURE_DIR / checkpoint)
+    heads, _ = configs_from_settings(ckpt.spec.pretrain)
+    heads = replace(heads, pretrain_mode=mode, decoder_dropout=0.0)
+    model = KermtPretrainModel(replace(ckpt.spec.encoder, dropout=0.0), heads)
+    state = ckpt.state_dict
+    if mode == "cmim":
         state = {k: v for k, v in state.items() if k.startswith(("latent_dist.", "decoder."))}
     model.load_state_dict(state, strict=True)
     return model.train()
