@@ -17,9 +17,9 @@ def main(argv: list[str]) -> int:
         build_parser("kermt tune", TuneConfig).print_help()
         return 0
     config, sources = resolve(argv, TuneConfig, "kermt tune")
+    space = config.space()
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
         check_inputs(local)  # the same input checks as finetune, before Ray starts
-        space = local.space()
         check_resumable(local)
         from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
 
