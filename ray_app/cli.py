@@ -62,6 +62,8 @@ RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
                     _lazy("ray_app.screening.commands", "main_fingerprint")),
     "embed": ("readout embeddings (and cmim/hybrid latents) as Parquet or .npy",
               _lazy("ray_app.screening.commands", "main_embed")),
+    "reconstruct": ("SMILES generated from cmim/hybrid latents (upstream task/reconstruct.py), streamed with Ray Data",
+                    _lazy("ray_app.screening.commands", "main_reconstruct")),
     "corpus": ("prepare a pretraining corpus with Ray Data: vocabs, labels, graph shards (kermt pretrain reads it)",
                _lazy("ray_app.pretrain.corpus", "main")),
     "pretrain": ("vocab / cmim / hybrid pretraining on Ray Train from a corpus (upstream pretrain_ddp.py flags)",

@@ -1,4 +1,4 @@
-"""Entry points of `kermt predict`, `eval`, `fingerprint` and `embed` (``ray_app.cli`` dispatches here).
+"""Entry points of `kermt predict`, `eval`, `fingerprint`, `embed`, `reconstruct` (``ray_app.cli`` dispatches here).
 
 Each resolves its settings, then imports the runner (and so Ray) only once the flags are known to be good.
 """
@@ -11,7 +11,7 @@ from kermt.errors import run_reporting_user_errors
 from ray_app.common.errors import ray_causes
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import build_parser, resolve
-from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig
+from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig, ReconstructConfig
 
 
 def _run(prog: str, schema: type[BaseModel], argv: list[str], body) -> int:
@@ -54,4 +54,10 @@ def main_embed(argv: list[str]) -> int:
     return _run("kermt embed", EmbedConfig, argv, run_embed)
 
 
-__all__ = ["main_embed", "main_eval", "main_fingerprint", "main_predict"]
+def main_reconstruct(argv: list[str]) -> int:
+    from ray_app.screening.reconstruct import run_reconstruct
+
+    return _run("kermt reconstruct", ReconstructConfig, argv, run_reconstruct)
+
+
+__all__ = ["main_embed", "main_eval", "main_fingerprint", "main_predict", "main_reconstruct"]

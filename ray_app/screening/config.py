@@ -1,4 +1,4 @@
-"""Settings of `kermt predict`, `eval`, `fingerprint` and `embed`: streaming screening on Ray Data.
+"""Settings of `kermt predict`, `eval`, `fingerprint`, `embed` and `reconstruct`: streaming screening on Ray Data.
 
 Flags are upstream's (``main.py predict`` / ``main.py fingerprint``) plus the Ray ones; the same keys work in
 ``--config FILE.yaml``. Everything the checkpoint decides (architecture, tasks, scalers, feature generator) comes
@@ -96,6 +96,24 @@ class EmbedConfig(ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
 
 
+class ReconstructConfig(ScreeningConfig):
+    """`kermt reconstruct`: SMILES generated from each molecule's latent (upstream task/reconstruct.py's flags)."""
+
+    checkpoint_path: str = Field(description="cmim or hybrid pretraining checkpoint (.pt or native directory)")
+    smiles_vocab_path: Optional[str] = Field(None, description="SMILES vocab the model was pretrained with (upstream "
+                                             ".pkl or our .json; default: the *smiles_vocab.json/.pkl next to the "
+                                             "checkpoint)")
+    use_mean: bool = Field(False, description="condition on the latent mean instead of samples from q(z|x)")
+    num_samples: int = Field(1, ge=1, description="SMILES generated per molecule (output rows per input row)")
+    max_len: Optional[int] = Field(None, ge=2, description="longest sequence, <start> included (default: the "
+                                   "decoder's decoder_max_seq_len)")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature; 0 = greedy decoding")
+    top_k: Optional[int] = Field(None, ge=1, description="sample among the k most likely tokens (1 = greedy)")
+    top_p: Optional[float] = Field(None, gt=0, le=1, description="nucleus sampling: the most likely tokens "
+                                   "holding probability p")
+    seed: int = Field(0, ge=0, description="sample k of input row r depends only on (seed, r, k)")
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -106,5 +124,5 @@ def elapsed_line(rows: int, valid: int, started: float, output: str | Path) -> s
             f"({rows / max(seconds, 1e-9):.0f} molecules/s)")
 
 
-__all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "PredictConfig", "ScreeningConfig", "elapsed_line",
-           "log"]
+__all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "PredictConfig", "ReconstructConfig", "ScreeningConfig",
+           "elapsed_line", "log"]
