@@ -5,10 +5,11 @@ molecule.
     .venv/bin/python bench/corpus.py [--n 100000] [--num_cpus 2] [--single_n 3000] [--keep DIR]
 
 * single process: the same steps in this process (clean + canonicalise, count contexts and tokens, featurise and
-  label, write one shard) on the first ``--single_n`` molecules: molecules per second of one CPU;
+  label, write one shard) on the first ``--single_n`` molecules: molecules per CPU-second (and per wall second);
 * Ray: ``kermt corpus`` on the first ``--n`` MOSES SMILES (one CSV) on a local cluster of ``--num_cpus`` CPUs:
-  wall clock from reading to the manifest, molecules per second, and that rate over ``num_cpus`` x the
-  single-process rate (1.0 = perfect scaling);
+  wall clock from reading to the manifest, molecules per second, and molecules per CPU-second used by the driver
+  and every Ray process (workers, raylet, GCS), next to the single-process figure: their ratio is the share of the
+  cluster's CPU time spent on the work itself, which a loaded machine does not distort as it does wall clocks;
 * bytes per molecule of the written corpus: the graph store in memory (FlatGraphs), labels and tokens in memory,
   and the Parquet shards on disk (zstd).
 
@@ -27,7 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from scale import tree_cpu_s  # noqa: E402  (CPU seconds of this process and its Ray processes)
+
 MOSES = ROOT / "data/moses/train.csv.gz"
 
 
@@ -39,14 +42,14 @@ def moses_smiles(n: int) -> list[str]:
         return [line.strip() for line in itertools.islice(handle, n)]
 
 
-def single_process_rate(smiles: list[str], directory: str) -> float:
-    """Molecules per second of one process doing every step of a corpus build (as prepare_corpus does)."""
+def single_process_rates(smiles: list[str], directory: str) -> tuple[float, float]:
+    """(molecules per CPU-second, per wall second) of one process doing every step of a corpus build."""
     from kermt.data.corpus_prep import prepare_corpus
 
     prepare_corpus({"warm-up": smiles[:50]}, os.path.join(directory, "warm"))  # imports, RDKit pattern caches
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     prepare_corpus({"moses": smiles}, os.path.join(directory, "single"))
-    return len(smiles) / (time.perf_counter() - start)
+    return len(smiles) / (time.process_time() - cpu_start), len(smiles) / (time.perf_counter() - start)
 
 
 def bytes_per_molecule(corpus_dir: str) -> dict[str, float]:
@@ -72,9 +75,10 @@ def main() -> None:
 
     smiles = moses_smiles(max(args.n, args.single_n))
     with tempfile.TemporaryDirectory() as tmp:
-        single = single_process_rate(smiles[:args.single_n], tmp)
-        print(f"single process: {single:.0f} molecules/s ({args.single_n} molecules; load average "
-              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
+        single_cpu, single_wall = single_process_rates(smiles[:args.single_n], tmp)
+        print(f"single process: {single_cpu:.0f} molecules per CPU-second, {single_wall:.0f} molecules/s wall "
+              f"({args.single_n} molecules; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
+              flush=True)
         source = os.path.join(tmp, f"moses_{args.n}.csv")
         Path(source).write_text("smiles\n" + "\n".join(smiles[:args.n]) + "\n")
         corpus_dir = args.keep or os.path.join(tmp, "corpus")
@@ -85,16 +89,17 @@ def main() -> None:
 
         connect(num_cpus=args.num_cpus)
         config = CorpusConfig(data_path=[source], save_dir=corpus_dir, rows_per_shard=args.rows_per_shard)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), tree_cpu_s(os.getpid())
         manifest = build_corpus([source], ["smiles"], corpus_dir, config.vocab_settings, config.rows_per_shard,
                                 config.rows_per_task)
-        seconds = time.perf_counter() - start
-        rate = manifest.n_molecules / seconds
+        seconds, cpu_seconds = time.perf_counter() - start, tree_cpu_s(os.getpid()) - cpu_start
+        rate, cpu_rate = manifest.n_molecules / seconds, manifest.n_molecules / cpu_seconds
         print(f"kermt corpus on Ray ({args.num_cpus} CPUs): {manifest.n_molecules} molecules "
-              f"({manifest.n_invalid} invalid) in {seconds:.1f} s = {rate:.0f} molecules/s = "
-              f"{rate / (args.num_cpus * single):.2f} x ({args.num_cpus} x single process); vocab sizes atom "
-              f"{manifest.atom_vocab_size}, bond {manifest.bond_vocab_size}, smiles {manifest.smiles_vocab_size}; "
-              f"{len(manifest.shards)} shards; load average {os.getloadavg()[0]:.1f}", flush=True)
+              f"({manifest.n_invalid} invalid) in {seconds:.1f} s = {rate:.0f} molecules/s wall "
+              f"({rate / (args.num_cpus * single_wall):.2f} x {args.num_cpus} x the single-process wall rate); "
+              f"{cpu_rate:.0f} molecules per CPU-second ({cpu_rate / single_cpu:.2f} x single process); vocab "
+              f"sizes atom {manifest.atom_vocab_size}, bond {manifest.bond_vocab_size}, smiles "
+              f"{manifest.smiles_vocab_size}; {len(manifest.shards)} shards; load average {os.getloadavg()[0]:.1f}", flush=True)
         for name, value in bytes_per_molecule(corpus_dir).items():
             print(f"bytes per molecule, {name}: {value:.0f}")
 
