@@ -99,7 +99,8 @@ def main() -> None:
               f"({rate / (args.num_cpus * single_wall):.2f} x {args.num_cpus} x the single-process wall rate); "
               f"{cpu_rate:.0f} molecules per CPU-second ({cpu_rate / single_cpu:.2f} x single process); vocab "
               f"sizes atom {manifest.atom_vocab_size}, bond {manifest.bond_vocab_size}, smiles "
-              f"{manifest.smiles_vocab_size}; {len(manifest.shards)} shards; load average {os.getloadavg()[0]:.1f}", flush=True)
+              f"{manifest.smiles_vocab_size}; {len(manifest.shards)} shards; load average {os.getloadavg()[0]:.1f}",
+              flush=True)
         for name, value in bytes_per_molecule(corpus_dir).items():
             print(f"bytes per molecule, {name}: {value:.0f}")
 
