@@ -46,6 +46,14 @@ def _block_diagonal(operator: SparseOperator, copies: int) -> SparseOperator:
     return SparseOperator(crow, col, operator.values.repeat(copies), (copies * rows, copies * cols))
 
 
+def _leading_blocks(diagonal: SparseOperator, copies: int, block_shape: tuple[int, int]) -> SparseOperator:
+    """The first ``copies`` blocks of a block-diagonal operator: leading CSR rows, which only reach the leading
+    columns (views of its arrays, nothing copied)."""
+    rows, cols = block_shape[0] * copies, block_shape[1] * copies
+    nnz = diagonal.col.shape[0] * rows // diagonal.shape[0]  # every block holds the same number of entries
+    return SparseOperator(diagonal.crow[: rows + 1], diagonal.col[:nnz], diagonal.values[:nnz], (rows, cols))
+
+
 @dataclass
 class GraphIndex:
     """The batch's neighbour-sum operators for one padding mode, as torch CSR tensors made on first use."""
@@ -54,6 +62,7 @@ class GraphIndex:
     padding: PaddingMode
     dtype: torch.dtype
     _matrices: dict = field(default_factory=dict, repr=False)
+    _diagonals: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_batch(cls, graph: BatchMolGraph, padding: PaddingMode, dtype: torch.dtype) -> "GraphIndex":
@@ -75,7 +84,13 @@ class GraphIndex:
         key = (name, transposed, copies)
         if key not in self._matrices:
             parts = self._parts(name, transposed)
-            self._matrices[key] = (parts if copies == 1 else _block_diagonal(parts, copies)).matrix(self.dtype)
+            if copies > 1:  # one block-diagonal operator per name, the widest asked for; fewer copies are its prefix
+                widest = self._diagonals.get((name, transposed))
+                if widest is None or widest.shape[0] < copies * parts.shape[0]:
+                    widest = self._diagonals[(name, transposed)] = _block_diagonal(parts, copies)
+                parts = widest if widest.shape[0] == copies * parts.shape[0] else _leading_blocks(widest, copies,
+                                                                                                     parts.shape)
+            self._matrices[key] = parts.matrix(self.dtype)
         return self._matrices[key]
 
     def apply(self, name: str, x: torch.Tensor) -> torch.Tensor:

@@ -78,7 +78,7 @@ class DispatchAudit(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = str(func.overloadpacket).removeprefix("aten::")
+        name = str(func.overloadpacket)  # "aten._local_scalar_dense"
         self.ops[name] += 1
         if _synchronises(func.overloadpacket, args, kwargs) and not self._on_host(args):
             self.syncs[name] += 1

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.collate import collate_graphs
-from kermt.data.dataset import MoleculeSet, bond_keep_mask, worker_keep_mask
+from kermt.data.dataset import MoleculeSet, bond_keep_mask, prefetch, worker_keep_mask
 from kermt.data.featurize import featurize_smiles
 from kermt.data.sampling import worker_share
 from kermt.data.tables import load_molecule_table
@@ -46,3 +48,35 @@ def test_worker_slices_of_a_global_keep_mask_reassemble_it():
     np.testing.assert_array_equal(np.concatenate(parts), keep)
     batch = data.batch(worker_share(global_rows, 1, 3), parts[1])
     assert batch.graph.num_molecules == len(worker_share(global_rows, 1, 3))
+
+
+def _molecule_set() -> MoleculeSet:
+    done = featurize_smiles(["CCO", "c1ccccc1O", "CC(=O)N", "C1CCNCC1"])
+    targets = np.array([[0.5, np.nan], [np.nan, 0.0], [1.0, 2.0], [np.nan, np.nan]], dtype=np.float32)
+    return MoleculeSet(done.graphs, None, targets, done.smiles)
+
+
+def test_a_worker_batch_carries_its_global_batchs_label_counts():
+    molecules, global_rows = _molecule_set(), np.array([3, 0, 2, 1])
+    shares = [molecules.batch(rows, global_rows=global_rows) for rows in np.array_split(global_rows, 2)]
+    per_worker = sum((~torch.isnan(share.targets)).sum(0) for share in shares)  # what an all-reduce would sum
+    for share in shares:
+        assert share.global_label_counts.tolist() == per_worker.tolist() == [2.0, 2.0]
+
+
+def test_prefetch_yields_the_batches_in_order_and_passes_errors_on():
+    molecules = _molecule_set()
+    plan = [np.array([0, 1]), np.array([2]), np.array([3, 0])]
+    got = list(prefetch((molecules.batch(rows) for rows in plan), "cpu", ahead=1))
+    assert [batch.rows.tolist() for batch in got] == [rows.tolist() for rows in plan]
+    for batch, rows in zip(got, plan):
+        assert torch.equal(batch.graph.f_atoms, molecules.batch(rows).graph.f_atoms)
+
+    def failing():
+        yield molecules.batch(plan[0])
+        raise ValueError("row 7 is broken")
+
+    with pytest.raises(ValueError, match="row 7"):
+        list(prefetch(failing(), "cpu"))
+    first = next(iter(prefetch((molecules.batch(rows) for rows in plan * 10), "cpu", ahead=1)))
+    assert first.rows.tolist() == [0, 1]  # the abandoned iterator's thread stops (the generator closes it)

@@ -15,7 +15,7 @@ import torch
 from torch.nn import functional as F
 
 from kermt.nn.aggregate import GraphIndex
-from kermt.nn.mpn import MPNEncoder, PassingMode, run_encoders
+from kermt.nn.mpn import MPNEncoder, PassingMode, can_stack, run_encoders, run_encoders_stacked
 from tests.kermt.nn.upstream_fixtures import fixture_batch
 
 HIDDEN = 6
@@ -69,3 +69,33 @@ def test_dynamic_depth_equals_upstreams_loop(atom_messages, bias, dropout):
         torch.testing.assert_close(ours_grad, ref_grad, rtol=1e-10, atol=1e-10)
     assert ours[1] is inp  # 0 iterations: the input itself, as upstream
     assert grads[0][0].abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("atom_messages", "bias"), [(True, False), (True, True), (False, False), (False, True)],
+    ids=["node", "node_bias", "edge", "edge_bias"],
+)
+@pytest.mark.parametrize("iterations", [ITERATIONS, [4] * 6, [0] * 6], ids=["dynamic", "eval", "none"])
+def test_stacked_encoders_equal_the_loop(atom_messages, bias, iterations):
+    # Without dropout the encoders run as one [K, R, h] computation (sorted by iteration count when they differ):
+    # the same outputs and every gradient as one encoder at a time.
+    graph = fixture_batch()
+    rows = graph.f_atoms.shape[0] if atom_messages else graph.f_bonds.shape[0]
+    torch.manual_seed(0)
+    encoders = [MPNEncoder(HIDDEN, bias, "PReLU").double() for _ in iterations]
+    for k, encoder in enumerate(encoders):  # distinct slopes, so a mixed-up activation shows
+        encoder.act_func.weight.data.fill_(0.1 + 0.05 * k)
+    inp = torch.randn(rows, HIDDEN, dtype=torch.float64, requires_grad=True)
+    mode = PassingMode(atom_messages, dropout=0.0, training=True)
+    index = GraphIndex.from_batch(graph, "upstream", torch.float64)
+    weights = torch.randn(len(iterations), rows, HIDDEN, dtype=torch.float64)
+    assert can_stack(encoders, mode) and not can_stack(encoders, PassingMode(atom_messages, 0.1, True))
+
+    stacked = run_encoders_stacked(encoders, inp, iterations, index, mode)
+    loop = torch.stack(run_encoders(encoders, inp, iterations, index, mode))
+    parameters = [inp, *(p for e in encoders for p in e.parameters())]
+    grads = [torch.autograd.grad((weights * out).sum(), parameters, allow_unused=True, materialize_grads=True)
+             for out in (stacked, loop)]
+    torch.testing.assert_close(stacked, loop, rtol=1e-10, atol=1e-10)
+    for stacked_grad, loop_grad in zip(*grads):
+        torch.testing.assert_close(stacked_grad, loop_grad, rtol=1e-10, atol=1e-10)
