@@ -9,11 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kermt.checkpoint import read_checkpoint
+from kermt.checkpoint import load_pretrain_model, read_checkpoint
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.data.featurize import featurize_smiles
 from kermt.errors import UserError
 from kermt.nn.generate import SamplingConfig
+from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.pretrain.export import save_pretrain_native
 from kermt.pretrain.reconstruct import (ReconstructSettings, Reconstructor, check_reconstruct_checkpoint,
                                         edit_distance, find_smiles_vocab, read_smiles_vocab, score)
 from tests.conftest import FIXTURE_DIR
@@ -46,6 +48,17 @@ def test_samples_depend_on_row_and_sample_number_only(model) -> None:
     other_seed = model.reconstruct(molecules, rows, ReconstructSettings(SAMPLING, num_samples=3, seed=6))
     assert other_seed != whole
     assert len({s for samples in whole for s in samples}) > 10  # draws differ between rows and samples
+
+
+def test_native_export_reconstructs_the_same_strings(model, checkpoint, tmp_path) -> None:
+    """kermt.pretrain.export's native directory (with our JSON vocab beside it) generates what the upstream .pt does."""
+    pretrain_model, _ = load_pretrain_model(checkpoint)
+    save_pretrain_native(tmp_path / "model", pretrain_model, PretrainLossConfig())
+    model.vocab.save(tmp_path / "smiles_vocab.json")
+    native = read_checkpoint(tmp_path / "model")
+    again = Reconstructor(native, read_smiles_vocab(find_smiles_vocab(native.path), native))
+    molecules, settings = featurize_smiles(SMILES[:3]), ReconstructSettings(SAMPLING, num_samples=2)
+    assert again.reconstruct(molecules, np.arange(3), settings) == model.reconstruct(molecules, np.arange(3), settings)
 
 
 def test_latent_mean_with_greedy_decoding_is_deterministic(model) -> None:
