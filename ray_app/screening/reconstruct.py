@@ -1,15 +1,14 @@
 """`kermt reconstruct`: SMILES generated from each molecule's cMIM latent, streamed like `kermt predict`.
 
-    read (SMILES + id columns) -> zip with the input row numbers      (the key of every random draw)
+    read (SMILES + id columns) -> number the rows                     (the key of every random draw)
       -> featurise the canonical SMILES (CPU tasks)                  (upstream encodes the canonical input)
       -> repartition into blocks of a multiple of batch_size          (batches as in predict, see stream.py)
       -> ReconstructStage actors: num_samples strings per valid row   (list columns, one row per input row)
       -> driver: one row per (input row, sample), written in order
 
 The row numbers make the output independent of batching and of the number of actors (sample k of row r draws from
-(seed, r, k) only, ``kermt.pretrain.reconstruct``). Ray Data's readers do not number rows, so the input is counted
-first (Parquet: metadata; CSV: one extra read, small next to generation) and zipped with ``range(count)``, which
-holds the SMILES and id columns in the object store while the run streams.
+(seed, r, k) only, ``kermt.pretrain.reconstruct``). Ray Data's readers do not number rows, so the input's SMILES and
+id columns are read into the object store first, their blocks counted and numbered; the rest of the run streams.
 """
 
 from __future__ import annotations
@@ -162,8 +161,7 @@ def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
 
     concurrency = _connect(config)
     source = plan.source
-    ds = read_table_lazily(config.data_path, [source.smiles_column, *source.id_columns])
-    ds = ds.zip(ray.data.range(ds.count()).rename_columns({"id": ROW}))
+    ds = numbered(read_table_lazily(config.data_path, [source.smiles_column, *source.id_columns]))
     spec = InputSpec(source.smiles_column, source.id_columns, canonical=True)
     block = BATCHES_PER_BLOCK * config.batch_size
     ds = ds.repartition(target_num_rows_per_block=block, strict=True)
@@ -175,6 +173,28 @@ def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
     return ds.map_batches(ReconstructStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
                           batch_size=block, compute=ray.data.ActorPoolStrategy(size=concurrency),
                           num_cpus=config.cpus_per_actor, num_gpus=config.num_gpus_per_actor if config.use_gpu else None)
+
+
+def numbered(ds):
+    """``ds`` with each row's 0-based input number in column ROW. Reads ``ds`` into the object store first: the
+    number of a row is known only once the blocks before it have been counted."""
+    import ray
+
+    blocks = ds.to_arrow_refs()  # in input order (preserve_order, ray_app.common.cluster.connect)
+    if not blocks:
+        return ds  # no rows: nothing downstream runs, and the driver reports the empty input
+    counts = ray.get([ray.remote(_row_count).options(num_cpus=0).remote(block) for block in blocks])
+    starts = np.cumsum([0, *counts[:-1]], dtype=np.int64)
+    number = ray.remote(_with_row_numbers).options(num_cpus=0)
+    return ray.data.from_arrow_refs([number.remote(block, int(start)) for block, start in zip(blocks, starts)])
+
+
+def _row_count(block: pa.Table) -> int:
+    return block.num_rows
+
+
+def _with_row_numbers(block: pa.Table, start: int) -> pa.Table:
+    return block.append_column(ROW, pa.array(np.arange(start, start + block.num_rows, dtype=np.int64)))
 
 
 def _featurize_numbered(batch: pa.Table, spec: InputSpec) -> pa.Table:

@@ -98,3 +98,15 @@ def test_vocab_mode_checkpoint_is_refused_before_ray_starts(tmp_path, capsys):
     assert code == 2 and not (tmp_path / "r.csv").exists()
     assert err[-1] == (f"kermt reconstruct: error: reconstruct needs a cmim or hybrid checkpoint; "
                        f"{FIXTURE_DIR / 'ckpt_pretrain_vocab.pt'} is vocab")
+
+
+def test_an_input_without_valid_molecules_writes_nothing(ray_cluster, tmp_path, capsys):
+    cases = {"empty.csv": ("smiles,id\n", "has no data rows"),
+             "bad.csv": ("smiles,id\nnot_a_smiles,1\n,2\n", "none of the 2 rows of")}
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        out = tmp_path / f"{name}.parquet"
+        code = main_reconstruct(["--data_path", str(tmp_path / name), "--output_path", str(out),
+                                 "--checkpoint_path", str(CHECKPOINT)])
+        assert code == 2 and message in capsys.readouterr().err
+        assert not out.exists() and not list(tmp_path.glob(f".{out.name}*"))
