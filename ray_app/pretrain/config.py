@@ -7,8 +7,9 @@ Deliberate differences from upstream (docs/upstream-compatibility.md#pretraining
 - ``--hidden_size`` defaults to 800 (upstream's default 3 is unusable and always overridden).
 - ``--seed`` seeds everything (upstream never applies it); the validation slice is a held-out ``--val_fraction``
   of the corpus fixed by the seed (upstream: ``--val_data_path``).
-- ``--batch_size`` is per worker at ``MAX`` workers: the global batch (``batch_size × MAX``) is fixed for the run,
-  whatever number of workers shares it, so every step and the final weights do not depend on it.
+- ``--batch_size`` is per worker at ``MAX`` workers: the global batch (``--global_batch_size``, default
+  ``batch_size × MAX``) is fixed for the run, whatever number of workers shares it, so every step and the final
+  weights do not depend on it.
 - Bond dropout is not offered: upstream's mislabels the bonds it keeps, and exact distributed math would need
   per-molecule draws (future work).
 """
@@ -71,6 +72,9 @@ class PretrainConfig(BaseModel):
     # schedule
     epochs: int = Field(30, ge=1)
     batch_size: int = Field(32, ge=1, description="molecules per worker per step at MAX workers")
+    global_batch_size: Optional[int] = Field(
+        None, ge=1, description="molecules per optimizer step, shared by however many workers run (default: "
+        "batch_size x MAX workers); fixing it lets a run continue on another number of workers")
     warmup_epochs: float = Field(2.0, ge=0)
     init_lr: float = Field(1e-4, gt=0)
     max_lr: float = Field(1e-3, gt=0)
@@ -106,9 +110,9 @@ class PretrainConfig(BaseModel):
         return parse_worker_range(self.num_workers)
 
     @property
-    def global_batch_size(self) -> int:
+    def step_batch_size(self) -> int:
         """Molecules per optimizer step, whatever number of workers shares them."""
-        return self.batch_size * self.worker_range[1]
+        return self.global_batch_size or self.batch_size * self.worker_range[1]
 
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":

@@ -4,7 +4,6 @@ and the checkpoint to continue from. Each problem is one UserError naming the fi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from kermt.checkpoint import Checkpoint, read_checkpoint
 from kermt.chem.vocab_context import ContextVocab

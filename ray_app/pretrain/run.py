@@ -39,6 +39,13 @@ DECODER_KEYS = ("latent_dim", "decoder_num_layers", "decoder_num_attention_heads
 NEW_HEAD_PREFIXES = ("latent_dist.readout.", "latent_dist.fc_mean_logscale.", "decoder.")
 
 
+def run_identity(config: PretrainConfig) -> PretrainConfig:
+    """The settings that decide what a run computes: a re-run of the same command continues the run even with
+    another stopping point, log interval or number of workers (the global batch, not its split, is what counts)."""
+    return config.model_copy(update={"stop_after_steps": None, "train_interval": 0, "num_workers": "1",
+                                     "batch_size": config.step_batch_size, "global_batch_size": None})
+
+
 def model_configs(config: PretrainConfig, sources: dict[str, Source],
                   inputs: PretrainInputs) -> tuple[EncoderConfig, PretrainHeadsConfig, PretrainLossConfig]:
     """Architecture from the flags, or from ``--continue_from`` (a flag the user set must agree with it)."""
@@ -60,14 +67,25 @@ def model_configs(config: PretrainConfig, sources: dict[str, Source],
     return encoder, head_config, loss
 
 
+def _with_encoder_aliases(source: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> dict:
+    """``source`` plus the encoder under the other name the model may use: a model whose latent head shares the
+    encoder lists it as ``kermt.*`` AND ``latent_dist.kermt.*``; a vocab checkpoint has only the first."""
+    completed = dict(source)
+    for key in target:
+        alias = key.removeprefix("latent_dist.") if key.startswith("latent_dist.kermt.") else f"latent_dist.{key}"
+        if key not in completed and alias in source:
+            completed[key] = source[alias]
+    return completed
+
+
 def initial_state(encoder: EncoderConfig, heads: PretrainHeadsConfig, inputs: PretrainInputs,
                   seed: int) -> dict[str, torch.Tensor]:
     """Seeded fresh weights, or the checkpoint's (strict: every tensor used or a known new head)."""
     torch.manual_seed(seed)
     model = KermtPretrainModel(encoder, heads)
     if inputs.continue_from is not None:
-        report = load_into_model(model, inputs.continue_from.state_dict, NEW_HEAD_PREFIXES,
-                                 inputs.continue_from.ignored_entries())
+        source = _with_encoder_aliases(inputs.continue_from.state_dict, model.state_dict())
+        report = load_into_model(model, source, NEW_HEAD_PREFIXES, inputs.continue_from.ignored_entries())
         print(f"continuing from {inputs.continue_from.path}: {report.summary()}", flush=True)
     return model.state_dict()
 
@@ -90,7 +108,7 @@ def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: Pretra
     train_rows, val_rows = split_rows(inputs.corpus.manifest.n_molecules, config.val_fraction, config.seed)
     c = config
     return PretrainPlan(encoder, heads, loss, initial_state(encoder, heads, inputs, c.seed), train_rows, val_rows,
-                        c.seed, c.epochs, c.global_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
+                        c.seed, c.epochs, c.step_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
                         c.weight_decay, c.save_interval, c.val_interval, c.train_interval, c.max_val_batches,
                         c.stop_after_steps)
 
@@ -145,15 +163,14 @@ def write_tensorboard(directory: Path, history: list[dict[str, float]]) -> None:
 
 def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: PretrainInputs) -> dict[str, Any]:
     """The whole run; returns the final progress (epoch, batch_idx, global_step, history)."""
+    plan = make_plan(config, sources, inputs)  # a checkpoint that contradicts a flag fails here, before Ray starts
     resources = connect(config.address)
     save_dir = Path(config.save_dir).resolve()
     storage = resolve_storage(config.storage_path, save_dir / "ray_results")
     check_gpus(config.use_gpu)
     save_dir.mkdir(parents=True, exist_ok=True)
-    # a re-run that only moves the stopping point (or the logging) continues the same run
-    run_id, _ = claim_run_id(save_dir, config.model_copy(update={"stop_after_steps": None, "train_interval": 0}))
+    run_id, _ = claim_run_id(save_dir, run_identity(config))
     outputs.atomic_write_text(save_dir / "config.yaml", to_yaml(config))
-    plan = make_plan(config, sources, inputs)
     print(f"pretraining {config.pretrain_mode}: {len(plan.train_rows)} train / {len(plan.val_rows)} validation "
           f"molecules, global batch {plan.global_batch_size}, {config.num_workers} worker(s); "
           f"{sum(p.numel() for p in KermtPretrainModel(plan.encoder, plan.heads).parameters()):,} parameters",
