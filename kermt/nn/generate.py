@@ -75,7 +75,7 @@ def next_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None, config: Sam
     threshold = uniforms.to(cumulative) * cumulative[:, -1]
     chosen = torch.searchsorted(cumulative, threshold.unsqueeze(1), right=True).squeeze(1)
     # u·total can round up to total: fall back to the last token that has any probability (never a filtered one)
-    last_allowed = probabilities.shape[-1] - 1 - (probabilities > 0).flip(-1).to(torch.uint8).argmax(dim=-1)
+    last_allowed = probabilities.shape[-1] - 1 - (probabilities > 0).flip(-1).int().argmax(dim=-1)
     return torch.minimum(chosen, last_allowed)
 
 
