@@ -1,4 +1,4 @@
-"""`ray job submit` entry point: the screening commands, same flags as `kermt predict|eval|fingerprint|embed|reconstruct`.
+"""`ray job submit` entry point: the screening commands (`kermt predict|eval|fingerprint|embed|reconstruct` flags).
 
     ray job submit --address http://HEAD:8265 --working-dir . --runtime-env jobs/runtime_env.yaml -- \
         python -m jobs.predict --data_path s3://bucket/library.parquet --checkpoint_dir s3-synced/run \
