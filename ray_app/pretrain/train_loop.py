@@ -199,6 +199,8 @@ def _after_step(plan: PretrainPlan, data: PretrainData, state: dict[str, Any], e
             print(_log_line(progress, metrics, lr), flush=True)
     if step % plan.save_interval == 0 or epoch_end or stop:
         _report(plan, trainer.model, trainer.optimizer, trainer.scheduler, progress, metrics)
+    if metrics:
+        state["interval"].started = time.perf_counter()  # molecules/s counts training time, not validation's
     return stop
 
 

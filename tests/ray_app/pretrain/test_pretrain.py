@@ -1,6 +1,6 @@
 """`kermt pretrain` on the local Ray cluster: a 2-worker run that loses a worker and stops, re-run with the same
 command on 1 worker, ends with the weights of an uninterrupted 1-worker run with the same global batch;
-`kermt finetune` starts from the model.pt it writes."""
+`kermt finetune` and `kermt embed` take the model.pt it writes."""
 
 from __future__ import annotations
 
@@ -11,10 +11,14 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from rdkit import Chem
 
-from kermt.checkpoint import load_native, read_checkpoint
+from kermt.checkpoint import load_native, load_pretrain_model, read_checkpoint
+from kermt.chem.molgraph import build_graphs
+from kermt.data.collate import collate_graphs
 from kermt.data.corpus_prep import prepare_corpus
 from ray_app.cli import main as kermt
 from tests.conftest import DATA_DIR, FIXTURE_DIR
@@ -116,3 +120,17 @@ def test_finetune_starts_from_the_pretrained_model_pt(reference, tmp_path):
     finetuned = load_native(tmp_path / "ft" / "fold_0" / "model_0" / "model").state_dict
     encoder = [k for k in finetuned if k.startswith("kermt.")]
     assert encoder and all(torch.equal(finetuned[k], pretrained[k]) for k in encoder)  # frozen: exactly the same
+
+
+def test_embed_reads_the_pretrained_model_pt(reference, tmp_path):
+    """`kermt embed` on model.pt gives the latent means of the native model computed here (one batch of 26)."""
+    with open(FIXTURE_DIR / "smiles.csv", newline="") as f:
+        smiles = [row["smiles"] for row in csv.DictReader(f)]
+    assert kermt(["embed", "--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(tmp_path / "emb"),
+                  "--checkpoint_path", str(reference / "model.pt"), "--batch_size", "64"]) == 0
+    model, _ = load_pretrain_model(read_checkpoint(reference / "model"))
+    graphs, errors = build_graphs([Chem.MolFromSmiles(s) for s in smiles])
+    assert not any(errors)
+    with torch.no_grad():
+        expected = model.eval().latent_dist(collate_graphs(graphs)).mean.numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "emb" / "projected.npy"), expected, rtol=0, atol=1e-5)
