@@ -201,13 +201,14 @@ def load_library(revision: str | None, scratch: Path) -> dict[str, types.ModuleT
     return library
 
 
-def _audited(run, host_tensors=()) -> tuple[int, int, str]:
-    """(dispatched ops, host synchronisations, the synchronising ops by name) of ``run()``."""
+def _audited(run, host_tensors=()) -> tuple[int, int, int, str]:
+    """(dispatched ops, of which not views, host synchronisations, the synchronising ops by name) of ``run()``."""
     from kermt.nn.dispatch_audit import DispatchAudit  # noqa: PLC0415  (ours counts every implementation)
 
     with DispatchAudit(host_tensors) as audit:
         run()
-    return audit.op_count, audit.sync_count, ", ".join(f"{n} {c}" for n, c in sorted(audit.syncs.items()))
+    syncs = ", ".join(f"{n} {c}" for n, c in sorted(audit.syncs.items()))
+    return audit.op_count, audit.kernel_count, audit.sync_count, syncs
 
 
 def audit_library(lib: dict, state: dict, mols: list, features: torch.Tensor, targets: torch.Tensor) -> dict:
@@ -267,17 +268,17 @@ def print_audit(opts, state: dict, batch_size: int) -> None:
         audits = {name: audit_library(load_library(rev, Path(scratch)), state, mols, features, targets)
                   for name, rev in revisions.items()}
     print(f"host synchronisations and dispatched aten ops, release size, one batch of {batch_size}:")
-    header = "".join(f"{name:>30s}" for name in audits)
-    print(f"{'':24s}{header}" + ("   ours / baseline" if len(audits) == 2 else ""))
+    header = "".join(f"{name:>26s}" for name in audits)
+    print(f"{'':32s}{header}" + ("   ours / baseline" if len(audits) == 2 else ""))
     for what in ("eval forward", "forward + backward", "train step"):
         cells = [audits[name][what] for name in audits]
-        print(f"{what + ' ops':24s}" + "".join(f"{ops:30d}" for ops, _, _ in cells)
-              + (f"   {cells[0][0] / cells[1][0]:.2f}" if len(cells) == 2 else ""))
-        print(f"{what + ' syncs':24s}" + "".join(f"{syncs:30d}" for _, syncs, _ in cells))
-        for name, (_, syncs, detail) in zip(audits, cells):
-            if syncs:
-                print(f"{'':26s}{name}: {detail}")
-    print(f"{'train step collectives':24s}" + "".join(f"{audits[n]['train step collectives']:30d}" for n in audits))
+        for label, column in ((" ops", 0), (" ops, not views", 1), (" syncs", 2)):
+            ratio = f"   {cells[0][column] / cells[1][column]:.2f}" if len(cells) == 2 and cells[1][column] else ""
+            print(f"{what + label:32s}" + "".join(f"{cell[column]:26d}" for cell in cells) + ratio)
+        for name, cell in zip(audits, cells):
+            if cell[2]:
+                print(f"{'':34s}{name}: {cell[3]}")
+    print(f"{'train step collectives':32s}" + "".join(f"{audits[n]['train step collectives']:26d}" for n in audits))
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from kermt.data.dataset import MoleculeBatch, MoleculeSet
 from kermt.data.scalers import StandardScaler
 from kermt.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
 from kermt.metrics import nanmean, task_scores
+from kermt.nn.precision import autocast
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -33,9 +34,12 @@ def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class StepSettings:
+    """``precision``: "fp32", or "bf16" for the forward under autocast (see :mod:`kermt.nn.precision`)."""
+
     dataset_type: str
     dist_coff: float
     use_mtl_loss: bool = False
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -77,9 +81,11 @@ def train_step(
     else:
         counts = targets.task_counts() if settings.use_mtl_loss else targets.mask.sum().reshape(1)
         global_counts = all_reduce(counts.clone())
-    output = model(batch.graph, batch.features, depth_rng)
+    with autocast(settings.precision, batch.targets.device):
+        output = model(batch.graph, batch.features, depth_rng)
     core = getattr(model, "module", model)
-    terms = two_view_terms(output.atom_view, output.bond_view, targets, settings.dataset_type, settings.dist_coff)
+    atom_view, bond_view = output.atom_view.float(), output.bond_view.float()  # the loss in float32 always
+    terms = two_view_terms(atom_view, bond_view, targets, settings.dataset_type, settings.dist_coff)
     loss = reduce_terms(
         terms,
         global_counts if settings.use_mtl_loss else global_counts[0],
@@ -126,7 +132,9 @@ def _graph_leaves(output: torch.Tensor) -> set[torch.Tensor]:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarray, batch_size: int) -> np.ndarray:
+def predict(
+    model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarray, batch_size: int, precision: str = "fp32"
+) -> np.ndarray:
     """Eval-mode predictions [len(rows), T] float64 (scaled space for regression, probabilities for classification).
 
     Batches are consecutive chunks of ``rows``: upstream numerics depend on batch composition (padding row), so
@@ -137,10 +145,12 @@ def predict(model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarra
     core.eval()
     rows = np.asarray(rows, dtype=np.int64)
     device = next(core.parameters()).device  # batches follow the model, wherever the caller put it
+    spec = core.kermt.aggregation_spec(training=False) if hasattr(core, "kermt") else None
     out = []
     for start in range(0, len(rows), batch_size):
-        batch = data.batch(rows[start : start + batch_size]).to(device)
-        out.append(core(batch.graph, batch.features).prediction.double().cpu().numpy())
+        batch = data.batch(rows[start : start + batch_size], operators=spec).to(device)
+        with autocast(precision, device):
+            out.append(core(batch.graph, batch.features).prediction.double().cpu().numpy())
     core.train(was_training)
     width = data.targets.shape[1]
     return np.concatenate(out) if out else np.zeros((0, width))

@@ -94,22 +94,26 @@ class GraphIndex:
         return self._matrices[key]
 
     def apply(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        """Operator ``name`` applied to the rows of ``x``: [R_in, h] -> [R_out, h]."""
-        if not torch.is_grad_enabled() or not x.requires_grad:
-            return torch.sparse.mm(self.matrix(name), x)
-        return _ConstantSparseProduct.apply(self.matrix(name), self.matrix(name, transposed=True), x)
+        """Operator ``name`` applied to the rows of ``x``: [R_in, h] -> [R_out, h], in the operator's dtype."""
+        return self._product(self.matrix(name), lambda: self.matrix(name, transposed=True), x)
 
     def apply_stacked(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Operator ``name`` applied to each of K stacked inputs at once: [K, R_in, h] -> [K, R_out, h]
         (one product with the block-diagonal operator instead of K products)."""
         copies, rows, width = x.shape
-        x = x.reshape(copies * rows, width)
         operator = self.matrix(name, copies=copies)
-        if not torch.is_grad_enabled() or not x.requires_grad:
-            out = torch.sparse.mm(operator, x)
-        else:
-            out = _ConstantSparseProduct.apply(operator, self.matrix(name, transposed=True, copies=copies), x)
+        out = self._product(operator, lambda: self.matrix(name, transposed=True, copies=copies),
+                            x.reshape(copies * rows, width))
         return out.view(copies, -1, width)
+
+    def _product(self, operator: torch.Tensor, transposed, x: torch.Tensor) -> torch.Tensor:
+        """``operator @ x`` in the operator's dtype, also under autocast: sums of many rows stay in float32
+        (an fp32 island in a bf16 forward; the sparse kernels have no bf16 variant everywhere either)."""
+        with torch.autocast(x.device.type, enabled=False):
+            x = x.to(self.dtype)
+            if not torch.is_grad_enabled() or not x.requires_grad:
+                return torch.sparse.mm(operator, x)
+            return _ConstantSparseProduct.apply(operator, transposed(), x)
 
     def sum_incoming_bonds(self, bond_x: torch.Tensor) -> torch.Tensor:
         """``Σ_{b ∈ a2b[a]} bond_x[b]`` for every atom a."""

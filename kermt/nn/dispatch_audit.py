@@ -56,17 +56,23 @@ def _synchronises(packet, args: tuple, kwargs: dict) -> bool:
 
 class DispatchAudit(TorchDispatchMode):
     """Inside ``with DispatchAudit() as audit:``, ``audit.ops`` counts every dispatched aten op by name and
-    ``audit.syncs`` the host synchronisations (see the module docstring)."""
+    ``audit.syncs`` the host synchronisations (see the module docstring); ``kernel_count`` leaves out views
+    (``view``, ``transpose``, ``detach``...), which only make a new tensor header and launch nothing."""
 
     def __init__(self, host_tensors: Iterable[torch.Tensor] = ()) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
         self.syncs: Counter[str] = Counter()
+        self.views: Counter[str] = Counter()
         self._host_tensors = [t for t in host_tensors]
 
     @property
     def op_count(self) -> int:
         return sum(self.ops.values())
+
+    @property
+    def kernel_count(self) -> int:
+        return self.op_count - sum(self.views.values())
 
     @property
     def sync_count(self) -> int:
@@ -80,6 +86,8 @@ class DispatchAudit(TorchDispatchMode):
         kwargs = kwargs or {}
         name = str(func.overloadpacket)  # "aten._local_scalar_dense"
         self.ops[name] += 1
+        if func.is_view or func.overloadpacket is aten._unsafe_view:
+            self.views[name] += 1
         if _synchronises(func.overloadpacket, args, kwargs) and not self._on_host(args):
             self.syncs[name] += 1
         return func(*args, **kwargs)
