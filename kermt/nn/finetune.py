@@ -95,13 +95,12 @@ class KermtFinetuneModel(nn.Module):
     def classification(self) -> bool:
         return self.config.head.dataset_type == "classification"
 
-    def _view_output(self, view: str, mol_vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Shared FFN output and per-task outputs [M, T] for one view."""
-        shared = getattr(self, f"mol_atom_from_{view}_ffn")(mol_vectors)
+    def _task_outputs(self, view: str, shared: torch.Tensor) -> torch.Tensor:
+        """Per-task outputs [M, T] of one view from its shared FFN output."""
         task_heads = getattr(self, f"mol_atom_from_{view}_ffn_task_specific", None)
         if task_heads is None:
-            return shared, shared
-        return shared, torch.cat([task_head(shared) for task_head in task_heads], dim=1)
+            return shared
+        return torch.cat([task_head(shared) for task_head in task_heads], dim=1)
 
     def forward(
         self,
@@ -120,8 +119,10 @@ class KermtFinetuneModel(nn.Module):
             width = self.config.head.features_size
             features = features.to(readout_atom.dtype).reshape(readout_atom.shape[0], width)
             inputs = {view: torch.cat([vec, features], dim=1) for view, vec in inputs.items()}
-        ffn_atom, atom_view = self._view_output("atom", inputs["atom"])
-        ffn_bond, bond_view = self._view_output("bond", inputs["bond"])
+        # upstream's order, hence its order of dropout draws: both shared FFNs, then each view's task layers
+        ffn_atom = self.mol_atom_from_atom_ffn(inputs["atom"])
+        ffn_bond = self.mol_atom_from_bond_ffn(inputs["bond"])
+        atom_view, bond_view = self._task_outputs("atom", ffn_atom), self._task_outputs("bond", ffn_bond)
         return FinetuneOutput(
             encoder=encoded,
             readout_atom_view=readout_atom,
