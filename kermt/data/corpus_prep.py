@@ -40,7 +40,7 @@ from kermt.data.corpus import (
     write_vocabs,
 )
 from kermt.data.featurize import UNFEATURIZABLE
-from kermt.errors import UserError
+from kermt.errors import UserError, user_input
 
 NOT_ROUND_TRIPPING = "canonical SMILES does not parse"
 VOCAB_KINDS = ("atom", "bond", "smiles")
@@ -96,15 +96,31 @@ def count_vocab_tokens(smiles: Iterable[str]) -> dict[str, Counter]:
     return counts
 
 
-def vocabs_from_counts(counts: Mapping[str, Mapping[str, int]],
-                       settings: VocabSettings) -> tuple[ContextVocab, ContextVocab, SmilesVocab]:
-    """Atom, bond and SMILES vocabs, ordered and cut exactly as upstream's build_vocab.py."""
-    return (
+Vocabs = tuple[ContextVocab, ContextVocab, SmilesVocab]
+NO_VOCABS: tuple[None, None, None] = (None, None, None)
+
+
+def vocabs_from_counts(counts: Mapping[str, Mapping[str, int]], settings: VocabSettings,
+                       given: Sequence[ContextVocab | SmilesVocab | None] = NO_VOCABS) -> Vocabs:
+    """Atom, bond and SMILES vocabs, ordered and cut exactly as upstream's build_vocab.py; a ``given`` vocab (e.g.
+    a released model's, see :func:`load_vocab`) is used instead of the one built from the counts."""
+    built = (
         ContextVocab.from_counts(counts["atom"], "atom", settings.max_size, settings.min_freq),
         ContextVocab.from_counts(counts["bond"], "bond", settings.max_size, settings.min_freq),
         SmilesVocab.from_counts(counts["smiles"], max_size=settings.smiles_max_size,
                                 min_freq=settings.smiles_min_freq),
     )
+    return tuple(b if g is None else g for b, g in zip(built, given))  # type: ignore[return-value]
+
+
+def load_vocab(path: str, kind: str) -> ContextVocab | SmilesVocab:
+    """A vocab file given by the user: upstream's JSON or pickled ``MolVocab`` / ``SMILESVocab`` (read as data,
+    no upstream code runs), or our SMILES JSON. UserError naming the file when it is unreadable or of another kind."""
+    with user_input(f"--{kind}_vocab_path {path}"):
+        vocab = SmilesVocab.load(path) if kind == "smiles" else ContextVocab.load(path)
+        if kind != "smiles" and vocab.kind != kind:
+            raise ValueError(f"it holds {vocab.kind} contexts, not {kind} contexts")
+    return vocab
 
 
 INVALID_COLUMNS = ("source", "row", "smiles", "reason")
@@ -130,14 +146,15 @@ def check_not_empty(n_rows: int, n_valid: int, sources: Sequence[str], reasons: 
 
 
 def prepare_corpus(sources: Mapping[str, Sequence[object]], corpus_dir: str, settings: VocabSettings = VocabSettings(),
-                   rows_per_shard: int = 50_000) -> CorpusManifest:
+                   rows_per_shard: int = 50_000,
+                   given: Sequence[ContextVocab | SmilesVocab | None] = NO_VOCABS) -> CorpusManifest:
     """Build a corpus in this process from {source name: raw SMILES}; the manifest is written last."""
     cleaned = {name: clean_smiles(raw, settings.canonicalize) for name, raw in sources.items()}
     kept = [s for stored, reasons in cleaned.values() for s, r in zip(stored, reasons) if r is None]
     rejected = [(name, row, str(sources[name][row]), r) for name, (_, reasons) in cleaned.items()
                 for row, r in enumerate(reasons) if r is not None]
     check_not_empty(sum(len(v) for v in sources.values()), len(kept), list(sources), Counter(r[3] for r in rejected))
-    atom, bond, smiles_vocab = vocabs_from_counts(count_vocab_tokens(kept), settings)
+    atom, bond, smiles_vocab = vocabs_from_counts(count_vocab_tokens(kept), settings, given)
     shards, max_tokens = [], 0
     for index, start in enumerate(range(0, len(kept), rows_per_shard)):
         arrays = corpus_rows(kept[start:start + rows_per_shard], atom, bond, smiles_vocab)
@@ -154,7 +171,7 @@ def prepare_corpus(sources: Mapping[str, Sequence[object]], corpus_dir: str, set
 
 
 def manifest_for(shards: Sequence[ShardInfo], inputs: Sequence[InputInfo], max_token_length: int,
-                 vocabs: tuple[ContextVocab, ContextVocab, SmilesVocab], settings: VocabSettings,
+                 vocabs: Vocabs, settings: VocabSettings,
                  rows_per_shard: int, **extra_settings: object) -> CorpusManifest:
     return CorpusManifest(
         n_molecules=sum(s.rows for s in shards),
@@ -170,4 +187,4 @@ def manifest_for(shards: Sequence[ShardInfo], inputs: Sequence[InputInfo], max_t
 
 
 __all__ = ["INVALID_COLUMNS", "NOT_ROUND_TRIPPING", "VocabSettings", "check_not_empty", "clean_one", "clean_smiles",
-           "count_vocab_tokens", "invalid_report", "manifest_for", "prepare_corpus", "vocabs_from_counts"]
+           "count_vocab_tokens", "invalid_report", "load_vocab", "manifest_for", "prepare_corpus", "vocabs_from_counts"]

@@ -2,7 +2,8 @@
 
     read (one task per file, rows numbered)  ->  clean: parse, canonicalise, validate (CPU tasks)  ->  materialise
       pass 1: count atom / bond contexts, SMILES tokens, rows and rejects per block -> summed in one task
-              -> vocabs on the driver (a few thousand counts, exactly as upstream's build_vocab.py orders them)
+              -> vocabs on the driver (a few thousand counts, exactly as upstream's build_vocab.py orders them),
+                 or the vocab files given with --atom/bond/smiles_vocab_path (to continue a released model)
       pass 2: valid rows -> featurise + label (CPU tasks) -> blocks of exactly --rows_per_shard rows, in input
               order -> each written as a staged Parquet file by a task; the driver renames them part-00000...
       then vocab files, invalid.csv and, last, manifest.json
@@ -39,11 +40,13 @@ from kermt.data.corpus import (
     write_vocabs,
 )
 from kermt.data.corpus_prep import (
+    NO_VOCABS,
     VocabSettings,
     check_not_empty,
     clean_smiles,
     count_vocab_tokens,
     invalid_report,
+    load_vocab,
     manifest_for,
     vocabs_from_counts,
 )
@@ -161,8 +164,9 @@ def _start_rewrite(corpus_dir: str) -> None:
 
 
 def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, settings: VocabSettings,
-                 rows_per_shard: int, rows_per_task: int):
-    """The whole flow on the connected Ray cluster; returns the manifest (written last)."""
+                 rows_per_shard: int, rows_per_task: int, given: Sequence = NO_VOCABS, **recorded: object):
+    """The whole flow on the connected Ray cluster; returns the manifest (written last). ``given``: vocabs to use
+    instead of building them; ``recorded``: further settings for the manifest."""
     from ray_app.pretrain.corpus_read import read_inputs
 
     raw = read_inputs(paths, columns)
@@ -174,7 +178,7 @@ def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, 
     rejected = _rejected_rows(cleaned, paths) if n_invalid else []
     check_not_empty(n_rows, n_rows - n_invalid, list(paths), Counter(r[3] for r in rejected))
     vocabs = vocabs_from_counts({kind: counts.get(kind, Counter()) for kind in ("atom", "bond", "smiles")},
-                                settings)
+                                settings, given)
     _start_rewrite(corpus_dir)
     shards, max_tokens = _write_shards(cleaned, corpus_dir, vocabs, rows_per_shard, rows_per_task)
     if sum(s.rows for s in shards) != n_rows - n_invalid:
@@ -182,7 +186,8 @@ def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, 
     write_vocabs(corpus_dir, *vocabs)
     write_text(join(corpus_dir, INVALID_FILE), invalid_report(rejected))
     inputs = [InputInfo(path, rows[str(i)], invalid[str(i)]) for i, path in enumerate(paths)]
-    manifest = manifest_for(shards, inputs, max_tokens, vocabs, settings, rows_per_shard, smiles_columns=list(columns))
+    manifest = manifest_for(shards, inputs, max_tokens, vocabs, settings, rows_per_shard, smiles_columns=list(columns),
+                            **recorded)
     write_manifest(corpus_dir, manifest)
     return manifest
 
@@ -193,11 +198,13 @@ def run_corpus(config: CorpusConfig) -> None:
     from ray_app.pretrain.corpus_read import check_inputs
 
     columns = check_inputs(config.data_path, config.smiles_column)
+    paths = dict(zip(("atom", "bond", "smiles"), config.vocab_paths))
+    given = [None if path is None else load_vocab(path, kind) for kind, path in paths.items()]
     connect(config.address, num_cpus=config.num_cpus)
     corpus_dir = resolve_storage(config.save_dir, default_dir=None, flag="--save_dir")  # type: ignore[arg-type]
     start = time.perf_counter()
     manifest = build_corpus(config.data_path, columns, corpus_dir, config.vocab_settings, config.rows_per_shard,
-                            config.rows_per_task)
+                            config.rows_per_task, given, vocab_paths={k: p for k, p in paths.items() if p})
     seconds = time.perf_counter() - start
     print(f"kermt corpus: {manifest.n_molecules} molecules in {len(manifest.shards)} shard(s), "
           f"{manifest.n_invalid} invalid row(s) (see {INVALID_FILE}); vocab sizes atom {manifest.atom_vocab_size}, "

@@ -26,10 +26,19 @@ class CorpusConfig(BaseModel):
     vocab_max_size: Optional[int] = Field(None, ge=1, description="most atom/bond contexts kept (besides specials)")
     smiles_vocab_min_freq: int = Field(1, ge=1, description="SMILES tokens seen fewer times map to <unk>")
     smiles_vocab_max_size: Optional[int] = Field(None, ge=1, description="most SMILES tokens kept (besides specials)")
+    atom_vocab_path: Optional[str] = Field(None, description="use this atom vocab instead of building one (e.g. a "
+                                           "released model's; upstream JSON or .pkl, read safely; local file)")
+    bond_vocab_path: Optional[str] = Field(None, description="use this bond vocab instead of building one")
+    smiles_vocab_path: Optional[str] = Field(None, description="use this SMILES vocab instead of building one "
+                                             "(upstream .pkl, read safely, or our .json)")
     rows_per_shard: int = Field(50_000, ge=1, le=10_000_000, description="molecules per Parquet shard")
     rows_per_task: int = Field(2048, ge=1, description="molecules cleaned / featurised per Ray Data task")
     address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
     num_cpus: Optional[int] = Field(None, ge=1, description="CPUs of a local cluster started here (default: all)")
+
+    @property
+    def vocab_paths(self) -> tuple[str | None, str | None, str | None]:
+        return self.atom_vocab_path, self.bond_vocab_path, self.smiles_vocab_path
 
     @property
     def vocab_settings(self) -> VocabSettings:

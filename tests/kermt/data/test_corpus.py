@@ -23,7 +23,7 @@ from kermt.data.corpus import (
     read_shard,
     write_shard,
 )
-from kermt.data.corpus_prep import VocabSettings, prepare_corpus
+from kermt.data.corpus_prep import VocabSettings, load_vocab, prepare_corpus
 from kermt.data.featurize import featurize_smiles
 from kermt.errors import UserError
 from tests.conftest import DATA_DIR, FIXTURE_DIR
@@ -152,3 +152,31 @@ def test_graph_store_is_under_1kb_per_drug_like_molecule(vocabs) -> None:
                    + rows.bond_labels.nbytes) / len(rows)
     print(f"graph {graph_bytes:.0f} B/molecule, labels and tokens {label_bytes:.0f} B/molecule")
     assert graph_bytes <= 1024
+
+
+def test_corpus_at_a_filesystem_uri(tmp_path, vocabs) -> None:
+    uri = f"file://{tmp_path}/corpus"
+    prepare_corpus({"a.csv": FIXTURE_SMILES}, uri, VocabSettings(canonicalize=False))
+    corpus = open_corpus(uri)
+    assert corpus.path == uri and len(corpus) == 26
+    _assert_same(corpus.load(), corpus_rows(FIXTURE_SMILES, corpus.atom_vocab, corpus.bond_vocab, corpus.smiles_vocab))
+
+
+def test_given_vocabs_replace_the_built_ones(tmp_path, vocabs) -> None:
+    given = (load_vocab(str(FIXTURE_DIR / "tiny_atom_vocab.json"), "atom"),
+             load_vocab(str(FIXTURE_DIR / "tiny_bond_vocab.json"), "bond"),
+             load_vocab(str(FIXTURE_DIR / "tiny_smiles_vocab.pkl"), "smiles"))  # upstream's pickle, read as data
+    smiles = _sample_smiles(30)
+    prepare_corpus({"a.csv": smiles}, str(tmp_path), given=given)
+    corpus = open_corpus(str(tmp_path))
+    assert (corpus.atom_vocab, corpus.bond_vocab, corpus.smiles_vocab) == given == vocabs
+    expected = all_vocab_labels(list(corpus.load().smiles), *vocabs[:2])
+    np.testing.assert_array_equal(corpus.load().atom_labels, expected.atom[1:])
+    np.testing.assert_array_equal(corpus.load().bond_labels, expected.bond[1:])
+
+
+def test_a_given_vocab_of_the_wrong_kind_or_missing_is_a_user_error(tmp_path) -> None:
+    with pytest.raises(UserError, match="--atom_vocab_path .*tiny_bond_vocab.json: it holds bond contexts"):
+        load_vocab(str(FIXTURE_DIR / "tiny_bond_vocab.json"), "atom")
+    with pytest.raises(UserError, match="--smiles_vocab_path .*none.pkl"):
+        load_vocab(str(tmp_path / "none.pkl"), "smiles")

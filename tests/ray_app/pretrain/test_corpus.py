@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rdkit import Chem
 
 from kermt.chem.vocab_context import ContextVocab
 from kermt.chem.vocab_smiles import SmilesVocab
@@ -141,3 +142,35 @@ def test_missing_file_or_column_is_refused_before_ray(tmp_path, capsys) -> None:
     assert main(["corpus", "--data_path", str(tmp_path / "a.csv"), "--save_dir", str(tmp_path / "c"),
                  "--smiles_column", "smiles"]) == 2
     assert "did you mean 'smile'" in capsys.readouterr().err
+
+
+def test_malformed_csv_is_one_line_error_naming_file_and_row(ray_cluster, tmp_path, capsys) -> None:
+    source = tmp_path / "bad.csv"
+    source.write_text("smiles,x\nCCO,1\nCCN,2,3\n")
+    assert main(["corpus", "--data_path", str(source), "--save_dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{source}: cannot read it" in err[0] and "Expected 2 columns" in err[0], err
+    assert not (tmp_path / "c").exists()
+
+
+def test_given_vocab_files_label_the_corpus(ray_cluster, inputs, tmp_path) -> None:
+    source = list(inputs)[3]
+    vocab_flags = ["--atom_vocab_path", str(FIXTURE_DIR / "tiny_atom_vocab.json"),
+                   "--bond_vocab_path", str(FIXTURE_DIR / "tiny_bond_vocab.json"),
+                   "--smiles_vocab_path", str(FIXTURE_DIR / "tiny_smiles_vocab.pkl")]
+    assert main(["corpus", "--data_path", source, "--save_dir", str(tmp_path / "c"), *vocab_flags]) == 0
+    corpus = open_corpus(str(tmp_path / "c"))
+    tiny_atom = ContextVocab.load(FIXTURE_DIR / "tiny_atom_vocab.json")
+    assert (len(corpus.atom_vocab), len(corpus.bond_vocab), len(corpus.smiles_vocab)) == (126, 101, 41)
+    assert corpus.atom_vocab == tiny_atom
+    arrays = corpus.load()
+    np.testing.assert_array_equal(arrays.atom_labels, np.concatenate(
+        [tiny_atom.labels(Chem.MolFromSmiles(s)) for s in arrays.smiles]))
+    assert corpus.manifest.settings["vocab_paths"]["smiles"].endswith("tiny_smiles_vocab.pkl")
+
+
+def test_given_vocab_of_the_wrong_kind_is_refused_before_ray(tmp_path, capsys) -> None:
+    (tmp_path / "a.csv").write_text("smiles\nCCO\n")
+    assert main(["corpus", "--data_path", str(tmp_path / "a.csv"), "--save_dir", str(tmp_path / "c"),
+                 "--atom_vocab_path", str(FIXTURE_DIR / "tiny_bond_vocab.json")]) == 2
+    assert "it holds bond contexts, not atom contexts" in capsys.readouterr().err
