@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from kermt.chem.vocab_context import ContextVocab
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.data.corpus import open_corpus
 from kermt.data.corpus_prep import VocabSettings, prepare_corpus
+from kermt.errors import UserError
 from ray_app.cli import main
 from ray_app.pretrain.corpus import build_corpus
 from tests.conftest import DATA_DIR, FIXTURE_DIR
@@ -174,3 +176,14 @@ def test_given_vocab_of_the_wrong_kind_is_refused_before_ray(tmp_path, capsys) -
     assert main(["corpus", "--data_path", str(tmp_path / "a.csv"), "--save_dir", str(tmp_path / "c"),
                  "--atom_vocab_path", str(FIXTURE_DIR / "tiny_bond_vocab.json")]) == 2
     assert "it holds bond contexts, not atom contexts" in capsys.readouterr().err
+
+
+def test_a_rewrite_that_fails_leaves_no_complete_corpus(ray_cluster, inputs, tmp_path) -> None:
+    corpus_dir, source = tmp_path / "c", list(inputs)[3]
+    assert main(["corpus", "--data_path", source, "--save_dir", str(corpus_dir)]) == 0
+    shutil.rmtree(corpus_dir / "shards")
+    (corpus_dir / "shards").write_text("in the way")  # the re-run cannot write its shards
+    with pytest.raises(OSError):
+        main(["corpus", "--data_path", source, "--save_dir", str(corpus_dir)])
+    with pytest.raises(UserError, match="not a complete corpus"):
+        open_corpus(str(corpus_dir))
