@@ -77,12 +77,12 @@ class MTBlock(nn.Module):
         depths = depths if depths is not None else [self.depth] * len(encoders)
         iterations = [max(d - 1, 0) for d in depths]
         mode = PassingMode(self.atom_messages, self.dropout, self.training)
-        # q, k, v of head 0, then head 1, ...; query, key, value each [R, H, h]
-        if can_stack(encoders, mode):
-            stacked = run_encoders_stacked(encoders, x, iterations, index, mode)  # [K, R, h]
-            query, key, value = (stacked[i::3].transpose(0, 1) for i in range(3))
-        else:
+        if can_stack(encoders, mode):  # no dropout draws: the query encoders of every head, then the keys, values
+            by_role = [i + role for role in range(3) for i in range(0, len(encoders), 3)]
+            stacked = run_encoders_stacked([encoders[i] for i in by_role], x, [iterations[i] for i in by_role],
+                                           index, mode)  # [3H, R, h]
+            mixed = self.attn.forward_stacked(stacked.view(3, len(self.heads), *x.shape[:1], self.hidden_size))
+        else:  # q, k, v of head 0, then head 1, ...: upstream's order of dropout draws
             outputs = run_encoders(encoders, x, iterations, index, mode)
-            query, key, value = (torch.stack(outputs[i::3], dim=1) for i in range(3))
-        mixed = self.attn(query, key, value).reshape(x.shape[0], -1)
-        return index.zero_padding_row(self.sublayer(self.W_o(mixed)))
+            mixed = self.attn(*(torch.stack(outputs[i::3], dim=1) for i in range(3)))  # each [R, H, h]
+        return index.zero_padding_row(self.sublayer(self.W_o(mixed.reshape(x.shape[0], -1))))
