@@ -85,8 +85,13 @@ def gather_rows(z: torch.Tensor, share_sizes: tuple[int, ...], all_gather: AllGa
 
 @dataclass(frozen=True)
 class StepSettings:
+    """``per_rank_means``: upstream's DDP semantics instead of the global batch's: every term a mean over the
+    rank's own molecules, cMIM negatives from the rank's own batch, gradients averaged over ranks (the result then
+    depends on the number of workers)."""
+
     seed: int
     loss: PretrainLossConfig = PretrainLossConfig()
+    per_rank_means: bool = False
 
 
 class PretrainStep:
@@ -105,9 +110,15 @@ class PretrainStep:
 
     def _shares(self, step: StepBatch, global_step: int) -> dict[str, torch.Tensor]:
         dist = self.distribution
+        heads = self.core.heads_config
+        if self.settings.per_rank_means:  # the rank's own means ÷ world: DDP's average of world × share is their mean
+            output = self.model(step.batch, depth_rng=depth_rng(self.settings.seed, global_step))
+            # an empty share scores nothing, not its padding row alone (as kermt.nn.pretrain_vocab.vocab_loss)
+            view = GlobalView(step.counts.to(torch.float32), step.share_sizes[dist.rank] > 0, output.z, 0)
+            shares = pretrain_shares(output, step.batch.vocab_targets, view, heads, self.settings.loss)
+            return {name: value / dist.world_size for name, value in shares.items()}
         counts = dist.all_reduce(step.counts.clone())
         output = self.model(step.batch, depth_rng=depth_rng(self.settings.seed, global_step))
-        heads = self.core.heads_config
         all_z = gather_rows(output.z, step.share_sizes, dist.all_gather) if heads.uses_decoder else None
         view = GlobalView(counts.to(torch.float32), dist.rank == 0, all_z, step.offset)
         return pretrain_shares(output, step.batch.vocab_targets, view, heads, self.settings.loss)

@@ -50,6 +50,9 @@ class PretrainConfig(BaseModel):
     reconstruction_loss_weight: float = Field(1.0, ge=0)
     normalize_loss: bool = Field(False, description="scale the Gaussian log-densities by 1/latent_dim")
     normalize_gradient: bool = Field(False, description="scale only their gradient by 1/latent_dim")
+    per_rank_loss: bool = Field(
+        False, description="upstream's DDP semantics: each worker's batch means and cMIM negatives from its own "
+        "batch (results then depend on the number of workers; default: the global batch's)")
     # encoder
     hidden_size: int = Field(800, ge=1)
     depth: int = Field(3, ge=1)

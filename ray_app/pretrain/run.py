@@ -110,7 +110,7 @@ def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: Pretra
     return PretrainPlan(encoder, heads, loss, initial_state(encoder, heads, inputs, c.seed), train_rows, val_rows,
                         c.seed, c.epochs, c.step_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
                         c.weight_decay, c.save_interval, c.val_interval, c.train_interval, c.max_val_batches,
-                        c.stop_after_steps)
+                        c.stop_after_steps, c.per_rank_loss)
 
 
 def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str) -> ray.train.Result:
@@ -181,7 +181,8 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
           f"model: {save_dir / 'model'}, {save_dir / 'model.pt'}"
           + ("" if finished else "; run the same command again to continue"), flush=True)
     outputs.atomic_write_text(save_dir / "run.json", outputs.run_record(
-        config.model_dump(mode="json"), dict(sources), resources, {"run_id": run_id, "finished": finished}))
+        config.model_dump(mode="json"), dict(sources), resources,
+        {"run_id": run_id, "finished": finished, "replay": f"kermt pretrain --config {save_dir / 'config.yaml'}"}))
     return progress
 
 

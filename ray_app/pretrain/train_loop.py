@@ -67,6 +67,7 @@ class PretrainPlan:
     train_interval: int
     max_val_batches: int
     stop_after_steps: int | None = None
+    per_rank_loss: bool = False
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """Corpus rows of every global batch of ``epoch``."""
@@ -179,7 +180,8 @@ def _trainer(plan: PretrainPlan, model: torch.nn.Module, optimizer, scheduler) -
     if world > 1:
         # its own group: the gather's backward never interleaves with DDP's gradient all-reduces
         distribution = Distribution(world, rank, _all_reduce, all_gather_with_grad(dist.new_group()))
-    return PretrainStep(model, optimizer, scheduler, StepSettings(plan.seed, plan.loss), distribution)
+    return PretrainStep(model, optimizer, scheduler, StepSettings(plan.seed, plan.loss, plan.per_rank_loss),
+                        distribution)
 
 
 def _after_step(plan: PretrainPlan, data: PretrainData, state: dict[str, Any], epoch_end: bool) -> bool:

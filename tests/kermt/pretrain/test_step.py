@@ -1,5 +1,6 @@
 """The pretraining step: one process equals upstream's batch means; two gloo processes with batch b equal one
-process with batch 2b (real torch.distributed, real DDP), in every mode, with a worker whose share is empty."""
+process with batch 2b (real torch.distributed, real DDP), in every mode, with a worker whose share is empty; with
+``per_rank_means`` they equal upstream's DDP semantics (each rank's own batch means, gradients averaged)."""
 
 from __future__ import annotations
 
@@ -52,25 +53,50 @@ def test_one_process_shares_equal_upstream_batch_means(mode: str) -> None:
         assert float(value.detach()) == pytest.approx(logged[upstream_name], rel=1e-5, abs=1e-7), name
 
 
-def _train(mode: str, rank: int, world: int, steps: int | None = None) -> dict[str, torch.Tensor]:
-    """Train one epoch (global batch GLOBAL_BATCH) on this rank; returns the final parameters."""
+def _setup(mode: str) -> tuple:
     torch.set_num_threads(1)
     arrays, sizes = tiny_arrays(fixture_smiles())
     heads = tiny_heads(mode, sizes)
     torch.manual_seed(0)
     model = KermtPretrainModel(TINY_ENCODER, heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batches = global_batches(epoch_order(len(arrays), SEED, 0), GLOBAL_BATCH)
+    return arrays, heads, model, optimizer, batches
+
+
+def _parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def _train(mode: str, rank: int, world: int, per_rank_means: bool = False) -> dict[str, torch.Tensor]:
+    """Train one epoch (global batch GLOBAL_BATCH) on this rank; returns the final parameters."""
+    arrays, heads, model, optimizer, batches = _setup(mode)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     distribution = Distribution()
     wrapped: torch.nn.Module = model
     if world > 1:
         wrapped = DistributedDataParallel(model)
         distribution = Distribution(world, rank, _all_reduce, all_gather_with_grad(dist.new_group()))
-    trainer = PretrainStep(wrapped, optimizer, scheduler, StepSettings(SEED), distribution)
-    batches = global_batches(epoch_order(len(arrays), SEED, 0), GLOBAL_BATCH)
-    for global_step, rows in enumerate(batches[:steps]):
+    trainer = PretrainStep(wrapped, optimizer, scheduler, StepSettings(SEED, per_rank_means=per_rank_means),
+                           distribution)
+    for global_step, rows in enumerate(batches):
         trainer.train(build_step_batch(arrays, rows, rank, world, heads, SEED, global_step), global_step)
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
+    return _parameters(model)
+
+
+def _upstream_two_ranks_in_one_process(mode: str) -> dict[str, torch.Tensor]:
+    """Upstream's DDP semantics, simulated: each rank's loss is kermt.nn's batch means over its own share
+    (negatives included), and the gradient is the average of the two ranks' gradients."""
+    arrays, heads, model, optimizer, batches = _setup(mode)
+    for global_step, rows in enumerate(batches):
+        optimizer.zero_grad(set_to_none=True)
+        for rank in (0, 1):
+            batch = build_step_batch(arrays, rows, rank, 2, heads, SEED, global_step).batch
+            output = model(batch, depth_rng=depth_rng(SEED, global_step))
+            loss = pretrain_loss(output, batch, heads, PretrainLossConfig()).total / 2
+            (loss + 0.0 * sum(p.sum() for p in model.parameters())).backward()
+        optimizer.step()
+    return _parameters(model)
 
 
 def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -83,6 +109,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         result = {mode: _train(mode, rank, world) for mode in MODES}
+        result["per_rank"] = _train("hybrid", rank, world, per_rank_means=True)
         if rank == 0:
             torch.save(result, out)
     finally:
@@ -104,3 +131,8 @@ def test_two_gloo_workers_equal_one_process(tmp_path: Path) -> None:
             torch.testing.assert_close(two[mode][name], value, rtol=0, atol=1e-6, msg=f"{mode}: {name}")
             moved += int(not torch.equal(value, dict(start.named_parameters())[name].detach()))
         assert moved > len(one) // 2, f"{mode}: training should move most parameters"
+    upstream = _upstream_two_ranks_in_one_process("hybrid")
+    for name, value in upstream.items():
+        if not any(part in name for part in NULL_GRADIENT):
+            # 1e-5: the simulation sums the ranks' gradients by accumulation, DDP by all-reduce (seen: 2e-6)
+            torch.testing.assert_close(two["per_rank"][name], value, rtol=0, atol=1e-5, msg=f"per rank: {name}")
