@@ -20,6 +20,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from kermt.config import FinetuneModelConfig
-from kermt.data.dataset import MoleculeSet, bond_keep_mask, worker_keep_mask
+from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask, prefetch, worker_keep_mask
 from kermt.data.sampling import epoch_order, global_batches, worker_share
 from kermt.data.scalers import StandardScaler
 from kermt.metrics import metric_direction
@@ -129,6 +130,22 @@ def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progre
     return Progress(**state["progress"])
 
 
+def _worker_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: list[np.ndarray], rank: int, world: int,
+                    first_step: int) -> Iterator[MoleculeBatch]:
+    """This worker's batch of every global batch of the epoch, on the CPU: its neighbour-sum operators built here
+    (numpy, no host-device sync in the step) and the global batch's label counts counted here (no collective)."""
+    operators = model.kermt.aggregation_spec(training=True)
+    for index, global_rows in enumerate(steps):
+        rows = worker_share(global_rows, rank, world)  # empty on some ranks when the last global batch is short
+        keep = None
+        if plan.bond_drop_rate > 0:
+            counts = plan.train.graphs.bond_counts
+            drop_rng = np.random.default_rng([plan.seed, 1, first_step + index])
+            keep = worker_keep_mask(global_rows, rows, counts, bond_keep_mask(global_rows, counts,
+                                                                               plan.bond_drop_rate, drop_rng))
+        yield plan.train.batch(rows, keep, operators=operators, global_rows=global_rows)
+
+
 def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, device) -> dict[str, float]:
     """Train one epoch; returns ``train_loss`` (the label loss over every label of the epoch, without MTL weights)
     and, with MTL, ``train_objective`` (the mean over steps of the loss the optimiser minimised)."""
@@ -141,15 +158,8 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     # [local label-loss sum, local objective share, global label count]: summed on the device, read once per epoch
     sums = torch.zeros(3, dtype=torch.float64, device=device)
     steps = global_batches(order, plan.global_batch_size)
-    for global_rows in steps:
-        rows = worker_share(global_rows, rank, world)  # empty on some ranks when the last global batch is short
-        keep = None
-        if plan.bond_drop_rate > 0:
-            counts = plan.train.graphs.bond_counts
-            drop_rng = np.random.default_rng([plan.seed, 1, progress.global_step])
-            keep = worker_keep_mask(global_rows, rows, counts, bond_keep_mask(global_rows, counts,
-                                                                               plan.bond_drop_rate, drop_rng))
-        batch = plan.train.batch(rows, keep).to(device)
+    batches = _worker_batches(plan, getattr(model, "module", model), steps, rank, world, progress.global_step)
+    for batch in prefetch(batches, device):  # the next batches are collated while this step computes
         step = train_step(model, optimizer, scheduler, batch, settings,
                           depth_rng(plan.seed, progress.global_step), world, _all_reduce)
         sums += torch.stack([step.label_loss_sum, step.objective_share, step.label_count]).to(sums)
