@@ -96,6 +96,9 @@ class FinetuneConfig(BaseModel):
     ffn_task_specific_hidden_size: Optional[int] = Field(None)
     dist_coff: float = Field(0.1, ge=0, description="weight of the disagreement term between the two views")
     bond_drop_rate: float = Field(0.0, ge=0, lt=1)
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, loss and weights stay "
+        "float32); see docs/numerics.md for how far outputs move")
     padding: Literal["upstream", "zero"] = Field(
         "upstream", description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
     )

@@ -46,7 +46,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
     plan = MemberPlan(config, state, *shipped, splits.target_scaler, seed, c.epochs, c.step_batch_size,
                       c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
                       c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
-                      label=label)
+                      label=label, precision=c.precision)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"plan": ray.put(plan), **({"splits": splits_ref} if splits_ref is not None else {})},
@@ -133,20 +133,20 @@ def train_members(setup: RunSetup, fold_parts: list[ScaledSplits], concurrency: 
 
 
 def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
-                            use_gpu: bool = False) -> np.ndarray:
+                            use_gpu: bool = False, precision: str = "fp32") -> np.ndarray:
     """(n_test, n_tasks) predictions in label units; with ``use_gpu`` computed by a task on a GPU node (the driver
     usually sits on a head without one), else here on the CPU."""
     if use_gpu and len(splits.test):
-        preds = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size))
+        preds = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size, precision))
     else:
-        preds = predict(model, splits.test, np.arange(len(splits.test)), batch_size)
+        preds = predict(model, splits.test, np.arange(len(splits.test)), batch_size, precision)
     return splits.target_scaler.inverse_transform(preds) if splits.target_scaler else preds
 
 
 @ray.remote(num_gpus=1)
-def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int) -> np.ndarray:
+def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int, precision: str) -> np.ndarray:
     model = model.to(torch.device("cuda"))
-    return predict(model, molecules, np.arange(len(molecules)), batch_size)
+    return predict(model, molecules, np.arange(len(molecules)), batch_size, precision)
 
 
 def kept_members(setup: RunSetup, parts: list[ScaledSplits], jobs: list[tuple[int, int]]) -> dict:

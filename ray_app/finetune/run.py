@@ -71,7 +71,7 @@ def run_folds(setup: RunSetup) -> list[float]:
         if (fold, member) not in kept:
             save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
         member_preds[fold][member] = member_test_predictions(model, parts[fold], c.step_batch_size,
-                                                             c.use_gpu)
+                                                             c.use_gpu, c.precision)
         if all(p is not None for p in member_preds[fold]):
             scores[fold] = finish_fold(setup, fold, parts[fold], member_preds[fold])  # type: ignore[arg-type]
     return scores

@@ -71,6 +71,7 @@ class MemberPlan:
     select_by_loss: bool
     early_stop_epoch: int
     label: str = "model"
+    precision: str = "fp32"  # "bf16": forward under autocast (kermt.nn.precision)
 
 
 @dataclass
@@ -151,7 +152,8 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     and, with MTL, ``train_objective`` (the mean over steps of the loss the optimiser minimised)."""
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    settings = StepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss)
+    settings = StepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss,
+                            precision=plan.precision)
     torch.manual_seed(int(np.random.default_rng([plan.seed, progress.epoch, rank]).integers(2**62)))
     model.train()
     order = epoch_order(len(plan.train), plan.seed, progress.epoch)
@@ -179,7 +181,7 @@ def _validate(plan: MemberPlan, model) -> dict[str, float]:
     chunk = plan.global_batch_size
     chunks = global_batches(np.arange(len(plan.val)), chunk)
     mine = [c for i, c in enumerate(chunks) if i % world == rank]
-    local = {i * world + rank: predict(model, plan.val, c, chunk) for i, c in enumerate(mine)}
+    local = {i * world + rank: predict(model, plan.val, c, chunk, plan.precision) for i, c in enumerate(mine)}
     merged: dict[int, np.ndarray] = {}
     for part in _all_gather(local, world):
         merged.update(part)

@@ -134,8 +134,8 @@ def test_score(setup: RunSetup, model, splits: ScaledSplits) -> float:
     test labels)."""
     if len(splits.test) == 0 or bool(np.isnan(splits.test_targets_raw).all()):
         return float("nan")
-    preds = member_test_predictions(model, splits, setup.config.step_batch_size,
-                                    setup.config.use_gpu)
+    preds = member_test_predictions(model, splits, setup.config.step_batch_size, setup.config.use_gpu,
+                                    setup.config.precision)
     value, _ = score(preds, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
     return float(value)
 

@@ -105,6 +105,20 @@ def test_dry_run_validates_and_plans_without_training(ray_cluster, demo_csv, tmp
     assert not save_dir.exists()
 
 
+def test_bf16_finetune_stays_close_to_fp32(ray_cluster, demo_csv, tmp_path):
+    """--precision bf16 end to end (training steps, validation, test predictions): a different computation whose
+    test score stays within a few percent of the fp32 run's (docs/numerics.md)."""
+    scores = {}
+    for precision in ("fp32", "bf16"):
+        config, sources = resolve([
+            "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+            "--save_dir", str(tmp_path / precision), "--epochs", "2", "--batch_size", "16",
+            "--ffn_hidden_size", "8", "--precision", precision])
+        scores[precision] = run_finetune(config, sources)["overall_random_test_rmse"]
+    assert scores["bf16"] != scores["fp32"]  # autocast really ran
+    assert scores["bf16"] == pytest.approx(scores["fp32"], rel=0.05)
+
+
 def test_contradicting_architecture_flag_is_an_error(ray_cluster, demo_csv, tmp_path):
     from kermt.checkpoint import ArchitectureConflictError
 
