@@ -35,7 +35,7 @@ from ray_app.common.storage import is_uri
 INPUT_SETTINGS = (
     "data_path", "separate_val_path", "separate_test_path", "features_path", "separate_val_features_path",
     "separate_test_features_path", "checkpoint_path", "checkpoint_dir", "folds_file", "crossval_index_dir",
-    "crossval_index_file",
+    "crossval_index_file", "continue_from", "atom_vocab_path", "bond_vocab_path", "smiles_vocab_path",
 )
 OUTPUT_DIR_SETTINGS = ("save_dir",)
 OUTPUT_FILE_SETTINGS = ("output_path",)

@@ -25,6 +25,7 @@ from kermt.nn.pretrain_model import KermtPretrainModel
 from kermt.pretrain.export import export_pretrain_upstream, save_pretrain_native
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
+from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
 from ray_app.finetune.resume import claim_run_id
@@ -193,8 +194,11 @@ def main(argv: list[str]) -> int:
         build_parser().print_help()
         return 0
     config, sources = resolve(argv)
-    inputs = check_inputs(config)  # corpus, vocabularies, checkpoint: before Ray starts
-    run_pretrain(config, sources, inputs)
+    # URIs: --continue_from and vocab files downloaded, --save_dir mirrored (ray_app/common/remote_files); the
+    # corpus is read from its URI by the corpus task itself.
+    with local_files(config, keep_remote=("data_path",)) as local:
+        inputs = check_inputs(local)  # corpus, vocabularies, checkpoint: before Ray starts
+        run_pretrain(local, sources, inputs)
     return 0
 
 
