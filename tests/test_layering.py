@@ -32,7 +32,7 @@ ALLOWED = {
     "finetune": {"common"},
     "tune": {"common", "finetune"},
     "screening": {"common"},
-    "pretrain": {"common", "finetune"},
+    "pretrain": {"common", "finetune"},  # finetune: run ids (resume)
 }
 
 

@@ -16,7 +16,6 @@ same result with dropout 0; with dropout > 0 the masks follow the ranks, so it d
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import tempfile
 import time
@@ -29,7 +28,6 @@ import ray
 import ray.train
 import ray.train.torch
 import torch
-import torch.distributed as dist
 
 from kermt.config import FinetuneModelConfig
 from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask, prefetch, worker_keep_mask
@@ -40,6 +38,7 @@ from kermt.nn.depth import depth_rng
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.training import StepSettings, predict, score, snapshot, train_step, validation_loss
+from ray_app.common.train_worker import all_gather, all_reduce, print_placement, quiet_report_logs
 
 STATE_FILE = "training_state.pt"
 
@@ -84,20 +83,6 @@ class Progress:
     best_epoch: int = -1
     bad_epochs: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(tensor)
-    return tensor
-
-
-def _all_gather(obj: Any, world_size: int) -> list[Any]:
-    if world_size == 1:
-        return [obj]
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, obj)
-    return gathered
 
 
 def _improved(value: float, best: float, direction: str) -> bool:
@@ -163,11 +148,11 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     batches = _worker_batches(plan, getattr(model, "module", model), steps, rank, world, progress.global_step)
     for batch in prefetch(batches, device):  # the next batches are collated while this step computes
         step = train_step(model, optimizer, scheduler, batch, settings,
-                          depth_rng(plan.seed, progress.global_step), world, _all_reduce)
+                          depth_rng(plan.seed, progress.global_step), world, all_reduce)
         sums += torch.stack([step.label_loss_sum, step.objective_share, step.label_count]).to(sums)
         progress.global_step += 1
     label_count = float(sums[2])  # already global: every rank holds the same value
-    total = _all_reduce(sums[:2].clone())
+    total = all_reduce(sums[:2].clone())
     metrics = {"train_loss": float(total[0]) / max(label_count, 1.0)}
     if settings.use_mtl_loss:
         metrics["train_objective"] = float(total[1]) / max(len(steps), 1)
@@ -183,7 +168,7 @@ def _validate(plan: MemberPlan, model) -> dict[str, float]:
     mine = [c for i, c in enumerate(chunks) if i % world == rank]
     local = {i * world + rank: predict(model, plan.val, c, chunk, plan.precision) for i, c in enumerate(mine)}
     merged: dict[int, np.ndarray] = {}
-    for part in _all_gather(local, world):
+    for part in all_gather(local, world):
         merged.update(part)
     width = plan.val.targets.shape[1]
     preds = np.concatenate([merged[i] for i in range(len(chunks))]) if chunks else np.zeros((0, width))
@@ -211,16 +196,6 @@ def _report(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, b
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
-def _quiet_report_logs() -> None:
-    """Ray Train 2.60 logs every report() at INFO on a logger named after its source file (not under ray.train, so
-    LoggingConfig does not reach it); our loop prints one line per epoch instead."""
-    try:
-        from ray.train.v2._internal.execution import context as train_context
-    except ImportError:  # a later Ray moved it: only log noise is at stake
-        return
-    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
-
-
 def _load_plan(config: dict[str, Any]) -> MemberPlan:
     plan: MemberPlan = ray.get(config["plan"]) if isinstance(config["plan"], ray.ObjectRef) else config["plan"]
     if "splits" in config:  # the fold's ScaledSplits, put once by the driver for every member of the fold
@@ -229,18 +204,8 @@ def _load_plan(config: dict[str, Any]) -> MemberPlan:
     return plan
 
 
-def _print_placement(label: str, epoch: int, rank: int) -> None:
-    """One line per (re)start: where the workers run, e.g. "2 worker(s) on 2 node(s) (127.0.0.3, 127.0.0.4)"."""
-    world = ray.train.get_context().get_world_size()
-    nodes = _all_gather(ray.util.get_node_ip_address(), world)
-    if rank == 0:
-        where = ", ".join(dict.fromkeys(nodes))
-        print(f"[{label}] {'resuming at' if epoch else 'starting'} epoch {epoch}: {world} worker(s) on "
-              f"{len(set(nodes))} node(s) ({where})", flush=True)
-
-
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    _quiet_report_logs()
+    quiet_report_logs()
     plan = _load_plan(config)
     device = ray.train.torch.get_device()
     model, optimizer, scheduler = _build(plan)
@@ -250,7 +215,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     direction = "min" if plan.select_by_loss else metric_direction(plan.metric)
     key = "val_loss" if plan.select_by_loss else f"val_{plan.metric}"
     rank = ray.train.get_context().get_world_rank()
-    _print_placement(plan.label, progress.epoch, rank)
+    print_placement(plan.label, progress.epoch, rank)
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
         started = time.perf_counter()
         train_metrics = _train_epoch(plan, model, optimizer, scheduler, progress, device)

@@ -37,7 +37,7 @@ from kermt.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.pretrain.batch import PretrainData, build_step_batch
 from kermt.pretrain.export import save_pretrain_native
 from kermt.pretrain.step import Distribution, PretrainStep, StepSettings, all_gather_with_grad
-from ray_app.finetune.train_loop import _all_reduce, _print_placement, _quiet_report_logs
+from ray_app.common.train_worker import all_reduce, print_placement, quiet_report_logs
 
 STATE_FILE = "training_state.pt"
 MODEL_DIR = "model"
@@ -138,7 +138,7 @@ class _Interval:
         if not self.steps:
             return {}
         names = sorted(self.sums)
-        totals = _all_reduce(torch.stack([self.sums[n].double() for n in names])).tolist()
+        totals = all_reduce(torch.stack([self.sums[n].double() for n in names])).tolist()
         values = {f"{prefix}_{n}": total / self.steps for n, total in zip(names, totals)}
         if prefix == "train":
             values["molecules_per_s"] = molecules / max(time.perf_counter() - self.started, 1e-9)
@@ -179,7 +179,7 @@ def _trainer(plan: PretrainPlan, model: torch.nn.Module, optimizer, scheduler) -
     distribution = Distribution()
     if world > 1:
         # its own group: the gather's backward never interleaves with DDP's gradient all-reduces
-        distribution = Distribution(world, rank, _all_reduce, all_gather_with_grad(dist.new_group()))
+        distribution = Distribution(world, rank, all_reduce, all_gather_with_grad(dist.new_group()))
     return PretrainStep(model, optimizer, scheduler, StepSettings(plan.seed, plan.loss, plan.per_rank_loss),
                         distribution)
 
@@ -207,7 +207,7 @@ def _after_step(plan: PretrainPlan, data: PretrainData, state: dict[str, Any], e
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    _quiet_report_logs()
+    quiet_report_logs()
     plan: PretrainPlan = ray.get(config["plan"])
     data = PretrainData.of(ray.get(config["corpus"]))  # zero-copy views of the node's one copy
     ctx = ray.train.get_context()
@@ -216,7 +216,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     model, optimizer, scheduler = _build(plan, device)
     progress = _restore(model, optimizer, scheduler, device)
     trainer = _trainer(plan, ray.train.torch.prepare_model(model), optimizer, scheduler)
-    _print_placement("pretrain", progress.epoch, rank)
+    print_placement("pretrain", progress.epoch, rank)
     if progress.global_step and rank == 0:
         print(f"[pretrain] resuming at step {progress.global_step} (epoch {progress.epoch}, batch "
               f"{progress.batch_idx})", flush=True)
