@@ -2,6 +2,9 @@
 
 Adam with two parameter groups: group 0 = encoder (``kermt.*``) at ``lr × fine_tune_coff``, group 1 = everything
 else (readout, FFN heads, the model's ``mtl_log_sigma``). ``|fine_tune_coff| <= 1e-6`` freezes the encoder.
+With every parameter on a CUDA device the step is torch's fused Adam (a few kernels for all tensors instead of a
+chain of small ones per tensor); elsewhere it is torch's default implementation, whose CPU numbers the optimizer
+oracle checks bit for bit (tests/kermt/test_optim_parity.py).
 
 NoamLR: linear warm-up from ``init_lr`` to ``max_lr`` over ``int(warmup_epochs · S)`` steps, then exponential
 decay to ``final_lr`` at ``epochs · S`` steps, ``final_lr`` afterwards. S = optimizer steps per epoch counted on
@@ -35,7 +38,16 @@ def build_optimizer(model: nn.Module, init_lr: float, weight_decay: float, fine_
         for param in encoder:
             param.requires_grad_(False)
     groups = [{"params": encoder, "lr": init_lr * fine_tune_coff}, {"params": heads, "lr": init_lr}]
-    return torch.optim.Adam(groups, lr=init_lr, weight_decay=weight_decay)
+    return torch.optim.Adam(groups, lr=init_lr, weight_decay=weight_decay, **adam_implementation(encoder + heads))
+
+
+def adam_implementation(params: list[nn.Parameter]) -> dict[str, bool]:
+    """``fused=True`` when every parameter lives on CUDA, else torch's default (so CPU numbers stay as they were).
+
+    Call after the model is on its device: the choice follows where the parameters are, never decides it.
+    """
+    on_cuda = bool(params) and all(param.device.type == "cuda" for param in params)
+    return {"fused": True} if on_cuda else {}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.nn.finetune import KermtFinetuneModel
@@ -90,3 +91,25 @@ def test_zero_steps_per_epoch_gives_final_lr():
     opt = build_optimizer(_model(), init_lr=1e-4, weight_decay=0.0, fine_tune_coff=1.0)
     NoamLR(opt, NoamSchedule(1.0, 3, 0, 1e-4, 1e-3, 2e-5))
     assert opt.param_groups[1]["lr"] == 2e-5
+
+
+def test_cpu_step_is_torchs_default_adam_bit_for_bit():
+    """Fused Adam is for CUDA only: on CPU the step stays torch's default implementation, whose numbers the
+    optimizer oracle checks (tests/kermt/test_optim_parity.py); the GPU lane compares fused with it on CUDA."""
+    torch.manual_seed(0)
+    ours, reference = _model(), _model()
+    reference.load_state_dict(ours.state_dict())
+    opt = build_optimizer(ours, init_lr=1e-3, weight_decay=1e-4, fine_tune_coff=0.5)
+    assert not opt.defaults["fused"] and opt.defaults["foreach"] is None
+    encoder = [p for n, p in reference.named_parameters() if n.startswith("kermt.")]
+    heads = [p for n, p in reference.named_parameters() if not n.startswith("kermt.")]
+    plain = torch.optim.Adam([{"params": encoder, "lr": 5e-4}, {"params": heads, "lr": 1e-3}], lr=1e-3,
+                             weight_decay=1e-4)
+    for step in range(3):
+        for model, optimizer in ((ours, opt), (reference, plain)):
+            generator = torch.Generator().manual_seed(step)
+            for param in model.parameters():
+                param.grad = torch.randn(param.shape, generator=generator)
+            optimizer.step()
+    for (name, mine), theirs in zip(ours.named_parameters(), reference.parameters()):
+        assert torch.equal(mine, theirs), name
