@@ -1,0 +1,78 @@
+"""A training step on CUDA: it never waits for the device, and fused Adam (what build_optimizer picks on CUDA)
+moves the parameters where torch's multi-tensor Adam does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kermt.data.dataset import MoleculeSet
+from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
+from kermt.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.training import StepSettings, train_step
+from tests.gpu.cuda import GPU_LANE
+from tests.kermt.nn.test_host_syncs import SMILES, _model, molecules  # noqa: F401  (molecules: a fixture)
+
+pytestmark = GPU_LANE
+
+# Fused and multi-tensor Adam evaluate the same formula with other roundings (fused keeps its step count on the
+# device and folds the bias corrections into one expression): a few float32 ulps per step, far below one lr step.
+FUSED_RTOL, FUSED_ATOL = 1e-5, 1e-7
+
+
+def _trainer(model):
+    optimizer = build_optimizer(model, 1e-3, 1e-4, 1.0)
+    return optimizer, NoamLR(optimizer, NoamSchedule(1.0, 4, 2, 1e-3, 1e-2, 1e-3))
+
+
+def _train_batch(molecules, model):  # noqa: F811
+    rows = np.arange(len(SMILES))
+    spec = model.kermt.aggregation_spec(training=True)
+    return molecules.batch(rows, operators=spec, global_rows=rows).pin_memory().to("cuda", non_blocking=True)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["stacked", "loop"])
+def test_a_cuda_train_step_never_synchronises(molecules, dropout):  # noqa: F811
+    """torch's sync debug mode raises on any call that blocks the host on the device (a value read back, a
+    pageable copy, a data-dependent shape); the dispatch audit must agree that there is none."""
+    model = _model(dropout).cuda()
+    optimizer, scheduler = _trainer(model)
+    assert optimizer.defaults["fused"] is True
+    batch = _train_batch(molecules, model)
+    settings = StepSettings("regression", 0.1)
+    train_step(model, optimizer, scheduler, batch, settings, np.random.default_rng(0))  # Adam's state created
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with DispatchAudit(optimizer_host_tensors(optimizer)) as audit:
+            for step in range(1, 4):
+                result = train_step(model, optimizer, scheduler, batch, settings, np.random.default_rng(step))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert audit.sync_count == 0, audit.syncs
+    assert result.objective_share.is_cuda and torch.isfinite(result.objective_share).item()
+
+
+def test_fused_adam_moves_parameters_like_multi_tensor_adam():
+    """The same gradients fed to both implementations for 5 steps: what differs is only Adam's arithmetic (with
+    gradients recomputed, float noise in near-zero gradients would be amplified by Adam's normalisation)."""
+    params = {}
+    for fused in (True, False):
+        model = _model().cuda()
+        optimizer, scheduler = _trainer(model)
+        if not fused:  # the same groups and settings, torch's multi-tensor (foreach) implementation
+            for group in optimizer.param_groups:
+                group["fused"], group["foreach"] = False, True
+        assert optimizer.param_groups[0]["fused"] is fused
+        for step in range(5):
+            generator = torch.Generator().manual_seed(step)
+            for param in model.parameters():
+                param.grad = torch.randn(param.shape, generator=generator).cuda()
+            optimizer.step()
+            scheduler.step()
+        params[fused] = {name: p.detach().cpu() for name, p in model.named_parameters()}
+    worst = max(float((params[True][n] - params[False][n]).abs().max()) for n in params[True])
+    print(f"fused vs multi-tensor Adam after 5 steps: max parameter distance {worst:.2e}")
+    for name, value in params[True].items():
+        torch.testing.assert_close(value, params[False][name], rtol=FUSED_RTOL, atol=FUSED_ATOL, msg=name)
