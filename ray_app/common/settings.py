@@ -52,11 +52,21 @@ def _base_type(annotation: Any) -> Any:
     return annotation
 
 
+def ordered_fields(schema: type[BaseModel]) -> list[str]:
+    """Field names, the command's own first and shared bases' (schedule, Ray) after them: pydantic lists inherited
+    fields first, which would open ``--help`` and config.yaml with the least specific settings."""
+    names: list[str] = []
+    for cls in schema.__mro__:
+        names += [n for n in getattr(cls, "__annotations__", {}) if n in schema.model_fields and n not in names]
+    return names
+
+
 def build_parser(prog: str, schema: type[BaseModel]) -> argparse.ArgumentParser:
     """One flag per field of ``schema``. Defaults are argparse.SUPPRESS so we can tell what the user typed."""
     parser = ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
     parser.add_argument("--config", help="YAML file with the same keys as the flags; flags override it")
-    for name, field in schema.model_fields.items():
+    for name in ordered_fields(schema):
+        field = schema.model_fields[name]
         base = _base_type(field.annotation)
         help_text = field.description or ""
         origin = typing.get_origin(base)
@@ -133,4 +143,4 @@ def _explain(exc: ValidationError, config_path: str | None, prog: str) -> str:
 def to_yaml(config: BaseModel) -> str:
     """A YAML file that replays the run with ``--config``."""
     data = config.model_dump(mode="json", exclude_defaults=False)
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.safe_dump({name: data[name] for name in ordered_fields(type(config))}, sort_keys=False)

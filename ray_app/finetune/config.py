@@ -14,18 +14,17 @@ Deliberate differences from upstream:
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from ray_app.common import settings
+from ray_app.common.data_parallel import DataParallelSettings, parse_worker_range
 from ray_app.common.settings import FEATURE_GENERATORS, METRICS, SPLIT_TYPES, Source, did_you_mean
 
 
-class FinetuneConfig(BaseModel):
+class FinetuneConfig(DataParallelSettings):
     """Every setting of a finetune run. Field names are the flag names (``--max_lr`` <-> ``max_lr``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # data
     data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets")
@@ -65,17 +64,7 @@ class FinetuneConfig(BaseModel):
     use_mtl_loss: bool = Field(False, description="learned per-task uncertainty weights")
     show_individual_scores: bool = Field(False, description="log per-task scores")
     select_by_loss: bool = Field(False, description="select the best epoch by validation loss")
-    # training schedule
-    epochs: int = Field(30, ge=1)
-    batch_size: int = Field(32, ge=1, description="molecules per worker per step (global batch = x num_workers)")
-    global_batch_size: Optional[int] = Field(
-        None, ge=1, description="molecules per optimizer step over all workers, split over whoever runs (default: "
-        "batch_size x num_workers, x MAX for a MIN-MAX range); results do not depend on the number of workers")
-    warmup_epochs: float = Field(2.0, ge=0)
-    init_lr: float = Field(1e-4, gt=0)
-    max_lr: float = Field(1e-3, gt=0)
-    final_lr: float = Field(1e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    # training schedule (epochs, batch sizes, learning rates: DataParallelSettings)
     fine_tune_coff: float = Field(1.0, ge=0, description="encoder LR multiplier; 0 freezes the encoder")
     early_stop_epoch: int = Field(1000, ge=1, description="stop after this many epochs without improvement")
     ensemble_size: int = Field(1, ge=1)
@@ -102,49 +91,11 @@ class FinetuneConfig(BaseModel):
     padding: Literal["upstream", "zero"] = Field(
         "upstream", description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
     )
-    # Ray
-    num_workers: Union[str, int] = Field(1, description="data-parallel training workers: N, or MIN-MAX for elastic training "
-                             "(Ray Train starts with what fits, at least MIN, and resizes as nodes come and go)")
-    use_gpu: bool = Field(False, description="one GPU per worker")
-    address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
+    # Ray (num_workers, use_gpu, address, max_failures, storage_path: DataParallelSettings)
     max_concurrent_trials: Optional[int] = Field(
         None, ge=1, description="training runs (members, folds, trials) at once (default: what free resources allow)"
     )
-    max_failures: Optional[int] = Field(
-        None, ge=-1, description="lost workers/nodes a run recovers from, resuming at its last epoch checkpoint "
-        "(-1: unlimited; default: 3 on a multi-node cluster, 0 on one machine)")
-    storage_path: Optional[str] = Field(
-        None, description="checkpoints and Tune state: s3://..., gs://..., any pyarrow URI, or file:///shared/path "
-        "(default: save_dir on a single-node cluster; required on a multi-node one)")
     dry_run: bool = Field(False, description="validate and print the plan, do not train")
-
-    @field_validator("num_workers", mode="before")
-    @classmethod
-    def _worker_count(cls, value: Any) -> int | str:
-        low, high = parse_worker_range(value)
-        return low if low == high else f"{low}-{high}"  # a plain count stays a number in config.yaml / run.json
-
-    @property
-    def worker_range(self) -> tuple[int, int]:
-        """(MIN, MAX) training workers; equal for a fixed count."""
-        return parse_worker_range(self.num_workers)
-
-    @property
-    def min_workers(self) -> int:
-        return self.worker_range[0]
-
-    @property
-    def max_workers(self) -> int:
-        return self.worker_range[1]
-
-    @property
-    def elastic(self) -> bool:
-        return self.min_workers != self.max_workers
-
-    @property
-    def step_batch_size(self) -> int:
-        """The global batch: molecules per optimizer step, whatever number of workers shares it."""
-        return self.global_batch_size or self.batch_size * self.max_workers
 
     @model_validator(mode="after")
     def _check(self) -> "FinetuneConfig":
@@ -163,26 +114,7 @@ class FinetuneConfig(BaseModel):
             raise ValueError(f"split_type {self.split_type} needs crossval_index_file")
         if self.split_type == "crossval" and self.crossval_index_dir is None:
             raise ValueError("split_type crossval needs crossval_index_dir")
-        if not self.init_lr <= self.max_lr:
-            raise ValueError(f"init_lr {self.init_lr} must not exceed max_lr {self.max_lr}")
         return self
-
-
-
-def parse_worker_range(value: Any) -> tuple[int, int]:
-    """``2`` or ``"2"`` -> (2, 2); ``"1-4"`` -> (1, 4). A ValueError names what is wrong."""
-    text = str(value).strip()
-    low, dash, high = text.partition("-")
-    try:
-        bounds = (int(low), int(high) if dash else int(low))
-    except ValueError:
-        raise ValueError(f"num_workers {text!r}: give a number of workers (2) or a range MIN-MAX (1-4)") from None
-    if bounds[0] < 1:
-        raise ValueError(f"num_workers {text!r}: at least 1 worker")
-    if bounds[0] > bounds[1]:
-        raise ValueError(f"num_workers {text!r}: MIN {bounds[0]} is larger than MAX {bounds[1]}; give MIN-MAX with "
-                         "MIN <= MAX")
-    return bounds
 
 
 def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] = FinetuneConfig):

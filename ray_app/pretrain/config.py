@@ -16,19 +16,17 @@ Deliberate differences from upstream (docs/upstream-compatibility.md#pretraining
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from ray_app.common import settings
+from ray_app.common.data_parallel import DataParallelSettings
 from ray_app.common.settings import Source
-from ray_app.finetune.config import parse_worker_range
 
 
-class PretrainConfig(BaseModel):
+class PretrainConfig(DataParallelSettings):
     """Every setting of a pretraining run. Field names are the flag names."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # data
     data_path: str = Field(description="corpus directory prepared by `kermt corpus` (local or URI)")
@@ -72,55 +70,18 @@ class PretrainConfig(BaseModel):
     decoder_positional_encoding: Literal["rope", "sinusoidal"] = Field("rope")
     decoder_gate_self_attn: bool = Field(False)
     decoder_gate_cross_attn: bool = Field(False)
-    # schedule
-    epochs: int = Field(30, ge=1)
-    batch_size: int = Field(32, ge=1, description="molecules per worker per step at MAX workers")
-    global_batch_size: Optional[int] = Field(
-        None, ge=1, description="molecules per optimizer step, shared by however many workers run (default: "
-        "batch_size x MAX workers); fixing it lets a run continue on another number of workers")
-    warmup_epochs: float = Field(2.0, ge=0)
-    init_lr: float = Field(1e-4, gt=0)
-    max_lr: float = Field(1e-3, gt=0)
-    final_lr: float = Field(1e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    # schedule (epochs, batch sizes, learning rates) and Ray placement: DataParallelSettings
     # outputs and logging
     save_dir: str = Field("runs/pretrain", description="model/ (native), model.pt (upstream layout), metrics.csv")
     save_interval: int = Field(100, ge=1, description="checkpoint every this many steps (and at every epoch end)")
     val_interval: int = Field(0, ge=0, description="validate every this many steps (0: at epoch ends only)")
     train_interval: int = Field(10, ge=1, description="one log line and metrics row every this many steps")
     tensorboard: bool = Field(False, description="write TensorBoard events to save_dir")
-    # Ray
-    num_workers: str = Field("1", description="data-parallel training workers: N, or MIN-MAX (elastic)")
-    use_gpu: bool = Field(False, description="one GPU per worker")
-    address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
-    max_failures: Optional[int] = Field(
-        None, ge=-1, description="lost workers/nodes a run recovers from, resuming at its last checkpoint "
-        "(-1: unlimited; default: 3 on a multi-node cluster, 0 on one machine)")
-    storage_path: Optional[str] = Field(
-        None, description="Ray Train checkpoints: s3://..., gs://..., file:///shared/path (default: save_dir on a "
-        "single-node cluster; required on a multi-node one)")
     stop_after_steps: Optional[int] = Field(
         None, ge=1, description="end the run after this many global steps, checkpointed (re-run to continue)")
 
-    @field_validator("num_workers", mode="before")
-    @classmethod
-    def _worker_count(cls, value: Any) -> str:
-        low, high = parse_worker_range(value)
-        return str(low) if low == high else f"{low}-{high}"
-
-    @property
-    def worker_range(self) -> tuple[int, int]:
-        return parse_worker_range(self.num_workers)
-
-    @property
-    def step_batch_size(self) -> int:
-        """Molecules per optimizer step, whatever number of workers shares them."""
-        return self.global_batch_size or self.batch_size * self.worker_range[1]
-
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":
-        if not self.init_lr <= self.max_lr:
-            raise ValueError(f"init_lr {self.init_lr} must not exceed max_lr {self.max_lr}")
         if self.pretrain_mode != "vocab" and self.latent_dim % self.decoder_num_attention_heads:
             raise ValueError(f"latent_dim {self.latent_dim} (the decoder width) must be divisible by "
                              f"decoder_num_attention_heads {self.decoder_num_attention_heads}")

@@ -43,7 +43,7 @@ NEW_HEAD_PREFIXES = ("latent_dist.readout.", "latent_dist.fc_mean_logscale.", "d
 def run_identity(config: PretrainConfig) -> PretrainConfig:
     """The settings that decide what a run computes: a re-run of the same command continues the run even with
     another stopping point, log interval or number of workers (the global batch, not its split, is what counts)."""
-    return config.model_copy(update={"stop_after_steps": None, "train_interval": 0, "num_workers": "1",
+    return config.model_copy(update={"stop_after_steps": None, "train_interval": 0, "num_workers": 1,
                                      "batch_size": config.step_batch_size, "global_batch_size": None})
 
 
@@ -162,16 +162,20 @@ def write_tensorboard(directory: Path, history: list[dict[str, float]]) -> None:
             writer.add_scalar("train/lr", row["lr"], int(row["step"]))
 
 
-def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: PretrainInputs) -> dict[str, Any]:
-    """The whole run; returns the final progress (epoch, batch_idx, global_step, history)."""
+def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: PretrainInputs,
+                 recorded: PretrainConfig | None = None) -> dict[str, Any]:
+    """The whole run; returns the final progress (epoch, batch_idx, global_step, history). ``recorded``: the
+    settings as the user gave them (URIs) when ``config`` names local copies: they identify the run (a re-run with
+    a mirrored --save_dir resumes) and are what config.yaml and run.json replay."""
+    recorded = recorded or config
     plan = make_plan(config, sources, inputs)  # a checkpoint that contradicts a flag fails here, before Ray starts
     resources = connect(config.address)
     save_dir = Path(config.save_dir).resolve()
     storage = resolve_storage(config.storage_path, save_dir / "ray_results")
     check_gpus(config.use_gpu)
     save_dir.mkdir(parents=True, exist_ok=True)
-    run_id, _ = claim_run_id(save_dir, run_identity(config))
-    outputs.atomic_write_text(save_dir / "config.yaml", to_yaml(config))
+    run_id, _ = claim_run_id(save_dir, run_identity(recorded))
+    outputs.atomic_write_text(save_dir / "config.yaml", to_yaml(recorded))
     print(f"pretraining {config.pretrain_mode}: {len(plan.train_rows)} train / {len(plan.val_rows)} validation "
           f"molecules, global batch {plan.global_batch_size}, {config.num_workers} worker(s); "
           f"{sum(p.numel() for p in KermtPretrainModel(plan.encoder, plan.heads).parameters()):,} parameters",
@@ -182,7 +186,7 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
           f"model: {save_dir / 'model'}, {save_dir / 'model.pt'}"
           + ("" if finished else "; run the same command again to continue"), flush=True)
     outputs.atomic_write_text(save_dir / "run.json", outputs.run_record(
-        config.model_dump(mode="json"), dict(sources), resources,
+        recorded.model_dump(mode="json"), dict(sources), resources,
         {"run_id": run_id, "finished": finished, "replay": f"kermt pretrain --config {save_dir / 'config.yaml'}"}))
     return progress
 
@@ -198,7 +202,7 @@ def main(argv: list[str]) -> int:
     # corpus is read from its URI by the corpus task itself.
     with local_files(config, keep_remote=("data_path",)) as local:
         inputs = check_inputs(local)  # corpus, vocabularies, checkpoint: before Ray starts
-        run_pretrain(local, sources, inputs)
+        run_pretrain(local, sources, inputs, recorded=config)
     return 0
 
 
