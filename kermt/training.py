@@ -6,6 +6,11 @@ batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.losses`). 
 batch's rows (``MoleculeSet.batch(..., global_rows=...)``) brings that count, counted on the host, and the step
 runs no collective of its own.
 
+Dropout masks are drawn from torch's RNG (``StepSettings.dropout_draws="torch"``, upstream's masks) or per molecule
+from (seed, global step, molecule) (``"per_molecule"``, :mod:`kermt.nn.keyed_dropout`): only the latter makes a
+molecule's masks independent of the batch it shares and of the rank it lands on, so that N workers equal one
+process with dropout on.
+
 Nothing in a step waits for the device: results stay on it as 0-d tensors (the caller reads them once per epoch),
 and the step's ops need no value or shape from it (``tests/kermt/test_training.py`` audits the dispatched ops).
 """
@@ -23,6 +28,7 @@ from kermt.data.dataset import MoleculeBatch, MoleculeSet
 from kermt.data.scalers import StandardScaler
 from kermt.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
 from kermt.metrics import nanmean, task_scores
+from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.precision import autocast
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
@@ -34,12 +40,20 @@ def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class StepSettings:
-    """``precision``: "fp32", or "bf16" for the forward under autocast (see :mod:`kermt.nn.precision`)."""
+    """``precision``: "fp32", or "bf16" for the forward under autocast (see :mod:`kermt.nn.precision`).
+    ``dropout_draws``: "torch" (torch's RNG, upstream's masks) or "per_molecule" (keyed by ``seed``, the step's
+    global step and each molecule's id: the batch must carry ``graph.molecule_ids``)."""
 
     dataset_type: str
     dist_coff: float
     use_mtl_loss: bool = False
     precision: str = "fp32"
+    dropout_draws: str = "torch"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dropout_draws not in DROPOUT_DRAWS:
+            raise ValueError(f"dropout_draws must be one of {DROPOUT_DRAWS}, got {self.dropout_draws!r}")
 
 
 @dataclass(frozen=True)
@@ -68,11 +82,13 @@ def train_step(
     depth_rng: np.random.Generator | None = None,
     world_size: int = 1,
     all_reduce: AllReduce = no_reduce,
+    global_step: int = 0,
 ) -> StepResult:
     """One optimizer step on this worker's part of a global batch (see :class:`StepResult` for what it returns).
 
     ``model`` may be DDP-wrapped; its forward must accept (graph, features, depth_rng). Every rank must call
-    this for every global batch, even with an empty share, so collectives stay matched.
+    this for every global batch, even with an empty share, so collectives stay matched. ``global_step`` keys the
+    per-molecule dropout draws (``settings.dropout_draws``).
     """
     targets = LabelledTargets.from_nan(batch.targets)
     if batch.global_label_counts is not None:  # counted on the host: the sum over ranks, without a collective
@@ -81,7 +97,8 @@ def train_step(
     else:
         counts = targets.task_counts() if settings.use_mtl_loss else targets.mask.sum().reshape(1)
         global_counts = all_reduce(counts.clone())
-    with autocast(settings.precision, batch.targets.device):
+    with autocast(settings.precision, batch.targets.device), \
+            dropout_draws(settings.dropout_draws, settings.seed, global_step, batch.graph):
         output = model(batch.graph, batch.features, depth_rng)
     core = getattr(model, "module", model)
     atom_view, bond_view = output.atom_view.float(), output.bond_view.float()  # the loss in float32 always

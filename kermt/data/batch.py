@@ -87,6 +87,8 @@ class BatchMolGraph:
     Optional, filled by the collate (None: derived from the arrays when needed, with a host round trip):
         operators                  GraphOperators for the model's padding mode
         max_atoms, max_bonds       int: the largest a_scope[:, 1] and b_scope[:, 1] (0 without molecules)
+        molecule_ids     [M] int64 each molecule's id in its dataset or corpus (set by whoever picks the rows): the
+                         key of per-molecule dropout draws (kermt.nn.keyed_dropout)
     """
 
     f_atoms: torch.Tensor
@@ -100,6 +102,7 @@ class BatchMolGraph:
     operators: GraphOperators | None = None
     max_atoms: int | None = None
     max_bonds: int | None = None
+    molecule_ids: torch.Tensor | None = None
 
     @property
     def num_molecules(self) -> int:
@@ -117,7 +120,8 @@ class BatchMolGraph:
     def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "BatchMolGraph":
         arrays = {name: _moved(getattr(self, name), device, non_blocking) for name in GRAPH_ARRAYS}
         operators = self.operators.to(device, non_blocking) if self.operators is not None else None
-        return replace(self, **arrays, operators=operators)
+        ids = _moved(self.molecule_ids, device, non_blocking) if self.molecule_ids is not None else None
+        return replace(self, **arrays, operators=operators, molecule_ids=ids)
 
     def components(self) -> tuple[torch.Tensor, ...]:
         """The tuple upstream's encoder consumes, in upstream's order."""

@@ -1,8 +1,9 @@
 """MoleculeSet: the featurised, scaled molecules of one split, and how a batch of them is built.
 
-Rows are indexed 0..n-1 inside the set. Building a batch is a vectorised gather from the flat arrays (no per-molecule
-Python objects), optionally with bond dropout drawn for a whole GLOBAL batch from a seeded generator, so the
-dropped bonds of a molecule do not depend on how the global batch is spread over workers. :func:`prefetch` builds
+Rows are indexed 0..n-1 inside the set; a batch's graph carries them as its ``molecule_ids`` (the key of
+per-molecule dropout draws). Building a batch is a vectorised gather from the flat arrays (no per-molecule Python
+objects), optionally with bond dropout drawn per molecule from (seed, step, molecule, bond), so the dropped bonds of
+a molecule do not depend on its batch or on how a global batch is spread over workers. :func:`prefetch` builds
 the next batches in a background thread while the current one computes.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ import torch
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
+from kermt.data.hashed_draws import BOND_DROPOUT, hashed_uniform, positions_within
 from kermt.data.operators import OperatorSpec
 
 
@@ -84,7 +86,8 @@ class MoleculeSet:
         global_rows  the global batch ``rows`` belong to: count its labels here (``global_label_counts``)
         """
         rows = np.asarray(rows, dtype=np.int64)
-        graph = collate_graphs(self.graphs.select(rows, keep_bond), operators)
+        graph = replace(collate_graphs(self.graphs.select(rows, keep_bond), operators),
+                        molecule_ids=torch.from_numpy(rows))
         features = torch.from_numpy(self.features[rows]) if self.features is not None else None
         counts = None
         if global_rows is not None:
@@ -93,25 +96,12 @@ class MoleculeSet:
         return MoleculeBatch(graph, features, torch.from_numpy(self.targets[rows]), rows, counts)
 
 
-def bond_keep_mask(
-    global_rows: np.ndarray, bond_counts: np.ndarray, drop_rate: float, rng: np.random.Generator
-) -> np.ndarray:
-    """Keep flags for every chemical bond of a global batch, one Bernoulli draw per bond in batch order."""
-    total = int(bond_counts[np.asarray(global_rows, dtype=np.int64)].sum())
-    return rng.random(total) >= drop_rate
-
-
-def worker_keep_mask(
-    global_rows: np.ndarray, worker_rows: np.ndarray, bond_counts: np.ndarray, keep: np.ndarray
-) -> np.ndarray:
-    """This worker's part of a global batch's keep flags (``worker_rows`` is a contiguous run of ``global_rows``)."""
-    global_rows = np.asarray(global_rows, dtype=np.int64)
-    if len(worker_rows) == 0:
-        return np.zeros(0, dtype=bool)
-    start = int(np.flatnonzero(global_rows == worker_rows[0])[0])
-    counts = bond_counts[global_rows]
-    first = int(counts[:start].sum())
-    return keep[first : first + int(counts[start : start + len(worker_rows)].sum())]
+def bond_keep_mask(rows: np.ndarray, bond_counts: np.ndarray, drop_rate: float, seed: int, step: int) -> np.ndarray:
+    """Keep flags for every chemical bond of the molecules ``rows`` (in order; ``bond_counts`` indexed by row), each
+    a Bernoulli draw keyed by (seed, step, molecule row, bond index): the same for a molecule in any batch."""
+    rows = np.asarray(rows, dtype=np.int64)
+    owner, position = positions_within(bond_counts[rows])
+    return hashed_uniform(seed, BOND_DROPOUT, step, rows[owner], position) >= drop_rate
 
 
 _END = object()

@@ -67,11 +67,13 @@ class GTransEncoder(nn.Module):
         )
         self.branches = BRANCHES_BY_OUTPUT_TYPE[config.embedding_output_type]
         for name in self.branches:
-            raw_dim = config.atom_fdim if name.startswith("atom") else config.bond_fdim
-            ffn = PositionwiseFeedForward(hidden + raw_dim, 4 * hidden, hidden, config.activation, config.dropout)
+            rows = "atom" if name.startswith("atom") else "bond"
+            raw_dim = config.atom_fdim if rows == "atom" else config.bond_fdim
+            ffn = PositionwiseFeedForward(hidden + raw_dim, 4 * hidden, hidden, config.activation, config.dropout, rows)
             self.add_module(f"ffn_{name}", ffn)
         for name in self.branches:
-            self.add_module(f"{name}_sublayer", SublayerConnection(hidden, config.dropout))
+            rows = "atom" if name.startswith("atom") else "bond"
+            self.add_module(f"{name}_sublayer", SublayerConnection(hidden, config.dropout, rows))
 
     def aggregation_spec(self, training: bool) -> OperatorSpec:
         """The neighbour-sum operators this encoder reads (node blocks: atoms, edge blocks: the bond update, plus

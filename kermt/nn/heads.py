@@ -4,7 +4,8 @@ Upstream behaviour: docs/upstream-compatibility.md#finetune-heads and docs/upstr
 
 The Sequentials use upstream's layer positions, so keys read ``mol_atom_from_atom_ffn.1.weight``,
 ``.2.weight`` (PReLU), ``.4.weight``, ... Upstream builds ONE activation module (and one dropout) per FFN and puts
-it at every activation position; we do the same, so a PReLU slope is one tensor listed under several keys.
+it at every activation position; we do the same, so a PReLU slope is one tensor listed under several keys. (Drawn
+per molecule, each call of the shared dropout still takes a fresh stream: see :mod:`kermt.nn.keyed_dropout`.)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kermt.nn.keyed_dropout import Dropout
 from kermt.nn.layers import make_activation
 
 
@@ -22,7 +24,7 @@ def build_ffn(input_size: int, hidden_size: int, output_size: int, num_layers: i
     """
     if num_layers < 1:
         raise ValueError(f"ffn_num_layers must be >= 1, got {num_layers}")
-    drop = nn.Dropout(dropout)
+    drop = Dropout(dropout, "molecule")
     if num_layers == 1:
         return nn.Sequential(drop, nn.Linear(input_size, output_size))
     act = make_activation(activation)
@@ -41,7 +43,7 @@ def build_task_head(hidden_size: int, num_layers: int, dropout: float, activatio
     Upstream passes the shared FFN's output size as the input size but, for ``num_layers > 1``, builds the first
     Linear from ``hidden_size``; the two are the same number (the shared FFN outputs ``hidden_size``).
     """
-    drop = nn.Dropout(dropout)
+    drop = Dropout(dropout, "molecule")
     if num_layers == 1:
         return nn.Sequential(drop, nn.Linear(hidden_size, 1))
     act = make_activation(activation)

@@ -1,7 +1,8 @@
 """Small layers shared by the encoder and the heads, named so that state_dict keys equal upstream's.
 
 Every module here is parameter-compatible with its upstream counterpart: same attribute names, same shapes,
-same order of registration (so ``state_dict()`` lists keys in upstream's order too).
+same order of registration (so ``state_dict()`` lists keys in upstream's order too). Each dropout knows the kind of
+rows it acts on (``rows``: "atom" or "bond"), so it can draw per molecule (:mod:`kermt.nn.keyed_dropout`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from kermt.config import ACTIVATIONS
+from kermt.nn.keyed_dropout import Dropout
 
 
 def make_activation(name: str) -> nn.Module:
@@ -33,11 +35,11 @@ def make_activation(name: str) -> nn.Module:
 class PositionwiseFeedForward(nn.Module):
     """``W_2(dropout(act(W_1 x)))``; both Linears carry a bias. Keys: ``W_1``, ``W_2``, ``act_func``."""
 
-    def __init__(self, d_in: int, d_ff: int, d_out: int, activation: str, dropout: float) -> None:
+    def __init__(self, d_in: int, d_ff: int, d_out: int, activation: str, dropout: float, rows: str) -> None:
         super().__init__()
         self.W_1 = nn.Linear(d_in, d_ff)
         self.W_2 = nn.Linear(d_ff, d_out)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, rows)
         self.act_func = make_activation(activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -47,10 +49,10 @@ class PositionwiseFeedForward(nn.Module):
 class SublayerConnection(nn.Module):
     """``dropout(LayerNorm(x))`` — upstream never uses the residual branch here. Keys: ``norm``."""
 
-    def __init__(self, size: int, dropout: float) -> None:
+    def __init__(self, size: int, dropout: float, rows: str) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(size, elementwise_affine=True)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.norm(x))
@@ -63,7 +65,7 @@ class MultiHeadedAttention(nn.Module):
     Keys: ``linear_layers.{0,1,2}`` (with bias), ``output_linear`` (bias = ``bias``).
     """
 
-    def __init__(self, num_heads: int, d_model: int, dropout: float, bias: bool) -> None:
+    def __init__(self, num_heads: int, d_model: int, dropout: float, bias: bool, rows: str = "atom") -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
@@ -71,7 +73,7 @@ class MultiHeadedAttention(nn.Module):
         self.d_k = d_model // num_heads
         self.linear_layers = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(3)])
         self.output_linear = nn.Linear(d_model, d_model, bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, rows)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         rows = query.shape[0]
@@ -86,7 +88,8 @@ class MultiHeadedAttention(nn.Module):
 
     def forward_stacked(self, qkv: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` of query, key and value given as one [3, L, R, d_model] tensor: the three input
-        projections as one batched matmul. Draws no dropout mask in upstream's order: for dropout 0 or eval only."""
+        projections as one batched matmul. Its one dropout call draws what :meth:`forward`'s does only per molecule
+        (kermt.nn.keyed_dropout), not in upstream's torch RNG order: for dropout 0, eval or per-molecule draws."""
         _, length, rows, width = qkv.shape
         weights = torch.stack([layer.weight for layer in self.linear_layers]).transpose(1, 2)  # [3, d_in, d_out]
         biases = torch.stack([layer.bias for layer in self.linear_layers]).unsqueeze(1)  # [3, 1, d_out]

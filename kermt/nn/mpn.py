@@ -4,13 +4,17 @@ Each :class:`MPNEncoder` owns upstream's parameters (``W_h``, ``act_func``) and 
 ``message <- dropout(act(inp + W_h(Σ neighbour messages)))``. Two ways to run every encoder of a block, each for
 its own (dynamic) number of iterations:
 
-- :func:`run_encoders_stacked`, whenever no dropout is drawn (eval mode, or training with dropout 0): all
-  encoders as one [K, R, h] computation, per iteration one sparse product with a block-diagonal operator, one
-  batched matmul and one activation instead of K of each (K = 3 x heads launches become one on a GPU);
+- :func:`run_encoders_stacked`, whenever no dropout is drawn from torch's RNG (eval mode, training with dropout
+  0, or dropout drawn per molecule): all encoders as one [K, R, h] computation, per iteration one sparse product
+  with a block-diagonal operator, one batched matmul, one activation (and one dropout mask) instead of K of each
+  (K = 3 x heads launches become one on a GPU);
 - :func:`run_encoders`, encoder by encoder, iteration by iteration, which is the order in which upstream draws
   its dropout masks from torch's RNG: training with dropout reproduces upstream's masks only this way. It keeps
   one 2-D tensor per encoder (slicing a stack would make autograd fill a zero gradient of the whole stack per
   slice); the neighbour sum of the shared input is computed once for all encoders.
+
+Drawn per molecule (:mod:`kermt.nn.keyed_dropout`), iteration t of encoder k uses stream ``streams[k] + t``
+(:func:`dropout_streams`), so both ways draw the same masks.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from kermt.nn import keyed_dropout
 from kermt.nn.aggregate import GraphIndex
 from kermt.nn.layers import make_activation
 
@@ -36,6 +41,11 @@ class PassingMode:
     dropout: float
     training: bool
 
+    @property
+    def rows(self) -> str:
+        """The kind of rows messages live on (the key of per-molecule dropout)."""
+        return "atom" if self.atom_messages else "bond"
+
 
 class MPNEncoder(nn.Module):
     """Parameters of one dyMPN encoder: ``W_h`` (hidden -> hidden, bias = ``bias``) and its own activation."""
@@ -45,13 +55,27 @@ class MPNEncoder(nn.Module):
         self.act_func = make_activation(activation)
         self.W_h = nn.Linear(hidden_size, hidden_size, bias=bias)
 
-    def update(self, inp: torch.Tensor, incoming: torch.Tensor, mode: PassingMode) -> torch.Tensor:
-        """One iteration: ``dropout(act(inp + W_h(incoming)))``; inp, incoming [R, h] -> [R, h]."""
+    def update(self, inp: torch.Tensor, incoming: torch.Tensor, mode: PassingMode,
+               stream: int | None = None) -> torch.Tensor:
+        """One iteration: ``dropout(act(inp + W_h(incoming)))``; inp, incoming [R, h] -> [R, h]. ``stream``: the
+        iteration's per-molecule dropout stream (None: torch's RNG)."""
         if self.W_h.bias is not None:
             inp = inp + self.W_h.bias
         # addmm adds the product to ``inp`` inside the GEMM: one pass fewer than linear-then-add
         pre_activation = torch.addmm(inp, incoming, self.W_h.weight.t())
-        return F.dropout(self.act_func(pre_activation), mode.dropout, mode.training)
+        return keyed_dropout.dropout(self.act_func(pre_activation), mode.dropout, mode.training, mode.rows, stream)
+
+
+def dropout_streams(iterations: list[int]) -> list[int] | None:
+    """Per encoder, the per-molecule dropout stream of its first iteration (one stream per iteration, reserved
+    here in encoder order); None when dropout uses torch's RNG."""
+    first = keyed_dropout.reserve_streams(sum(iterations))
+    if first is None:
+        return None
+    starts = [first]
+    for count in iterations[:-1]:
+        starts.append(starts[-1] + count)
+    return starts
 
 
 def _operator(mode: PassingMode) -> str:
@@ -70,28 +94,31 @@ def run_encoders(
     iterations: list[int],
     index: GraphIndex,
     mode: PassingMode,
+    streams: list[int] | None = None,
 ) -> list[torch.Tensor]:
     """Run every encoder on the same input ``inp`` [R, h] for its own number of iterations.
 
     Returns one [R, h] tensor per encoder, in the order of ``encoders``; an encoder with 0 iterations returns
-    ``inp``. Every encoder's first iteration sums the same input, so that sum is computed once.
+    ``inp``. Every encoder's first iteration sums the same input, so that sum is computed once. ``streams``: see
+    :func:`dropout_streams` (None: torch's RNG).
     """
     shared_incoming = _neighbour_sum(inp, index, mode) if max(iterations, default=0) > 0 else None
     outputs = []
-    for encoder, count in zip(encoders, iterations):
+    for k, (encoder, count) in enumerate(zip(encoders, iterations)):
         message = inp
         for step in range(count):
             incoming = shared_incoming if step == 0 else _neighbour_sum(message, index, mode)
-            message = index.zero_padding_row(encoder.update(inp, incoming, mode))
+            stream = None if streams is None else streams[k] + step
+            message = index.zero_padding_row(encoder.update(inp, incoming, mode, stream))
         outputs.append(message)
     return outputs
 
 
 def can_stack(encoders: list[MPNEncoder], mode: PassingMode) -> bool:
-    """Whether :func:`run_encoders_stacked` computes what :func:`run_encoders` does: no dropout draws (their
-    order, encoder by encoder, is upstream's RNG order) and one kind of activation."""
-    no_dropout = not mode.training or mode.dropout == 0.0
-    return bool(encoders) and no_dropout and len({type(encoder.act_func) for encoder in encoders}) == 1
+    """Whether :func:`run_encoders_stacked` computes what :func:`run_encoders` does: no dropout drawn from torch's
+    RNG (its order, encoder by encoder, is upstream's) and one kind of activation."""
+    no_rng_draws = not mode.training or mode.dropout == 0.0 or keyed_dropout.active_draws() is not None
+    return bool(encoders) and no_rng_draws and len({type(encoder.act_func) for encoder in encoders}) == 1
 
 
 def _slopes(encoders: list[MPNEncoder]) -> torch.Tensor | None:
@@ -112,9 +139,11 @@ def _activate(x: torch.Tensor, slopes: torch.Tensor | None, act: nn.Module) -> t
 
 
 def run_encoders_stacked(
-    encoders: list[MPNEncoder], inp: torch.Tensor, iterations: list[int], index: GraphIndex, mode: PassingMode
+    encoders: list[MPNEncoder], inp: torch.Tensor, iterations: list[int], index: GraphIndex, mode: PassingMode,
+    streams: list[int] | None = None,
 ) -> torch.Tensor:
-    """What :func:`run_encoders` computes, stacked: [K, R, h] in encoder order (valid where :func:`can_stack`).
+    """What :func:`run_encoders` computes, stacked: [K, R, h] in encoder order (valid where :func:`can_stack`;
+    ``streams`` as there, required when dropout is drawn per molecule).
 
     The encoders run sorted by iteration count, longest first, so the ones still running at any iteration are a
     leading block: each iteration is one block-diagonal sparse product, one batched matmul and one activation for
@@ -149,7 +178,11 @@ def run_encoders_stacked(
         else:
             incoming = index.apply_stacked(_operator(mode), message)
         pre_activation = torch.baddbmm(base, incoming, weights)
-        message = index.zero_padding_row(_activate(pre_activation, slopes, running_encoders[0].act_func))
+        message = _activate(pre_activation, slopes, running_encoders[0].act_func)
+        if streams is not None:
+            message = keyed_dropout.stacked_dropout(message, mode.dropout, mode.training, mode.rows,
+                                                    [streams[k] + step for k in order[:running]])
+        message = index.zero_padding_row(message)
     finished.append(message if message is not None else inp.unsqueeze(0).expand(len(encoders), -1, -1))
     if order == sorted(order) and len(finished) == 1:
         return finished[0]

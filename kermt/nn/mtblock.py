@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from kermt.config import EncoderConfig
 from kermt.nn.aggregate import GraphIndex
+from kermt.nn import keyed_dropout
 from kermt.nn.layers import MultiHeadedAttention, SublayerConnection, make_activation
-from kermt.nn.mpn import MPNEncoder, PassingMode, can_stack, run_encoders, run_encoders_stacked
+from kermt.nn.mpn import MPNEncoder, PassingMode, can_stack, dropout_streams, run_encoders, run_encoders_stacked
 
 
 class Head(nn.Module):
@@ -50,9 +50,10 @@ class MTBlock(nn.Module):
         self.act_func = make_activation(config.activation)
         self.layernorm = nn.LayerNorm(hidden, elementwise_affine=True)
         self.W_i = nn.Linear(input_dim, hidden, bias=config.bias)
-        self.attn = MultiHeadedAttention(config.num_attn_head, hidden, config.dropout, config.bias)
+        self.rows = "atom" if atom_messages else "bond"
+        self.attn = MultiHeadedAttention(config.num_attn_head, hidden, config.dropout, config.bias, self.rows)
         self.W_o = nn.Linear(hidden * config.num_attn_head, hidden, bias=config.bias)
-        self.sublayer = SublayerConnection(hidden, config.dropout)
+        self.sublayer = SublayerConnection(hidden, config.dropout, self.rows)
         if input_dim == hidden:
             # The input projection only runs when the input width differs from hidden (blocks after the first).
             # Upstream still holds its parameters (checkpoints list them); freezing them keeps every trainable
@@ -71,18 +72,19 @@ class MTBlock(nn.Module):
         """
         if x.shape[1] != self.hidden_size:
             x = self.W_i(x)
-            x = F.dropout(self.layernorm(self.act_func(x)), self.dropout, self.training)
+            x = keyed_dropout.dropout(self.layernorm(self.act_func(x)), self.dropout, self.training, self.rows)
             x = index.zero_padding_row(x)
         encoders = [enc for head in self.heads for enc in head.encoders()]
         depths = depths if depths is not None else [self.depth] * len(encoders)
         iterations = [max(d - 1, 0) for d in depths]
         mode = PassingMode(self.atom_messages, self.dropout, self.training)
-        if can_stack(encoders, mode):  # no dropout draws: the query encoders of every head, then the keys, values
+        streams = dropout_streams(iterations)  # per-molecule draws: the same masks whichever way runs
+        if can_stack(encoders, mode):  # no torch RNG draws: the query encoders of every head, then keys, values
             by_role = [i + role for role in range(3) for i in range(0, len(encoders), 3)]
             stacked = run_encoders_stacked([encoders[i] for i in by_role], x, [iterations[i] for i in by_role],
-                                           index, mode)  # [3H, R, h]
+                                           index, mode, None if streams is None else [streams[i] for i in by_role])
             mixed = self.attn.forward_stacked(stacked.view(3, len(self.heads), *x.shape[:1], self.hidden_size))
         else:  # q, k, v of head 0, then head 1, ...: upstream's order of dropout draws
-            outputs = run_encoders(encoders, x, iterations, index, mode)
+            outputs = run_encoders(encoders, x, iterations, index, mode, streams)
             mixed = self.attn(*(torch.stack(outputs[i::3], dim=1) for i in range(3)))  # each [R, H, h]
         return index.zero_padding_row(self.sublayer(self.W_o(mixed.reshape(x.shape[0], -1))))

@@ -11,30 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from kermt.data.hashed_draws import hashed_uniform, positions_within
+
 # Streams keep the draws of different purposes independent for the same (seed, step, molecule).
 ATOM_LABELS, BOND_LABELS, LATENT_NOISE = 1, 2, 3
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX_2 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finaliser, element-wise on uint64 (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        x = x + _GOLDEN
-        x = (x ^ (x >> np.uint64(30))) * _MIX_1
-        x = (x ^ (x >> np.uint64(27))) * _MIX_2
-        return x ^ (x >> np.uint64(31))
-
-
-def hashed_uniform(seed: int, stream: int, step: int, molecules: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Uniform [0, 1) float64 per (molecule, position) pair (equal-length int arrays), a pure function of the key."""
-    key = _splitmix64(np.full(1, np.uint64(seed % 2**64)))
-    for part in (stream, step):
-        key = _splitmix64(key ^ np.uint64(part % 2**64))
-    mixed = _splitmix64(key ^ np.asarray(molecules, dtype=np.uint64))
-    mixed = _splitmix64(mixed ^ np.asarray(positions, dtype=np.uint64))
-    return (mixed >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
 
 
 def labelled_positions(
@@ -43,9 +23,7 @@ def labelled_positions(
     """Bool [sum counts]: ``ceil(fraction · n)`` items of each molecule chosen at random (the ``n`` items of
     molecule ``molecules[i]`` are consecutive; upstream's count rule, see kermt.chem.vocab_labels)."""
     counts = np.asarray(counts, dtype=np.int64)
-    owner = np.repeat(np.arange(len(counts)), counts)
-    starts = np.cumsum(counts) - counts
-    position = np.arange(int(counts.sum()), dtype=np.int64) - starts[owner]
+    owner, position = positions_within(counts)
     keys = hashed_uniform(seed, stream, step, np.asarray(molecules, dtype=np.int64)[owner], position)
     order = np.lexsort((keys, owner))  # by molecule, then by key: a random permutation inside each molecule
     rank = np.empty_like(position)

@@ -4,13 +4,16 @@ What makes N workers equal to one process (docs/architecture.md decision 4):
 - the epoch's batch plan depends only on (n, global batch, seed, epoch); each worker takes a slice of global batch k
   (the global batch is fixed by the plan, so an elastic run that resizes between restarts keeps it);
 - the loss is normalised by the GLOBAL label count, the LR schedule counts global steps;
-- dynamic depth and bond dropout are drawn from (seed, global step), identically on every rank;
+- dynamic depth is drawn from (seed, global step), identically on every rank; bond dropout and (by default,
+  ``dropout_draws="per_molecule"``) every dropout mask from (seed, global step, molecule), so a molecule sees the
+  same masks whichever rank trains it;
 - validation predicts fixed chunks of the global batch size, spread over ranks and gathered, so every rank scores
   the same predictions and takes the same best-model and early-stopping decisions.
 Fault tolerance: rank 0 reports a checkpoint every epoch (model, optimizer, scheduler, progress, best-so-far);
-a restarted worker group resumes from it, and dropout is reseeded per (seed, epoch, rank), so a lost worker costs
-at most one epoch and changes no result. A group restarted with a different size (elastic ``MIN-MAX``) gives the
-same result with dropout 0; with dropout > 0 the masks follow the ranks, so it differs by that draw only.
+a restarted worker group resumes from it and draws what the lost one would have drawn, so a lost worker costs at
+most one epoch and changes no result, also when the group restarts with a different size (elastic ``MIN-MAX``).
+With ``dropout_draws="torch"`` (upstream's masks) torch's RNG is seeded per (seed, epoch, rank): a restart of the
+same size still changes nothing, but the masks follow the ranks, so another world size differs by that draw.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import ray.train.torch
 import torch
 
 from kermt.config import FinetuneModelConfig
-from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask, prefetch, worker_keep_mask
+from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask, prefetch
 from kermt.data.sampling import epoch_order, global_batches, worker_share
 from kermt.data.scalers import StandardScaler
 from kermt.metrics import metric_direction
@@ -71,6 +74,7 @@ class MemberPlan:
     early_stop_epoch: int
     label: str = "model"
     precision: str = "fp32"  # "bf16": forward under autocast (kermt.nn.precision)
+    dropout_draws: str = "per_molecule"  # "torch": upstream's masks from torch's RNG (kermt.nn.keyed_dropout)
 
 
 @dataclass
@@ -119,16 +123,15 @@ def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progre
 def _worker_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: list[np.ndarray], rank: int, world: int,
                     first_step: int) -> Iterator[MoleculeBatch]:
     """This worker's batch of every global batch of the epoch, on the CPU: its neighbour-sum operators built here
-    (numpy, no host-device sync in the step) and the global batch's label counts counted here (no collective)."""
+    (numpy, no host-device sync in the step), the global batch's label counts counted here (no collective) and
+    its bond dropout drawn per molecule from (seed, global step, molecule, bond)."""
     operators = model.kermt.aggregation_spec(training=True)
     for index, global_rows in enumerate(steps):
         rows = worker_share(global_rows, rank, world)  # empty on some ranks when the last global batch is short
         keep = None
         if plan.bond_drop_rate > 0:
-            counts = plan.train.graphs.bond_counts
-            drop_rng = np.random.default_rng([plan.seed, 1, first_step + index])
-            keep = worker_keep_mask(global_rows, rows, counts, bond_keep_mask(global_rows, counts,
-                                                                               plan.bond_drop_rate, drop_rng))
+            keep = bond_keep_mask(rows, plan.train.graphs.bond_counts, plan.bond_drop_rate, plan.seed,
+                                  first_step + index)
         yield plan.train.batch(rows, keep, operators=operators, global_rows=global_rows)
 
 
@@ -138,7 +141,8 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     settings = StepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss,
-                            precision=plan.precision)
+                            precision=plan.precision, dropout_draws=plan.dropout_draws, seed=plan.seed)
+    # used by dropout_draws="torch" only: a restarted group of the same size draws what the lost one drew
     torch.manual_seed(int(np.random.default_rng([plan.seed, progress.epoch, rank]).integers(2**62)))
     model.train()
     order = epoch_order(len(plan.train), plan.seed, progress.epoch)
@@ -148,7 +152,7 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     batches = _worker_batches(plan, getattr(model, "module", model), steps, rank, world, progress.global_step)
     for batch in prefetch(batches, device):  # the next batches are collated while this step computes
         step = train_step(model, optimizer, scheduler, batch, settings,
-                          depth_rng(plan.seed, progress.global_step), world, all_reduce)
+                          depth_rng(plan.seed, progress.global_step), world, all_reduce, progress.global_step)
         sums += torch.stack([step.label_loss_sum, step.objective_share, step.label_count]).to(sums)
         progress.global_step += 1
     label_count = float(sums[2])  # already global: every rank holds the same value

@@ -1,4 +1,4 @@
-"""Batches of a MoleculeSet: vectorised selection, and bond dropout drawn per global batch."""
+"""Batches of a MoleculeSet: vectorised selection, and bond dropout drawn per molecule."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.collate import collate_graphs
-from kermt.data.dataset import MoleculeSet, bond_keep_mask, prefetch, worker_keep_mask
+from kermt.data.dataset import MoleculeSet, bond_keep_mask, prefetch
 from kermt.data.featurize import featurize_smiles
 from kermt.data.sampling import worker_share
 from kermt.data.tables import load_molecule_table
@@ -39,15 +39,21 @@ def test_dropped_bonds_disappear_from_the_batch_graph():
     assert dropped.b_scope[0, 1] == full.b_scope[0, 1] - 4 and (dropped.b_scope[1:, 1] == full.b_scope[1:, 1]).all()
 
 
-def test_worker_slices_of_a_global_keep_mask_reassemble_it():
+def test_bond_dropout_of_a_molecule_is_the_same_in_any_batch():
+    """Workers' shares of a global batch draw, molecule by molecule, the keep flags the whole batch draws."""
     flat = _fixture_graphs()
     data = MoleculeSet(flat, None, np.zeros((len(flat), 1), np.float32), tuple(str(i) for i in range(len(flat))))
     global_rows = np.array([4, 9, 1, 13, 22, 6, 0])
-    keep = bond_keep_mask(global_rows, flat.bond_counts, 0.3, np.random.default_rng(5))
-    parts = [worker_keep_mask(global_rows, worker_share(global_rows, r, 3), flat.bond_counts, keep) for r in range(3)]
+    keep = bond_keep_mask(global_rows, flat.bond_counts, 0.3, seed=5, step=2)
+    parts = [bond_keep_mask(worker_share(global_rows, r, 3), flat.bond_counts, 0.3, 5, 2) for r in range(3)]
     np.testing.assert_array_equal(np.concatenate(parts), keep)
+    assert 0.15 < 1 - keep.mean() < 0.45  # about 30 % dropped
+    assert not np.array_equal(bond_keep_mask(global_rows, flat.bond_counts, 0.3, 5, 3), keep)  # another step
     batch = data.batch(worker_share(global_rows, 1, 3), parts[1])
     assert batch.graph.num_molecules == len(worker_share(global_rows, 1, 3))
+    assert batch.graph.molecule_ids.tolist() == worker_share(global_rows, 1, 3).tolist()
+    kept = np.add.reduceat(parts[1], np.cumsum(np.r_[0, flat.bond_counts[worker_share(global_rows, 1, 3)][:-1]]))
+    assert (batch.graph.b_scope[:, 1].numpy() == 2 * kept).all()  # two directed edges per kept bond
 
 
 def _molecule_set() -> MoleculeSet:
