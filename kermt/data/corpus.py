@@ -42,6 +42,7 @@ from kermt.chem.molgraph import RAGGED_WIDTH, FlatGraphs, build_graphs
 from kermt.chem.vocab_context import ContextVocab, contexts
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.data.atomic_files import exists, filesystem, join, read_text, write_atomically, write_text
+from kermt.data.ragged import flat_values, list_column, offsets_of
 from kermt.errors import UserError
 
 FORMAT_VERSION = 1
@@ -122,7 +123,7 @@ class CorpusArrays:
             values = [getattr(p, name) for p in parts]
             lengths = [np.diff(getattr(p, offsets_name)) for p in parts]
             ragged[name] = np.concatenate(values)
-            ragged[offsets_name] = _offsets(np.concatenate(lengths))
+            ragged[offsets_name] = offsets_of(np.concatenate(lengths))
         return CorpusArrays(
             smiles=tuple(s for p in parts for s in p.smiles),
             graphs=_concat_graphs([p.graphs for p in parts]),
@@ -131,15 +132,9 @@ class CorpusArrays:
         )
 
 
-def _offsets(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
 def _take_ragged(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     counts = offsets[rows + 1] - offsets[rows]
-    new_offsets = _offsets(counts)
+    new_offsets = offsets_of(counts)
     within = np.arange(int(new_offsets[-1]), dtype=np.int64) - np.repeat(new_offsets[:-1], counts)
     return values[np.repeat(offsets[rows], counts) + within], new_offsets
 
@@ -183,26 +178,15 @@ def _featurize_chunk(smiles: Sequence[str], first_row: int, atom_vocab: ContextV
         graphs=graphs,
         fg_labels=fg_labels(mols),
         tokens=np.fromiter((t for ids in tokens for t in ids), dtype=index_dtype(len(smiles_vocab))),
-        token_offsets=_offsets(np.array([len(ids) for ids in tokens], dtype=np.int64)),
+        token_offsets=offsets_of(np.array([len(ids) for ids in tokens], dtype=np.int64)),
         atom_labels=np.array(atom_ids, dtype=index_dtype(len(atom_vocab))),
-        atom_offsets=_offsets(graphs.atom_counts),
+        atom_offsets=offsets_of(graphs.atom_counts),
         bond_labels=np.array(bond_ids, dtype=index_dtype(len(bond_vocab))),
-        bond_offsets=_offsets(graphs.bond_counts),
+        bond_offsets=offsets_of(graphs.bond_counts),
     )
 
 
 # --- shards -------------------------------------------------------------------------------------------------------
-
-def _list_column(values: np.ndarray, offsets: np.ndarray) -> pa.Array:
-    """Arrow large_list column: row i holds ``values[offsets[i]:offsets[i+1]]`` (rows of 2-d values flattened)."""
-    width = int(np.prod(values.shape[1:], dtype=np.int64))
-    flat = np.ascontiguousarray(values).reshape(-1)
-    return pa.LargeListArray.from_arrays(pa.array(offsets * width), pa.array(flat))
-
-
-def _flat_values(table: pa.Table, name: str) -> np.ndarray:
-    return pc.list_flatten(table.column(name).combine_chunks()).to_numpy(zero_copy_only=False)
-
 
 def corpus_table(arrays: CorpusArrays) -> pa.Table:
     """The shard columns (see the module docstring) of ``arrays``."""
@@ -214,31 +198,31 @@ def corpus_table(arrays: CorpusArrays) -> pa.Table:
         "bond_counts": pa.array(graphs["bond_counts"]),
     }
     for name in RAGGED_WIDTH:
-        columns[name] = _list_column(graphs[name], atom_offsets if name.startswith("atom_") else bond_offsets)
+        columns[name] = list_column(graphs[name], atom_offsets if name.startswith("atom_") else bond_offsets)
     columns["fg_labels"] = pa.FixedSizeListArray.from_arrays(pa.array(arrays.fg_labels.reshape(-1)), FG_SIZE)
-    columns["tokens"] = _list_column(arrays.tokens, arrays.token_offsets)
-    columns["atom_labels"] = _list_column(arrays.atom_labels, atom_offsets)
-    columns["bond_labels"] = _list_column(arrays.bond_labels, bond_offsets)
+    columns["tokens"] = list_column(arrays.tokens, arrays.token_offsets)
+    columns["atom_labels"] = list_column(arrays.atom_labels, atom_offsets)
+    columns["bond_labels"] = list_column(arrays.bond_labels, bond_offsets)
     return pa.table(columns)
 
 
 def arrays_from_table(table: pa.Table) -> CorpusArrays:
     """Inverse of :func:`corpus_table`."""
-    graph_arrays = {name: _flat_values(table, name) for name in RAGGED_WIDTH}
+    graph_arrays = {name: flat_values(table, name) for name in RAGGED_WIDTH}
     graph_arrays.update({name: table.column(name).to_numpy() for name in ("atom_counts", "bond_counts")})
     graphs = FlatGraphs.from_arrays(graph_arrays)
-    fg = pc.list_flatten(table.column("fg_labels").combine_chunks()).to_numpy(zero_copy_only=False)
+    fg = flat_values(table, "fg_labels")
     lengths = pc.list_value_length(table.column("tokens").combine_chunks()).to_numpy(zero_copy_only=False)
     return CorpusArrays(
         smiles=tuple(table.column("smiles").to_pylist()),
         graphs=graphs,
         fg_labels=fg.reshape(table.num_rows, FG_SIZE).astype(np.uint8, copy=False),
-        tokens=_flat_values(table, "tokens"),
-        token_offsets=_offsets(lengths.astype(np.int64)),
-        atom_labels=_flat_values(table, "atom_labels"),
-        atom_offsets=_offsets(graphs.atom_counts),
-        bond_labels=_flat_values(table, "bond_labels"),
-        bond_offsets=_offsets(graphs.bond_counts),
+        tokens=flat_values(table, "tokens"),
+        token_offsets=offsets_of(lengths.astype(np.int64)),
+        atom_labels=flat_values(table, "atom_labels"),
+        atom_offsets=offsets_of(graphs.atom_counts),
+        bond_labels=flat_values(table, "bond_labels"),
+        bond_offsets=offsets_of(graphs.bond_counts),
     )
 
 

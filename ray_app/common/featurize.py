@@ -10,24 +10,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import ray
 
 from kermt.chem.molgraph import RAGGED_WIDTH, FlatGraphs
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
-
-
-def _list_column(values: np.ndarray, counts: np.ndarray) -> pa.Array:
-    """Arrow list column: row i holds the next ``counts[i]`` rows of ``values``, flattened, in their own dtype."""
-    width = int(np.prod(values.shape[1:], dtype=np.int64))
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts * width, out=offsets[1:])
-    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.ascontiguousarray(values).reshape(-1)))
-
-
-def flat_column(table: pa.Table, name: str) -> np.ndarray:
-    """The values of a list column, concatenated, in the column's own dtype (1-d)."""
-    return pc.list_flatten(table.column(name).combine_chunks()).to_numpy(zero_copy_only=False)
+from kermt.data.ragged import flat_values, list_column, offsets_of
 
 
 class FeaturizeBatch:
@@ -46,12 +33,12 @@ class FeaturizeBatch:
             "reason": pa.array([r or "" for r in done.reasons], pa.string()),
             "atom_counts": pa.array(graphs.atom_counts),
             "bond_counts": pa.array(graphs.bond_counts),
-            "features": _list_column(done.features, np.ones(len(smiles), np.int64)),
+            "features": list_column(done.features, offsets_of(np.ones(len(smiles), np.int64))),
         }
         arrays = graphs.to_arrays()
         for name in RAGGED_WIDTH:  # the compact store's arrays travel as they are (uint8 codes, uint16 ids)
             counts = graphs.atom_counts if name.startswith("atom_") else graphs.bond_counts
-            columns[name] = _list_column(arrays[name], counts)
+            columns[name] = list_column(arrays[name], offsets_of(counts))
         return pa.table(columns)
 
 
@@ -75,9 +62,9 @@ def featurize_on_cluster(
 def molecules_from_table(table: pa.Table, features_generator: Sequence[str] = ()) -> FeaturizedMolecules:
     """FeaturizeBatch's columns (any number of rows, in table order) back as FeaturizedMolecules."""
     n = table.num_rows
-    arrays = {name: flat_column(table, name) for name in RAGGED_WIDTH}
+    arrays = {name: flat_values(table, name) for name in RAGGED_WIDTH}
     arrays.update({name: table.column(name).to_numpy() for name in ("atom_counts", "bond_counts")})
-    flat = flat_column(table, "features").astype(np.float64, copy=False)
+    flat = flat_values(table, "features").astype(np.float64, copy=False)
     return FeaturizedMolecules(
         smiles=tuple(table.column("smiles").to_pylist()),
         reasons=tuple(r or None for r in table.column("reason").to_pylist()),
