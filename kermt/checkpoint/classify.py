@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kermt.checkpoint.keys import ENCODER_PREFIX
+from kermt.checkpoint.keys import ATOM_BRANCH_PREFIXES, BOND_BRANCH_PREFIXES, ENCODER_PREFIX
 from kermt.checkpoint.spec import CheckpointKind, CheckpointSpec, FeatureSettings
 from kermt.config import EncoderConfig, HeadConfig, ReadoutConfig
 from kermt.data.scalers import StandardScaler
@@ -141,8 +141,8 @@ def _encoder(sd: dict[str, torch.Tensor], resolve: _Resolver) -> EncoderConfig:
 
 
 def _output_type(keys: list[str], resolve: _Resolver) -> str:
-    atom = any(k.startswith("kermt.encoders.ffn_atom_from_atom.") for k in keys)
-    bond = any(k.startswith("kermt.encoders.ffn_bond_from_bond.") for k in keys)
+    atom = any(k.startswith(ATOM_BRANCH_PREFIXES) for k in keys)
+    bond = any(k.startswith(BOND_BRANCH_PREFIXES) for k in keys)
     built = "both" if atom and bond else "atom" if atom else "bond"
     saved = resolve.args.get("embedding_output_type")
     if saved is None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kermt.checkpoint.keys import ATOM_BRANCH_PREFIXES
+from kermt.checkpoint.keys import ATOM_BRANCH_PREFIXES, bond_branch_key
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.data.scalers import StandardScaler
 from kermt.errors import UserError
@@ -69,10 +69,6 @@ def upstream_args(spec: CheckpointSpec, overrides: dict[str, Any] | None = None)
     return argparse.Namespace(**args)
 
 
-def _bond_branch_name(atom_key: str) -> str:
-    return atom_key.replace("atom_from_atom", "bond_from_atom", 1).replace("atom_from_bond", "bond_from_bond", 1)
-
-
 def upstream_state_dict(state_dict: dict[str, torch.Tensor], spec: CheckpointSpec,
                         passthrough: dict[str, torch.Tensor] | None = None) -> tuple[OrderedDict, list[str]]:
     """Our finetune state dict completed to upstream's key set; returns (state dict, warnings)."""
@@ -84,7 +80,7 @@ def upstream_state_dict(state_dict: dict[str, torch.Tensor], spec: CheckpointSpe
     bond_input = spec.encoder.hidden_size + spec.encoder.bond_fdim  # W_1 of a bond branch reads [hidden | f_bonds]
     zeroed = []
     for key in [k for k in state_dict if k.startswith(ATOM_BRANCH_PREFIXES)]:
-        bond_key = _bond_branch_name(key)
+        bond_key = bond_branch_key(key)
         if bond_key in passthrough:
             result[bond_key] = passthrough[bond_key].detach().cpu()
             continue

@@ -12,24 +12,33 @@ from dataclasses import dataclass
 
 import torch
 
+from kermt.nn.encoder import ATOM_BRANCHES, BOND_BRANCHES
+
 ENCODER_PREFIX = "kermt."
 LEGACY_ENCODER_PREFIX = "grover."
 LATENT_ENCODER_PREFIX = "latent_dist.kermt."
 LEGACY_LATENT_ENCODER_PREFIX = "latent_dist.grover."
 
 TASK_HEAD_PREFIXES = ("mol_atom_from_atom_ffn", "mol_atom_from_bond_ffn")  # task-specific ones share these stems
-ATOM_BRANCH_PREFIXES = (
-    "kermt.encoders.ffn_atom_from_atom.",
-    "kermt.encoders.ffn_atom_from_bond.",
-    "kermt.encoders.atom_from_atom_sublayer.",
-    "kermt.encoders.atom_from_bond_sublayer.",
-)
-BOND_BRANCH_PREFIXES = (
-    "kermt.encoders.ffn_bond_from_atom.",
-    "kermt.encoders.ffn_bond_from_bond.",
-    "kermt.encoders.bond_from_atom_sublayer.",
-    "kermt.encoders.bond_from_bond_sublayer.",
-)
+
+
+def branch_prefixes(branch: str) -> tuple[str, str]:
+    """The key prefixes of one encoder output branch (``atom_from_atom``...): its FFN and its sublayer."""
+    return f"kermt.encoders.ffn_{branch}.", f"kermt.encoders.{branch}_sublayer."
+
+
+ATOM_BRANCH_PREFIXES = tuple(prefix for branch in ATOM_BRANCHES for prefix in branch_prefixes(branch))
+BOND_BRANCH_PREFIXES = tuple(prefix for branch in BOND_BRANCHES for prefix in branch_prefixes(branch))
+
+
+def bond_branch_key(atom_key: str) -> str:
+    """The key of the same layer in the bond-output branch that mirrors ``atom_key``'s atom-output branch
+    (``atom_from_atom`` -> ``bond_from_atom``, ``atom_from_bond`` -> ``bond_from_bond``)."""
+    for atom_branch, bond_branch in zip(ATOM_BRANCHES, BOND_BRANCHES):
+        for atom_prefix, bond_prefix in zip(branch_prefixes(atom_branch), branch_prefixes(bond_branch)):
+            if atom_key.startswith(atom_prefix):
+                return bond_prefix + atom_key[len(atom_prefix):]
+    raise ValueError(f"{atom_key!r} is not a key of an encoder atom-output branch")
 
 
 @dataclass(frozen=True)
