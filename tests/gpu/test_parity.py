@@ -34,8 +34,9 @@ def _cuda_eval(name: str):
     prefix = CHECKPOINTS[name]
     features = outputs().get(f"{prefix}_features_batch")
     model = _loaded_model(name).to("cuda")
+    features = None if features is None else torch.from_numpy(features).cuda()
     with torch.no_grad():
-        return prefix, model(fixture_batch().to("cuda"), None if features is None else torch.from_numpy(features).cuda())
+        return prefix, model(fixture_batch().to("cuda"), features)
 
 
 @pytest.mark.parametrize("name", sorted(CHECKPOINTS))

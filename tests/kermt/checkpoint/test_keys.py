@@ -11,7 +11,8 @@ from tests.conftest import FIXTURE_DIR
 
 def _released_keys() -> list[str]:
     text = (FIXTURE_DIR / "keys_full_finetune_release_readme.txt").read_text()
-    return [line.split()[0].replace("grover.", "kermt.", 1) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return [line.split()[0].replace("grover.", "kermt.", 1) for line in lines]
 
 
 def test_every_atom_branch_key_has_its_bond_twin_in_the_released_layout():
