@@ -1,4 +1,5 @@
-"""Distributed math equals single-process math: 2 workers x batch b == 1 worker x batch 2b (same parameters)."""
+"""Distributed math equals single-process math: 2 workers x batch b == 1 worker x batch 2b (same parameters), with
+dropout and bond dropout on (drawn per molecule: MemberPlan.dropout_draws defaults to "per_molecule")."""
 
 from __future__ import annotations
 
@@ -43,17 +44,18 @@ def _molecule_set(smiles: list[str], targets: np.ndarray, scaler: StandardScaler
 
 
 def _plan(global_batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = False, n_train: int = 44,
-          features_generator: tuple[str, ...] = ()) -> MemberPlan:
+          features_generator: tuple[str, ...] = (), dropout: float = 0.2) -> MemberPlan:
     table = load_molecule_table(ROOT / "data/sample/admet_demo.csv", max_rows=60)
     train_y, val_y = table.targets[:n_train], table.targets[44:]
     assert np.isnan(train_y).sum() > 10  # many missing labels: the global label count matters
     scaler = StandardScaler.fit(train_y)
     ckpt = read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")
-    encoder = dataclasses.replace(ckpt.spec.encoder, dropout=0.0, padding=padding)
+    encoder = dataclasses.replace(ckpt.spec.encoder, dropout=dropout, padding=padding)
     features_size = 200 * len(features_generator)  # rdkit_2d_normalized only, here
     config = FinetuneModelConfig(encoder, ReadoutConfig(self_attention=True),
                                  HeadConfig(num_tasks=3, dataset_type="regression", ffn_hidden_size=12,
-                                            features_size=features_size, activation=encoder.activation),
+                                            features_size=features_size, activation=encoder.activation,
+                                            dropout=dropout),
                                  use_mtl_loss)
     torch.manual_seed(0)
     model = KermtFinetuneModel(config)
@@ -66,7 +68,7 @@ def _plan(global_batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: b
         train=_molecule_set(table.smiles[:n_train], train_y, scaler, features_generator),
         val=_molecule_set(table.smiles[44:], val_y, scaler, features_generator),
         target_scaler=scaler, seed=3, epochs=epochs, global_batch_size=global_batch_size, init_lr=1e-3, max_lr=3e-3,
-        final_lr=5e-4, warmup_epochs=1.0, weight_decay=0.0, fine_tune_coff=0.5, dist_coff=0.15, bond_drop_rate=0.0,
+        final_lr=5e-4, warmup_epochs=1.0, weight_decay=0.0, fine_tune_coff=0.5, dist_coff=0.15, bond_drop_rate=0.2,
         metric="rmse", select_by_loss=False, early_stop_epoch=100,
     )
 
@@ -155,9 +157,7 @@ def killing_a_worker_after_first_checkpoint(storage: Path, name: str):
 
 
 def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
-    plan = dataclasses.replace(_plan(8, "upstream", epochs=5), bond_drop_rate=0.1)
-    plan = dataclasses.replace(plan, model_config=dataclasses.replace(
-        plan.model_config, encoder=dataclasses.replace(plan.model_config.encoder, dropout=0.1)))
+    plan = dataclasses.replace(_plan(8, "upstream", epochs=5, dropout=0.1), bond_drop_rate=0.1, dropout_draws="torch")
     reference = _fit(plan, 2, tmp_path, "uninterrupted")
 
     with killing_a_worker_after_first_checkpoint(tmp_path, "interrupted") as killed:
@@ -172,8 +172,9 @@ def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
 
 def test_run_resumed_on_fewer_workers_changes_no_result(ray_cluster, tmp_path):
     """What an elastic run (``--num_workers 1-2``) does when a node goes: the group restarts smaller from the last
-    checkpoint. The global batch is part of the plan, so 1 worker continues exactly where 2 left off."""
-    plan = dataclasses.replace(_plan(8, "zero", epochs=4), bond_drop_rate=0.1)
+    checkpoint. The global batch is part of the plan and the dropout masks are drawn per molecule, so 1 worker
+    continues exactly where 2 left off."""
+    plan = _plan(8, "zero", epochs=4)
     reference = _fit(plan, 2, tmp_path, "uninterrupted")
 
     with killing_a_worker_after_first_checkpoint(tmp_path, "shrunk") as killed:
