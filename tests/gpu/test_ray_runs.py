@@ -22,6 +22,7 @@ from tests.gpu.cuda import GPU_LANE
 
 pytestmark = GPU_LANE
 pytest.importorskip("ray", reason="the Ray part of the GPU lane needs ray installed")
+pytest.importorskip("pydantic", reason="the Ray part of the GPU lane needs pydantic installed (ray_app's configs)")
 
 from ray_app.finetune.config import resolve  # noqa: E402
 from ray_app.finetune.run import run_finetune  # noqa: E402
