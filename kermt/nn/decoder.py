@@ -5,6 +5,10 @@ Upstream behaviour: docs/upstream-compatibility.md#pretraining.
 The memory is the molecule latent as one token [B, 1, latent_dim]; the decoder width equals latent_dim. Keys equal
 upstream's ``decoder.*``: ``token_embedding``, ``decoder_layers.{i}.*`` (RoPE) or ``pos_encoder.pe`` +
 ``transformer_decoder.layers.{i}.*`` (sinusoidal, PyTorch's own layers), ``output_projection``.
+
+Dropout over [B, L, d] token tensors keys its rows by molecule (columns: token position x feature), so the RoPE
+decoder can draw per molecule (:mod:`kermt.nn.keyed_dropout`); PyTorch's own layers of the sinusoidal decoder
+always draw from torch's RNG.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from kermt.nn.decoder_layers import RopeDecoderLayer, SinusoidalPositionalEncoding
+from kermt.nn.keyed_dropout import Dropout
 from kermt.nn.pretrain_config import PretrainHeadsConfig
 
 PAD_TOKEN = 0
@@ -32,7 +37,7 @@ class SmilesDecoder(nn.Module):
         self.positional_encoding = config.decoder_positional_encoding
         self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=PAD_TOKEN)
         if self.positional_encoding == "rope":
-            self.input_dropout = nn.Dropout(config.decoder_dropout)
+            self.input_dropout = Dropout(config.decoder_dropout, "molecule")
             self.decoder_layers = nn.ModuleList(
                 RopeDecoderLayer(
                     d_model, config.decoder_num_attention_heads, config.decoder_ffn_hidden_size,

@@ -4,6 +4,8 @@ Upstream behaviour: docs/upstream-compatibility.md#pretraining.
 
 Keys equal upstream's: ``rope.inv_freq`` (a saved buffer), ``self_attn_{q,k,v,out}``, ``cross_attn_{q,k,v,out}``,
 optional ``self_attn_gate`` / ``cross_attn_gate``, ``linear1``, ``linear2``, ``norm1..3``; ``pos_encoder.pe``.
+Every dropout keys its rows by molecule (tensors [B, ...]); with per-molecule draws the attention is computed
+explicitly so that its weights' mask is drawn per molecule too (scaled_dot_product_attention draws from torch's RNG).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import math
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from kermt.nn import keyed_dropout
+from kermt.nn.keyed_dropout import Dropout
 
 
 class RotaryEmbedding(nn.Module):
@@ -43,7 +48,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, max_len: int) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, "molecule")
         position = torch.arange(max_len).unsqueeze(1)
         div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
         pe = torch.zeros(max_len, 1, d_model)
@@ -83,7 +88,7 @@ class RopeDecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, "molecule")
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """[B, L, d] -> [B, L, heads, d/heads]."""
@@ -99,10 +104,16 @@ class RopeDecoderLayer(nn.Module):
         v = self._heads(getattr(self, f"{prefix}_v")(memory))
         if rope:
             q, k = self.rope(q), self.rope(k)
-        attended = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
-        )
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        dropout_p = self.dropout_p if self.training else 0.0
+        if dropout_p > 0 and keyed_dropout.active_draws() is not None:  # the weights' mask drawn per molecule
+            scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = keyed_dropout.dropout(torch.softmax(scores, dim=-1), dropout_p, True, "molecule")
+            attended = weights @ v
+        else:
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         attended = attended.transpose(1, 2).flatten(2)  # [B, Lq, d]
         gate = getattr(self, f"{prefix}_gate")
         if gate is not None:

@@ -4,7 +4,10 @@ Distribution is injected (:class:`Distribution`), as in :mod:`kermt.training`: a
 a data-parallel runner passes torch.distributed's all-reduce and an autograd-aware all-gather. Each rank's loss is
 ``world_size ×`` its share of the global batch's loss (:mod:`kermt.pretrain.loss`), so DDP's gradient average equals
 the single-process gradient of the global batch. Dynamic depth is drawn from (seed, global step), identical on every
-rank. Dropout is NOT drawn per molecule: exact equality across world sizes holds with dropout 0.
+rank. Dropout masks come from torch's RNG (``StepSettings.dropout_draws="torch"``, the library default: exact
+equality across world sizes then needs dropout 0) or per molecule from (seed, global step, molecule)
+(``"per_molecule"``, :mod:`kermt.nn.keyed_dropout`): every encoder dropout and, with the RoPE decoder, every decoder
+dropout; the sinusoidal decoder's PyTorch layers still draw from torch's RNG (use decoder_dropout 0 there).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import torch.distributed as dist
 from torch import nn
 
 from kermt.nn.depth import depth_rng
+from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.nn.pretrain_model import PretrainOutput
 from kermt.pretrain.batch import StepBatch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
 from kermt.training import AllReduce, no_reduce
@@ -87,11 +92,16 @@ def gather_rows(z: torch.Tensor, share_sizes: tuple[int, ...], all_gather: AllGa
 class StepSettings:
     """``per_rank_means``: upstream's DDP semantics instead of the global batch's: every term a mean over the
     rank's own molecules, cMIM negatives from the rank's own batch, gradients averaged over ranks (the result then
-    depends on the number of workers)."""
+    depends on the number of workers). ``dropout_draws``: "torch" or "per_molecule" (see the module docstring)."""
 
     seed: int
     loss: PretrainLossConfig = PretrainLossConfig()
     per_rank_means: bool = False
+    dropout_draws: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.dropout_draws not in DROPOUT_DRAWS:
+            raise ValueError(f"dropout_draws must be one of {DROPOUT_DRAWS}, got {self.dropout_draws!r}")
 
 
 class PretrainStep:
@@ -108,17 +118,22 @@ class PretrainStep:
         self.settings, self.distribution = settings, distribution
         self.core = getattr(model, "module", model)
 
+    def _forward(self, step: StepBatch, global_step: int) -> PretrainOutput:
+        seed = self.settings.seed
+        with dropout_draws(self.settings.dropout_draws, seed, global_step, step.batch.graph):
+            return self.model(step.batch, depth_rng=depth_rng(seed, global_step))
+
     def _shares(self, step: StepBatch, global_step: int) -> dict[str, torch.Tensor]:
         dist = self.distribution
         heads = self.core.heads_config
         if self.settings.per_rank_means:  # the rank's own means ÷ world: DDP's average of world × share is their mean
-            output = self.model(step.batch, depth_rng=depth_rng(self.settings.seed, global_step))
+            output = self._forward(step, global_step)
             # an empty share scores nothing, not its padding row alone (as kermt.nn.pretrain_vocab.vocab_loss)
             view = GlobalView(step.counts.to(torch.float32), step.share_sizes[dist.rank] > 0, output.z, 0)
             shares = pretrain_shares(output, step.batch.vocab_targets, view, heads, self.settings.loss)
             return {name: value / dist.world_size for name, value in shares.items()}
         counts = dist.all_reduce(step.counts.clone())
-        output = self.model(step.batch, depth_rng=depth_rng(self.settings.seed, global_step))
+        output = self._forward(step, global_step)
         all_z = gather_rows(output.z, step.share_sizes, dist.all_gather) if heads.uses_decoder else None
         view = GlobalView(counts.to(torch.float32), dist.rank == 0, all_z, step.offset)
         return pretrain_shares(output, step.batch.vocab_targets, view, heads, self.settings.loss)

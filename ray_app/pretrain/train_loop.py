@@ -3,13 +3,15 @@
 What makes N workers equal one process (docs/architecture.md, "Distributed math equals single-process math"):
 the epoch's batch plan depends only on (seed, epoch) and the fixed global batch; each worker takes its contiguous
 share; :class:`kermt.pretrain.step.PretrainStep` normalises every term by global counts and draws the cMIM
-negatives from the gathered global batch; masks, latent ε and depths come from (seed, global step, molecule).
+negatives from the gathered global batch; masks, latent ε, depths and (``dropout_draws="per_molecule"``, the
+default) dropout come from (seed, global step, molecule).
 
 Fault tolerance: rank 0 reports a Ray Train checkpoint (native weights, optimizer, scheduler, progress = epoch,
 batch index and global step) every ``save_interval`` steps and at every epoch end. A restarted group, a re-run of
 the same command after the driver died, or a group of another size (elastic) continues at the next batch of the
-plan with the same draws, so it ends with the weights of an uninterrupted run (dropout 0: dropout masks are drawn
-per rank, from (seed, step, rank)).
+plan with the same draws, so it ends with the weights of an uninterrupted run. Torch's RNG is seeded per (seed,
+step, rank) for what still draws from it (``dropout_draws="torch"``, the sinusoidal decoder's PyTorch layers):
+those masks follow the ranks, so there the equality across world sizes needs their dropout at 0.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class PretrainPlan:
     max_val_batches: int
     stop_after_steps: int | None = None
     per_rank_loss: bool = False
+    dropout_draws: str = "per_molecule"  # "torch": torch's RNG, as upstream (kermt.nn.keyed_dropout)
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """Corpus rows of every global batch of ``epoch``."""
@@ -169,7 +172,8 @@ def _log_line(progress: Progress, metrics: dict[str, float], lr: float) -> str:
 
 
 def _step_seed(seed: int, global_step: int, rank: int) -> int:
-    """Torch's RNG (dropout) per (seed, step, rank): a resumed run draws what the uninterrupted one drew."""
+    """Torch's RNG per (seed, step, rank) (dropout_draws "torch"): a resumed run draws what the uninterrupted one
+    drew."""
     return int(np.random.default_rng([seed, 3, global_step, rank]).integers(2**62))
 
 
@@ -180,8 +184,8 @@ def _trainer(plan: PretrainPlan, model: torch.nn.Module, optimizer, scheduler) -
     if world > 1:
         # its own group: the gather's backward never interleaves with DDP's gradient all-reduces
         distribution = Distribution(world, rank, all_reduce, all_gather_with_grad(dist.new_group()))
-    return PretrainStep(model, optimizer, scheduler, StepSettings(plan.seed, plan.loss, plan.per_rank_loss),
-                        distribution)
+    settings = StepSettings(plan.seed, plan.loss, plan.per_rank_loss, plan.dropout_draws)
+    return PretrainStep(model, optimizer, scheduler, settings, distribution)
 
 
 def _after_step(plan: PretrainPlan, data: PretrainData, state: dict[str, Any], epoch_end: bool) -> bool:

@@ -13,6 +13,7 @@ from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, Readout
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
 from kermt.nn.aggregate import GraphIndex
+from kermt.nn.decoder_layers import RopeDecoderLayer
 from kermt.nn.depth import depth_rng
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.keyed_dropout import MoleculeDraws, dropout, hash32, per_molecule_draws
@@ -168,3 +169,24 @@ def test_a_train_mode_forward_of_half_batches_equals_the_whole_batchs(molecules)
         graph = molecules.batch(np.arange(6), operators=spec).graph
         out = model(graph, None)
     assert not torch.allclose(torch.cat([out.atom_view, out.bond_view], dim=1), whole)  # dropout did act
+
+
+def test_the_rope_decoder_layer_draws_per_molecule(molecules):
+    """Token tensors [B, L, d] are keyed by molecule: a half batch gives each molecule the whole batch's output; the
+    explicit attention used under per-molecule draws equals scaled_dot_product_attention when nothing drops."""
+    torch.manual_seed(0)
+    layer = RopeDecoderLayer(8, 2, 16, P, gate_self=True, gate_cross=False).train()
+    x, memory = torch.randn(4, 5, 8), torch.randn(4, 1, 8)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()[None, None] & (torch.arange(5) < 4)[None, None, None, :]
+    graphs = {rows: molecules.batch(np.array(rows)).graph for rows in ((0, 1, 2, 3), (2, 3))}
+    with per_molecule_draws(1, 2, graphs[(0, 1, 2, 3)]):
+        whole = layer(x, memory, mask)
+    with per_molecule_draws(1, 2, graphs[(2, 3)]):
+        half = layer(x[2:], memory[2:], mask)
+    torch.testing.assert_close(half, whole[2:], rtol=0, atol=1e-6)
+    layer.dropout_p = layer.dropout.p = 1e-12  # keyed, explicit attention, nothing dropped
+    with per_molecule_draws(1, 2, graphs[(0, 1, 2, 3)]):
+        explicit = layer(x, memory, mask)
+    layer.eval()
+    torch.testing.assert_close(explicit, layer(x, memory, mask), rtol=0, atol=1e-6)
+    assert not torch.allclose(explicit, whole)

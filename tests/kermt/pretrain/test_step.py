@@ -1,9 +1,11 @@
 """The pretraining step: one process equals upstream's batch means; two gloo processes with batch b equal one
-process with batch 2b (real torch.distributed, real DDP), in every mode, with a worker whose share is empty; with
-``per_rank_means`` they equal upstream's DDP semantics (each rank's own batch means, gradients averaged)."""
+process with batch 2b (real torch.distributed, real DDP), in every mode, with a worker whose share is empty, and in
+hybrid mode with encoder and decoder dropout drawn per molecule; with ``per_rank_means`` they equal upstream's DDP
+semantics (each rank's own batch means, gradients averaged)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from tests.kermt.pretrain.tiny_corpus import TINY_ENCODER, fixture_smiles, tiny_
 MODES = ("vocab", "cmim", "hybrid")
 GLOBAL_BATCH = 5  # 26 molecules: five batches of 5 (split 3 + 2) and one of 1 (worker 1's share is empty)
 SEED = 7
+DROPOUT = 0.2
 # Parameters whose exact gradient is 0, so Adam turns float noise into lr-sized steps: the attention key bias
 # (softmax is invariant to it) and the decoder's cross-attention query/key (one memory token: the weight is 1).
 NULL_GRADIENT = ("attn.linear_layers.1.bias", "cross_attn_q.", "cross_attn_k.")
@@ -53,12 +56,12 @@ def test_one_process_shares_equal_upstream_batch_means(mode: str) -> None:
         assert float(value.detach()) == pytest.approx(logged[upstream_name], rel=1e-5, abs=1e-7), name
 
 
-def _setup(mode: str) -> tuple:
+def _setup(mode: str, dropout: float = 0.0) -> tuple:
     torch.set_num_threads(1)
     arrays, sizes = tiny_arrays(fixture_smiles())
-    heads = tiny_heads(mode, sizes)
+    heads = dataclasses.replace(tiny_heads(mode, sizes), decoder_dropout=dropout)
     torch.manual_seed(0)
-    model = KermtPretrainModel(TINY_ENCODER, heads)
+    model = KermtPretrainModel(dataclasses.replace(TINY_ENCODER, dropout=dropout), heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     batches = global_batches(epoch_order(len(arrays), SEED, 0), GLOBAL_BATCH)
     return arrays, heads, model, optimizer, batches
@@ -68,17 +71,19 @@ def _parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def _train(mode: str, rank: int, world: int, per_rank_means: bool = False) -> dict[str, torch.Tensor]:
-    """Train one epoch (global batch GLOBAL_BATCH) on this rank; returns the final parameters."""
-    arrays, heads, model, optimizer, batches = _setup(mode)
+def _train(mode: str, rank: int, world: int, per_rank_means: bool = False,
+           dropout: float = 0.0) -> dict[str, torch.Tensor]:
+    """Train one epoch (global batch GLOBAL_BATCH) on this rank; returns the final parameters. With ``dropout``,
+    the encoder and the decoder drop at that rate, drawn per molecule."""
+    arrays, heads, model, optimizer, batches = _setup(mode, dropout)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     distribution = Distribution()
     wrapped: torch.nn.Module = model
     if world > 1:
         wrapped = DistributedDataParallel(model)
         distribution = Distribution(world, rank, _all_reduce, all_gather_with_grad(dist.new_group()))
-    trainer = PretrainStep(wrapped, optimizer, scheduler, StepSettings(SEED, per_rank_means=per_rank_means),
-                           distribution)
+    settings = StepSettings(SEED, per_rank_means=per_rank_means, dropout_draws="per_molecule" if dropout else "torch")
+    trainer = PretrainStep(wrapped, optimizer, scheduler, settings, distribution)
     for global_step, rows in enumerate(batches):
         trainer.train(build_step_batch(arrays, rows, rank, world, heads, SEED, global_step), global_step)
     return _parameters(model)
@@ -110,6 +115,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     try:
         result = {mode: _train(mode, rank, world) for mode in MODES}
         result["per_rank"] = _train("hybrid", rank, world, per_rank_means=True)
+        result["dropout"] = _train("hybrid", rank, world, dropout=DROPOUT)
         if rank == 0:
             torch.save(result, out)
     finally:
@@ -131,6 +137,11 @@ def test_two_gloo_workers_equal_one_process(tmp_path: Path) -> None:
             torch.testing.assert_close(two[mode][name], value, rtol=0, atol=1e-6, msg=f"{mode}: {name}")
             moved += int(not torch.equal(value, dict(start.named_parameters())[name].detach()))
         assert moved > len(one) // 2, f"{mode}: training should move most parameters"
+    with_dropout, without = _train("hybrid", 0, 1, dropout=DROPOUT), _train("hybrid", 0, 1)
+    for name, value in with_dropout.items():
+        if not any(part in name for part in NULL_GRADIENT):
+            torch.testing.assert_close(two["dropout"][name], value, rtol=0, atol=1e-6, msg=f"dropout: {name}")
+    assert sum(not torch.allclose(value, without[name], atol=1e-4) for name, value in with_dropout.items()) > 10
     upstream = _upstream_two_ranks_in_one_process("hybrid")
     for name, value in upstream.items():
         if not any(part in name for part in NULL_GRADIENT):
