@@ -54,8 +54,9 @@ def test_an_eval_forward_reads_nothing_back(molecules):
 
 
 @pytest.mark.parametrize("mtl", [False, True])
-@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["stacked", "loop"])
-def test_a_train_step_reads_nothing_back_and_needs_no_collective(molecules, mtl, dropout):
+@pytest.mark.parametrize(("dropout", "draws"), [(0.0, "torch"), (0.2, "torch"), (0.2, "per_molecule")],
+                         ids=["stacked", "loop", "keyed_stacked"])
+def test_a_train_step_reads_nothing_back_and_needs_no_collective(molecules, mtl, dropout, draws):
     global_rows, rows = np.arange(len(SMILES)), np.arange(3)  # this worker's share of the global batch
     results, collectives = {}, []
 
@@ -67,7 +68,7 @@ def test_a_train_step_reads_nothing_back_and_needs_no_collective(molecules, mtl,
     for counted_on_host in (True, False):
         model = _model(dropout, mtl)
         optimizer, scheduler = _trainer(model)
-        settings = StepSettings("regression", 0.1, mtl)
+        settings = StepSettings("regression", 0.1, mtl, dropout_draws=draws, seed=4)
         spec = model.kermt.aggregation_spec(training=True)
         batch = molecules.batch(rows, operators=spec, global_rows=global_rows if counted_on_host else None)
         steps = []
@@ -75,7 +76,7 @@ def test_a_train_step_reads_nothing_back_and_needs_no_collective(molecules, mtl,
             torch.manual_seed(step)
             with DispatchAudit(optimizer_host_tensors(optimizer)) as audit:
                 steps.append(train_step(model, optimizer, scheduler, batch, settings,
-                                        np.random.default_rng(step), 2, all_reduce))
+                                        np.random.default_rng(step), 2, all_reduce, global_step=step))
         results[counted_on_host] = (steps, [p.detach().clone() for p in model.parameters()])
         if counted_on_host:
             assert audit.sync_count == 0, audit.syncs
