@@ -87,7 +87,7 @@ def encoder_flags(args: argparse.Namespace) -> list[str]:
 
 def pretrain(args: argparse.Namespace) -> tuple[Path, float, dict]:
     """``kermt pretrain`` once (skipped when the work dir already holds its model.pt); (model.pt, seconds, last row)."""
-    save_dir = args.work / "pretrain"
+    save_dir = args.checkpoint.parent if args.checkpoint else args.work / "pretrain"
     seconds = float("nan")
     if not (save_dir / "model.pt").exists():
         cmd = [KERMT, "pretrain", "--data_path", str(args.corpus), "--pretrain_mode", "vocab", "--save_dir",
@@ -125,6 +125,8 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=ROOT / "data/moses/corpus_100k", help="kermt corpus dir")
     parser.add_argument("--work", type=Path, default=ROOT / "runs/pretrain_helps",
                         help="outputs and logs (a pretrained model.pt already there is reused)")
+    parser.add_argument("--checkpoint", type=Path, help="finetune from this `kermt pretrain` model.pt (no pretraining)")
+    parser.add_argument("--sets", nargs="+", choices=("sample", "solubility"), default=["sample", "solubility"])
     parser.add_argument("--pretrain_steps", type=int, help="stop pretraining after this many steps (default: 1 epoch)")
     parser.add_argument("--warmup_epochs", type=float, default=0.1, help="pretraining warm-up (of the one epoch)")
     parser.add_argument("--hidden_size", type=int, default=64)
@@ -135,7 +137,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="scaffold splits / seeds per finetune")
     args = parser.parse_args()
     args.work = args.work.resolve()
-    sets = {"sample (RDKit labels)": SAMPLE, "solubility (measured logS)": fetch_solubility(args.work / "solubility.csv")}
+    args.checkpoint = args.checkpoint.resolve() if args.checkpoint else None
+    sets = {"sample (RDKit labels)": SAMPLE} if "sample" in args.sets else {}
+    if "solubility" in args.sets:
+        sets["solubility (measured logS)"] = fetch_solubility(args.work / "solubility.csv")
 
     print(f"start: {load_average()}", flush=True)
     checkpoint, pretrain_s, last = pretrain(args)
