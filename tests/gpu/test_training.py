@@ -32,22 +32,25 @@ def _train_batch(molecules, model):  # noqa: F811
     return molecules.batch(rows, operators=spec, global_rows=rows).pin_memory().to("cuda", non_blocking=True)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["stacked", "loop"])
-def test_a_cuda_train_step_never_synchronises(molecules, dropout):  # noqa: F811
+@pytest.mark.parametrize(("dropout", "draws"), [(0.0, "torch"), (0.2, "torch"), (0.2, "per_molecule")],
+                         ids=["stacked", "loop", "keyed_stacked"])
+def test_a_cuda_train_step_never_synchronises(molecules, dropout, draws):  # noqa: F811
     """torch's sync debug mode raises on any call that blocks the host on the device (a value read back, a
-    pageable copy, a data-dependent shape); the dispatch audit must agree that there is none."""
+    pageable copy, a data-dependent shape); the dispatch audit must agree that there is none. Per-molecule dropout
+    computes its masks on the device from the batch's molecule ids."""
     model = _model(dropout).cuda()
     optimizer, scheduler = _trainer(model)
     assert optimizer.defaults["fused"] is True
     batch = _train_batch(molecules, model)
-    settings = StepSettings("regression", 0.1)
+    settings = StepSettings("regression", 0.1, dropout_draws=draws, seed=4)
     train_step(model, optimizer, scheduler, batch, settings, np.random.default_rng(0))  # Adam's state created
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         with DispatchAudit(optimizer_host_tensors(optimizer)) as audit:
             for step in range(1, 4):
-                result = train_step(model, optimizer, scheduler, batch, settings, np.random.default_rng(step))
+                result = train_step(model, optimizer, scheduler, batch, settings, np.random.default_rng(step),
+                                    global_step=step)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert audit.sync_count == 0, audit.syncs
