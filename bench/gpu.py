@@ -203,9 +203,9 @@ def measure(models: dict, states: dict, batches: dict, opts, device: torch.devic
 
 def row(mode: str, precision: str, figure: dict) -> str:
     medians = {name: float(np.median(values)) for name, values in figure["rates"].items()}
-    cells = f"{mode:8s}{precision:6s}{medians['ours']:12.1f}"
+    cells = f"{mode:8s}{precision:6s}{medians['ours']:12.4g}"
     if "upstream" in medians:
-        cells += f"{medians['upstream']:16.1f}{medians['ours'] / medians['upstream']:9.2f}x"
+        cells += f"{medians['upstream']:16.4g}{medians['ours'] / medians['upstream']:9.2f}x"
     if figure["peak_mib"]:
         cells += "   peak MiB " + " / ".join(f"{name} {mib:.0f}" for name, mib in figure["peak_mib"].items())
     return cells

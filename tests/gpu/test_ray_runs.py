@@ -1,7 +1,8 @@
 """The Ray paths on one GPU: `kermt finetune --use_gpu` (one Ray Train worker on the GPU, test predictions by a
 GPU task) and `kermt predict --use_gpu` (the model actor on the GPU), each against the same run on the CPU.
 
-Tolerances. With dropout 0 the CPU and GPU runs draw the same dynamic depths and batches, so they differ only by
+Tolerances. The CPU and GPU runs draw the same batches and dynamic depths, and with dropout the same masks (the
+finetune loop draws them per molecule, a counter hash computed exactly on either device), so they differ only by
 float summation order (~1e-7 relative per op). Over a short finetune Adam turns that into parameter differences
 of up to ~1e-5 (a near-zero gradient's sign can flip), so the test metric must agree to 1e-3 relative; a
 prediction from the same weights agrees to 1e-5 absolute. bf16 against fp32 end to end: within 5 %, the bound
@@ -44,11 +45,14 @@ def _finetune(demo_csv, save_dir, *extra: str) -> float:  # noqa: F811
     return run_finetune(config, sources)["overall_random_test_rmse"]
 
 
-def test_one_gpu_finetune_matches_the_cpu_run(ray_cluster, demo_csv, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("dropout", ["0.0", "0.1"])
+def test_one_gpu_finetune_matches_the_cpu_run(ray_cluster, demo_csv, tmp_path, dropout):  # noqa: F811
     assert ray_cluster.get("GPU", 0) >= 1, f"the local Ray cluster sees no GPU: {ray_cluster}"
-    cpu = _finetune(demo_csv, tmp_path / "cpu")
-    gpu = _finetune(demo_csv, tmp_path / "gpu", "--use_gpu")
-    print(f"1-GPU finetune test rmse {gpu:.6f}, CPU {cpu:.6f} (relative {abs(gpu - cpu) / cpu:.1e})")
+    drops = ["--dropout", dropout, "--bond_drop_rate", dropout]
+    cpu = _finetune(demo_csv, tmp_path / "cpu", *drops)
+    gpu = _finetune(demo_csv, tmp_path / "gpu", *drops, "--use_gpu")
+    print(f"1-GPU finetune, dropout {dropout}: test rmse {gpu:.6f}, CPU {cpu:.6f} "
+          f"(relative {abs(gpu - cpu) / cpu:.1e})")
     assert gpu == pytest.approx(cpu, rel=METRIC_RTOL, abs=METRIC_ATOL)
 
 
