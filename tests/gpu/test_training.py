@@ -11,7 +11,7 @@ from kermt.data.dataset import MoleculeSet
 from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.training import StepSettings, train_step
-from tests.gpu.cuda import GPU_LANE
+from tests.gpu.cuda import GPU_LANE, tf32
 from tests.kermt.nn.test_host_syncs import SMILES, _model, molecules  # noqa: F401  (molecules: a fixture)
 
 pytestmark = GPU_LANE
@@ -79,3 +79,28 @@ def test_fused_adam_moves_parameters_like_multi_tensor_adam():
     print(f"fused vs multi-tensor Adam after 5 steps: max parameter distance {worst:.2e}")
     for name, value in params[True].items():
         torch.testing.assert_close(value, params[False][name], rtol=FUSED_RTOL, atol=FUSED_ATOL, msg=name)
+
+
+def test_per_molecule_dropout_gives_the_cpu_step_on_cuda(molecules):  # noqa: F811
+    """Per-molecule masks are a hash of the molecule's keys, exact on either device: a dropout-0.2 step on CUDA
+    has the CPU step's loss and gradients up to float summation order (torch's RNG would draw other masks)."""
+    settings = StepSettings("regression", 0.1, dropout_draws="per_molecule", seed=4)
+    results = {}
+    for device in ("cpu", "cuda"):
+        model = _model(0.2).to(device)
+        optimizer, scheduler = _trainer(model)
+        optimizer.step = lambda: None  # keep the step's gradients to compare them
+        rows = np.arange(len(SMILES))
+        batch = molecules.batch(rows, operators=model.kermt.aggregation_spec(training=True), global_rows=rows)
+        with tf32(False):
+            step = train_step(model, optimizer, scheduler, batch.to(device), settings, np.random.default_rng(3),
+                              global_step=3)
+        grads = {name: p.grad.cpu() for name, p in model.named_parameters() if p.grad is not None}
+        results[device] = (float(step.objective_share), grads)
+    (cpu_loss, cpu_grads), (cuda_loss, cuda_grads) = results["cpu"], results["cuda"]
+    print(f"per-molecule dropout step: loss cpu {cpu_loss:.7f}, cuda {cuda_loss:.7f}")
+    assert cuda_loss == pytest.approx(cpu_loss, rel=1e-5)
+    assert sorted(cuda_grads) == sorted(cpu_grads)
+    for name, grad in cpu_grads.items():
+        scale = max(float(grad.abs().max()), 1e-3)
+        torch.testing.assert_close(cuda_grads[name], grad, rtol=1e-3, atol=1e-4 * scale, msg=name)
