@@ -85,6 +85,9 @@ class FinetuneConfig(DataParallelSettings):
     ffn_task_specific_hidden_size: Optional[int] = Field(None)
     dist_coff: float = Field(0.1, ge=0, description="weight of the disagreement term between the two views")
     bond_drop_rate: float = Field(0.0, ge=0, lt=1)
+    dropout_draws: Literal["per_molecule", "torch"] = Field(
+        "per_molecule", description="dropout masks drawn per molecule from (seed, step, molecule): N workers equal "
+        "1, also after an elastic restart; torch: torch's RNG per worker, upstream's masks")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, loss and weights stay "
         "float32); see docs/numerics.md for how far outputs move")

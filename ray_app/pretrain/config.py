@@ -56,8 +56,10 @@ class PretrainConfig(DataParallelSettings):
     depth: int = Field(3, ge=1)
     num_attn_head: int = Field(4, ge=1)
     num_mt_block: int = Field(1, ge=1)
-    dropout: float = Field(0.0, ge=0, lt=1, description="encoder dropout (per rank: exact across worker counts "
-                           "only at 0)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="encoder dropout")
+    dropout_draws: Literal["per_molecule", "torch"] = Field(
+        "per_molecule", description="dropout masks drawn per molecule from (seed, step, molecule): N workers equal "
+        "1, also after an elastic restart (the sinusoidal decoder's layers excepted); torch: torch's RNG per worker")
     activation: Literal["ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU"] = Field("PReLU")
     bias: bool = Field(False)
     # cMIM latent and decoder

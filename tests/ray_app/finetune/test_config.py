@@ -17,6 +17,7 @@ def test_upstream_defaults_and_sources():
     assert config.max_lr == 0.002 and config.self_attention is True
     assert config.dataset_type is None  # no silent classification default
     assert sources["max_lr"] == "user" and sources["epochs"] == "default"
+    assert config.dropout_draws == "per_molecule"  # the Ray runner's default: N workers equal 1 with dropout on
 
 
 def test_flags_override_config_file(tmp_path):
@@ -44,6 +45,7 @@ def test_yaml_round_trip_replays_the_same_config(tmp_path):
         (["--data_path", "d", "--epochs", "0"], "setting 'epochs'"),
         (["--data_path", "d", "--split_type", "predetermined"], "needs folds_file"),
         (["--data_path", "d", "--checkpoint_path", "c.pt", "--pretrained_release"], "conflict"),
+        (["--data_path", "d", "--dropout_draws", "numpy"], "dropout_draws"),
     ],
 )
 def test_bad_settings_name_the_key(argv, message):
