@@ -1,9 +1,9 @@
-"""How many training runs (ensemble members, folds, Tune trials) run at once.
+"""How many training runs (ensemble members and folds, Tune trials: the trials of a Ray Tune run) run at once.
 
 Each run is a TorchTrainer with ``num_workers`` workers (1 CPU each, plus 1 GPU each with ``use_gpu``). A user value
 (``--max_concurrent_trials``) is honoured as given. Otherwise:
-- on one machine, the cap is what the free resources hold when the run starts (neither Tune nor our member pool
-  sees the placement groups those trainers request, ray#54305, so more would only oversubscribe the machine);
+- on one machine, the cap is what the free resources hold when the run starts (Tune does not see the placement
+  groups those trainers request, ray#54305, so more would only oversubscribe the machine);
 - on a multi-node cluster (``cluster.ClusterLayout``), every run is started at once. Free resources there
   understate what an autoscaling cluster can grow to, and the runs that do not fit yet are exactly the pending
   demand the autoscaler scales on. A run whose workers cannot be placed waits: Ray Train retries a worker group

@@ -1,12 +1,13 @@
-"""Training the members of a finetune run: one Ray TorchTrainer per (fold, member), several at once.
+"""One member of a finetune run (a (fold, member), or a `kermt tune` trial): its Ray TorchTrainer, its files, its
+test predictions.
 
-A member's seeds depend only on (seed, fold, member), so the models are the same whatever trains beside them;
-coordinators stay on the driver's node so that losing a worker node never loses a run's coordinator.
+A member's seeds depend only on (seed, fold, member), so the model is the same whatever trains beside it. The
+members of a run train as the trials of one Ray Tune run (``ray_app.finetune.ensemble``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,6 @@ import ray
 import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kermt.checkpoint import CheckpointSpec, FeatureSettings, export_upstream, save_native, unbuilt_encoder_tensors
 from kermt.nn.finetune import KermtFinetuneModel
@@ -23,33 +23,30 @@ from kermt.training import predict
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.finetune.prepare import ScaledSplits, fold_count
-from ray_app.finetune.resume import finished_member
 from ray_app.finetune.setup import RunSetup, features_width, initial_state, member_seed, model_config
 from ray_app.finetune.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
 
 
-def run_member(setup: RunSetup, splits: ScaledSplits, fold: int, member: int,
-               callbacks: Sequence[Any] = (), label: str | None = None,
-               splits_ref: ray.ObjectRef | None = None) -> tuple[KermtFinetuneModel, list]:
+def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef, fold: int, member: int,
+               callbacks: Sequence[Any] = (), label: str | None = None) -> tuple[KermtFinetuneModel, list]:
     """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history.
 
-    ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see every epoch's metrics);
-    ``label`` names the run in log lines (default "fold F model M"); ``splits_ref``: ``splits`` already in the
-    object store (put once per fold), which the workers then read instead of a copy inside the member's plan."""
+    ``splits_ref``: ``splits`` in the object store (put once per fold), which the workers read instead of a copy
+    inside the member's plan. ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see
+    every epoch's metrics); ``label`` names the run in log lines (default "fold F model M")."""
     label = label or f"fold {fold} model {member}"
     c = setup.config
     config = model_config(setup, features_width(splits))
     seed = member_seed(c.seed + fold, member)
     state, load_summary = initial_state(setup, config, seed)
     print(f"{label}: {load_summary}", flush=True)
-    shipped = (None, None) if splits_ref is not None else (splits.train, splits.val)
-    plan = MemberPlan(config, state, *shipped, splits.target_scaler, seed, c.epochs, c.step_batch_size,
+    plan = MemberPlan(config, state, None, None, splits.target_scaler, seed, c.epochs, c.step_batch_size,
                       c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
                       c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
-                      label=label, precision=c.precision)
+                      label=label, precision=c.precision, dropout_draws=c.dropout_draws)
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"plan": ray.put(plan), **({"splits": splits_ref} if splits_ref is not None else {})},
+        train_loop_config={"plan": ray.put(plan), "splits": splits_ref},
         scaling_config=ScalingConfig(num_workers=c.worker_range if c.elastic else c.min_workers, use_gpu=c.use_gpu),
         run_config=RunConfig(
             name=f"{setup.run_id}-fold{fold}-model{member}",
@@ -86,52 +83,6 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
         outputs.write_tensorboard(directory, history, setup.metric)
 
 
-@ray.remote(num_cpus=0)  # a coordinator only: its TorchTrainer's workers hold the resources
-def _train_member_task(setup: RunSetup, wrapped_ref: list[ray.ObjectRef], fold: int, member: int):
-    # The fold's data arrives as a reference (wrapped in a list so that Ray passes it unresolved): the workers
-    # read that one object instead of a copy per member.
-    return run_member(setup, ray.get(wrapped_ref[0]), fold, member, splits_ref=wrapped_ref[0])
-
-
-def train_members(setup: RunSetup, fold_parts: list[ScaledSplits], concurrency: int,
-                  jobs: list[tuple[int, int]]) -> Iterator[tuple[int, int, KermtFinetuneModel, list]]:
-    """Train each (fold, member) of ``jobs``, ``concurrency`` TorchTrainers at a time; yields them as they finish.
-
-    Each fold's data is put in the object store once and shared by its members' workers. Each member's seeds
-    depend only on (seed, fold, member), so the models are the same whatever runs beside them. With concurrency 1
-    the members train one after another in this process, as upstream does."""
-    part_refs = {fold: ray.put(fold_parts[fold]) for fold in sorted({fold for fold, _ in jobs})}
-    if concurrency == 1:
-        for fold, member in jobs:
-            yield fold, member, *run_member(setup, fold_parts[fold], fold, member, splits_ref=part_refs[fold])
-        return
-    setup_ref = ray.put(setup)
-    waiting, running = iter(jobs), {}
-    # Coordinators stay on the driver's node (the head on a cluster): a lost or preempted worker node then takes
-    # training workers with it, which Ray Train recovers, never the coordinator of a run.
-    coordinator = _train_member_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        ray.get_runtime_context().get_node_id(), soft=True))
-
-    def launch_next() -> None:
-        job = next(waiting, None)
-        if job is not None:
-            running[coordinator.remote(setup_ref, [part_refs[job[0]]], *job)] = job
-
-    for _ in range(concurrency):
-        launch_next()
-    while running:
-        (done,), _ = ray.wait(list(running), num_returns=1)
-        fold, member = running.pop(done)
-        try:
-            model, history = ray.get(done)
-        except ray.exceptions.RayTaskError as error:
-            for ref in running:
-                ray.cancel(ref)
-            raise RuntimeError(f"fold {fold} model {member} failed; the other runs were cancelled:\n{error}") from None
-        launch_next()
-        yield fold, member, model, history
-
-
 def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
                             use_gpu: bool = False, precision: str = "fp32") -> np.ndarray:
     """(n_test, n_tasks) predictions in label units; with ``use_gpu`` computed by a task on a GPU node (the driver
@@ -147,19 +98,6 @@ def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, bat
 def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int, precision: str) -> np.ndarray:
     model = model.to(torch.device("cuda"))
     return predict(model, molecules, np.arange(len(molecules)), batch_size, precision)
-
-
-def kept_members(setup: RunSetup, parts: list[ScaledSplits], jobs: list[tuple[int, int]]) -> dict:
-    """(fold, member) -> (model, history) of the members an interrupted run of these settings already saved."""
-    kept = {}
-    for fold, member in jobs:
-        found = finished_member(setup.save_dir / f"fold_{fold}" / f"model_{member}", setup.run_id,
-                                model_config(setup, features_width(parts[fold])))
-        if found is not None:
-            kept[fold, member] = found
-    if kept:
-        print(f"kept {len(kept)} of {len(jobs)} model(s) finished by the interrupted run", flush=True)
-    return kept
 
 
 def member_concurrency(setup: RunSetup, runs: int) -> int:

@@ -5,8 +5,9 @@ others resume from their last epoch checkpoint.
 settings) reuses the run id, so
 - a member whose ``fold_k/model_m/`` was completely written (``metrics.csv`` is written last) by this run is loaded
   instead of trained; its files are left as they are;
-- a member that was training gets the same Ray Train run name and storage, and Ray Train resumes it from its last
-  reported checkpoint (docs/ray-notes: a run snapshot with the same name is resumed).
+- the run's Ray Tune experiment (named after the run id, ``ensemble``) is restored: a trial that finished is not
+  run again (its files are copied from its checkpoint), one that was training restarts with the same Ray Train run
+  name and storage, and Ray Train resumes it from its last reported checkpoint.
 Different settings start a new run in the same directory (its models are replaced), as upstream does.
 """
 
@@ -19,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kermt.checkpoint.native import is_native_checkpoint, load_native
+from kermt.checkpoint.native import CONFIG_FILE, is_native_checkpoint, load_native
 from kermt.nn.finetune import KermtFinetuneModel
 from ray_app.common import outputs
 from ray_app.finetune.config import FinetuneConfig
@@ -58,17 +59,23 @@ def claim_run_id(save_dir: Path, config: FinetuneConfig) -> tuple[str, bool]:
     return run_id, False
 
 
+def saved_by_run(directory: Path, run_id: str) -> bool:
+    """Whether ``directory`` (fold_k/model_m) holds a member completely written by run ``run_id`` (``metrics.csv``
+    is the last file of a member; the model's provenance names the run)."""
+    if not (directory / "metrics.csv").exists() or not is_native_checkpoint(directory / "model"):
+        return False
+    config = json.loads((directory / "model" / CONFIG_FILE).read_text())
+    return config.get("provenance", {}).get("run_id") == run_id
+
+
 def finished_member(directory: Path, run_id: str,
                     model_config) -> tuple[KermtFinetuneModel, list[dict[str, float]]] | None:
     """The model and epoch history this run saved in ``directory`` (fold_k/model_m), or None if it is not there
-    complete (metrics.csv is the last file a member writes) or belongs to another run."""
-    if not (directory / "metrics.csv").exists() or not is_native_checkpoint(directory / "model"):
-        return None
-    native = load_native(directory / "model")
-    if native.provenance.get("run_id") != run_id:
+    complete or belongs to another run (see :func:`saved_by_run`)."""
+    if not saved_by_run(directory, run_id):
         return None
     model = KermtFinetuneModel(model_config)
-    model.load_state_dict(native.state_dict)
+    model.load_state_dict(load_native(directory / "model").state_dict)
     with open(directory / "metrics.csv", newline="") as f:
         history = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
     return model, history

@@ -1,18 +1,19 @@
 """`kermt finetune`: upstream's `main.py finetune`, each ensemble member of each fold trained by a Ray TorchTrainer.
 
-Driver flow: resolve settings -> featurise every file once on the cluster -> per fold: split, scale, then per
-member: build the initial model here (pretrained encoder + fresh head), train it data-parallel, keep the best
-epoch -> ensemble-average test predictions -> upstream's outputs and summary lines.
+Driver flow: resolve settings -> featurise every file once on the cluster -> per fold: split, scale, put in the
+object store once -> one Ray Tune run whose trials are the (fold, member)s (``ensemble``): each builds its initial
+model (pretrained encoder + fresh head), trains it data-parallel and keeps the best epoch -> ensemble-average test
+predictions -> upstream's outputs and summary lines.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
-from itertools import chain
 from typing import Any
 
 import numpy as np
+import ray
 
 from kermt.data.splits import Split
 from kermt.metrics import nanmean
@@ -23,10 +24,10 @@ from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.settings import Source, to_yaml
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.members import kept_members, member_concurrency, member_test_predictions, save_member, \
-    train_members
+from ray_app.finetune.ensemble import member_directory, train_members
+from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
-from ray_app.finetune.resume import claim_run_id
+from ray_app.finetune.resume import claim_run_id, finished_member
 from ray_app.finetune.setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, initial_state, \
     model_config, resolve_setup
 
@@ -52,28 +53,29 @@ def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
 
 
 def run_folds(setup: RunSetup) -> list[float]:
-    """Train every member of every fold (concurrently where resources allow), write fold_k/ and splits.json;
-    returns each fold's task-averaged test score."""
+    """Train every member of every fold (one Tune run, concurrently where resources allow), write fold_k/ and
+    splits.json; returns each fold's task-averaged test score."""
     c = setup.config
-    folds = [fold_splits(setup, fold) for fold in range(fold_count(c))]
-    record = {f"fold_{fold}": _split_record(setup, split) for fold, (split, _) in enumerate(folds)}
+    fold_refs, record = [], {}
+    for fold in range(fold_count(c)):
+        split, splits = fold_splits(setup, fold)
+        record[f"fold_{fold}"] = _split_record(setup, split)
+        model_config(setup, features_width(splits))  # a flag contradicting the checkpoint fails here, not in a trial
+        fold_refs.append(ray.put(splits))  # the one copy of the fold's data, shared by every member and worker
+    del splits  # from here on the driver reads the object store's copy (zero-copy)
     outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(record) + "\n")
-    parts = [splits for _, splits in folds]
-    member_preds: list[list[np.ndarray | None]] = [[None] * c.ensemble_size for _ in folds]
-    scores = [float("nan")] * len(folds)
-    jobs = [(fold, member) for fold in range(len(folds)) for member in range(c.ensemble_size)]
-    kept = kept_members(setup, parts, jobs)
-    to_train = [job for job in jobs if job not in kept]
-    concurrency = member_concurrency(setup, len(to_train)) if to_train else 1
-    finished = chain(((fold, member, *kept[fold, member]) for fold, member in kept),
-                     train_members(setup, parts, concurrency, to_train))
-    for fold, member, model, history in finished:
-        if (fold, member) not in kept:
-            save_member(setup, model, parts[fold], setup.save_dir / f"fold_{fold}" / f"model_{member}", history)
-        member_preds[fold][member] = member_test_predictions(model, parts[fold], c.step_batch_size,
-                                                             c.use_gpu, c.precision)
-        if all(p is not None for p in member_preds[fold]):
-            scores[fold] = finish_fold(setup, fold, parts[fold], member_preds[fold])  # type: ignore[arg-type]
+    train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
+                                     for member in range(c.ensemble_size)])
+    scores = []
+    for fold, ref in enumerate(fold_refs):
+        parts: ScaledSplits = ray.get(ref)
+        config = model_config(setup, features_width(parts))
+        member_preds = []
+        for member in range(c.ensemble_size):
+            found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
+            assert found is not None, "train_members leaves every member in save_dir"
+            member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
+        scores.append(finish_fold(setup, fold, parts, member_preds))
     return scores
 
 

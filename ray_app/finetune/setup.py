@@ -7,7 +7,7 @@ use the same functions, so a trial and a finetune member with the same settings 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +52,11 @@ class RunSetup:
     test: SourceData | None
     storage: str  # Ray Train storage: --storage_path, or save_dir/ray_results on a single-node cluster
     max_failures: int  # --max_failures, or the cluster's default (storage.resolve_max_failures)
+
+    def without_inputs(self) -> "RunSetup":
+        """This setup without the featurised input files: what a member's trial gets. It reads its fold's splits
+        from the object store instead, so the molecules are not shipped twice."""
+        return replace(self, data=None, val=None, test=None)  # type: ignore[arg-type]
 
 
 def _user_set(setup_sources: dict[str, Source], key: str) -> bool:

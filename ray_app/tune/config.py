@@ -1,12 +1,13 @@
 """`kermt tune`: hyperparameter search over finetune runs with Ray Tune (upstream's `main_hpo.py`, on a cluster).
 
-Driver flow: resolve settings and the search space -> featurise the data once -> a Tuner whose trials
-(``ray_app.tune.trial.run_trial``) each train one finetune with Ray Train, Optuna (TPE or random) proposing parameters
-and ASHA stopping poor trials at epoch milestones -> all_trials.csv, best_config.yaml, best_model/, a summary.
+Driver flow: resolve settings and the search space -> featurise the data once, put fold 0's split in the object
+store once -> a Tuner whose trials (finetune's trainable with ``ray_app.tune.trial.TuneTrial``) each train one
+finetune with Ray Train, Optuna (TPE or random) proposing parameters and ASHA stopping poor trials at epoch
+milestones -> all_trials.csv, best_config.yaml, best_model/, a summary.
 
-Concurrency: a trial is a 0.01-CPU Tune actor plus a TorchTrainer whose placement group Tune does not see
-(ray#54305), so the number of trials at once is capped explicitly (``--max_concurrent_trials``, by default what
-the free cluster resources hold). Re-running the same command on the same ``--save_dir`` resumes the sweep.
+Concurrency: a trial is a 0-CPU Tune actor plus a TorchTrainer whose placement group Tune does not see
+(ray#54305), so the number of trials at once is capped explicitly (``--max_concurrent_trials``, by default
+``ray_app.common.concurrency``). Re-running the same command on the same ``--save_dir`` resumes the sweep.
 """
 
 from __future__ import annotations

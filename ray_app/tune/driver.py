@@ -1,4 +1,5 @@
-"""The sweep itself: a Ray Tune Tuner over ``ray_app.tune.trial.run_trial``, started fresh or restored from ``--save_dir``."""
+"""The sweep itself: a Ray Tune Tuner over finetune's trainable (``ray_app.finetune.trainable.train_member``, with
+``ray_app.tune.trial.TuneTrial``), started fresh or restored from ``--save_dir``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import ray
 import yaml
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -17,7 +19,8 @@ from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.settings import Source
-from ray_app.finetune.setup import RunSetup, resolve_setup
+from ray_app.finetune.setup import RunSetup, fold_splits, resolve_setup
+from ray_app.finetune.trainable import TRIAL_ACTOR_RESOURCES, train_member
 from ray_app.tune.config import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
 from ray_app.tune.search_space import SearchSpace
 from ray_app.tune.results import (
@@ -30,14 +33,7 @@ from ray_app.tune.results import (
     trial_rows,
     write_best,
 )
-from ray_app.tune.trial import COMPLETED, OBJECTIVE, Objective, run_trial
-
-# The trial function only coordinates its TorchTrainer, so it asks for no CPU (a fraction of one would keep a
-# 1-CPU training worker off that node; Tune refuses an empty request, so it asks for a little memory instead). It
-# runs on the head, beside the driver, as finetune's member coordinators do: a lost or preempted worker node takes
-# training workers with it, which Ray Train recovers, never a trial.
-TRIAL_ACTOR_RESOURCES = {"CPU": 0, "memory": 256 * 2**20, "node:__internal_head__": 0.001}
-
+from ray_app.tune.trial import COMPLETED, OBJECTIVE, Objective, TuneTrial
 
 class TrialLines(tune.Callback):
     """One line per finished trial (instead of Tune's tables, which repeat every few seconds); a completed
@@ -98,9 +94,12 @@ def experiment_path(setup: RunSetup) -> str:
 
 def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: Objective,
            concurrency: int) -> tune.Tuner:
-    # A trial function may run on any node: it writes only to the experiment storage (see ray_app.tune.trial).
-    trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup, objective=objective),
-                                    TRIAL_ACTOR_RESOURCES)
+    # A trial may run on any node: it writes only to the experiment storage (see ray_app.finetune.trainable).
+    # Every trial trains on fold 0's split: put in the object store once, its reference shared by every trial.
+    fold_zero = ray.put(fold_splits(setup, 0)[1])
+    trainable = tune.with_resources(tune.with_parameters(
+        train_member, setup=setup.without_inputs(), fold_splits=[fold_zero], trial=TuneTrial(objective)),
+        TRIAL_ACTOR_RESOURCES)
     experiment = experiment_path(setup)
     if tune.Tuner.can_restore(experiment):
         # The restored Tuner keeps its searcher (Optuna's study included), scheduler and concurrency.

@@ -22,7 +22,8 @@ from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.tune.search_space import trial_settings
-from ray_app.tune.trial import COMPLETED, OBJECTIVE, RESULT_FILE, Objective, trial_directory
+from ray_app.finetune.trainable import RESULT_FILE, download_files
+from ray_app.tune.trial import COMPLETED, OBJECTIVE, Objective, trial_directory
 
 COMPLETED_STATUS, STOPPED, FAILED, UNFINISHED = "completed", "stopped early", "failed", "unfinished"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours actor names in its error texts
@@ -123,23 +124,10 @@ def write_best(save_dir: Path, best: TrialRow) -> FinetuneConfig:
 
 
 def download_trial(save_dir: Path, trial: Any) -> bool:
-    """Copy a finished trial's files (its last Tune checkpoint, wherever the experiment is stored) into
-    ``save_dir/trials/<trial_id>/``; files already there are kept. Returns whether the trial has files."""
+    """Copy a finished trial's files into ``save_dir/trials/<trial_id>/``; files already there are kept. Returns
+    whether the trial has files."""
     target = trial_directory(save_dir, trial.trial_id)
-    if (target / RESULT_FILE).exists():
-        return True
-    checkpoint = trial.checkpoint
-    if checkpoint is None:
-        return False
-    staging = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    checkpoint.to_directory(str(staging))
-    if not (staging / RESULT_FILE).exists():  # a checkpoint of an unfinished trial: nothing to keep yet
-        shutil.rmtree(staging, ignore_errors=True)
-        return False
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return True
+    return (target / RESULT_FILE).exists() or download_files(trial.checkpoint, target)
 
 
 def _number(value: float, digits: int | None = None) -> str:

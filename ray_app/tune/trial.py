@@ -1,28 +1,25 @@
-"""One `kermt tune` trial: a finetune of fold 0 / model 0 with the trial's settings, run from a Tune function trainable.
+"""One `kermt tune` trial: a finetune of fold 0 / model 0 with the trial's settings, trained by finetune's trainable.
 
-Ray 2.60 cannot tune a TorchTrainer directly (Train V2), so the trial is a plain function that builds the same
-TorchTrainer `kermt finetune` builds (``run_member``) and forwards every epoch's metrics to Tune through the
-Train run's callbacks. Upstream's HPO has no folds either: every trial trains on the split of fold 0 (seed
-``--seed``), so trials differ only by their hyperparameters.
+Ray 2.60 cannot tune a TorchTrainer directly (Train V2), so a trial is the function trainable that trains the
+(fold, member)s of `kermt finetune` (``ray_app.finetune.trainable.train_member``); :class:`TuneTrial` tells it which
+settings to train with and forwards every epoch's metrics to Tune through the Train run's callbacks. Upstream's HPO
+has no folds either: every trial trains on the split of fold 0 (seed ``--seed``), put in the object store once by
+the driver, so trials differ only by their hyperparameters.
 
 Trial files (``save_dir/trials/<trial_id>/``): config.yaml (the trial's finetune settings), model/ (native),
-model.pt (upstream layout), metrics.csv, and result.json. The trial reports them as its Tune checkpoint (it may
-run on any node; the experiment storage is the one place every node and the driver reach) and the driver
-downloads them as trials finish. A resumed trial whose checkpoint holds result.json reports it instead of
+model.pt (upstream layout), metrics.csv, and result.json. The trial reports them as its Tune checkpoint and the
+driver downloads them as trials finish. A resumed trial whose checkpoint holds result.json reports it instead of
 training again.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-import ray.tune
 from pydantic import ValidationError
 from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -31,12 +28,12 @@ from kermt.training import score
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.members import member_test_predictions, run_member, save_member
+from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits
-from ray_app.finetune.setup import RunSetup, fold_splits
+from ray_app.finetune.setup import RunSetup
+from ray_app.finetune.trainable import Member, MemberTrial
 from ray_app.tune.search_space import trial_settings
 
-RESULT_FILE = "result.json"
 OBJECTIVE = "objective"  # best validation value so far (per epoch) / of the trial (final result)
 COMPLETED = "completed"  # only in a trial's final result: it trained every epoch and saved its model
 
@@ -86,33 +83,28 @@ def trial_config(base: FinetuneConfig, params: Mapping[str, Any]) -> FinetuneCon
         raise ValueError(f"trial parameters {settings} are not a valid finetune configuration: {problems}") from None
 
 
-def run_trial(params: dict[str, Any], setup: RunSetup, objective: Objective) -> None:
-    """Tune function trainable. ``setup`` (featurised data, checkpoint) comes once from the object store.
+class TuneTrial(MemberTrial):
+    """`kermt tune`'s trials of finetune's trainable: model 0 of fold 0 with the trial's sampled settings, every
+    epoch's validation value reported to Tune (with the objective so far), and the files a trial leaves:
+    config.yaml (the trial's finetune settings) and result.json with its objective and test score."""
 
-    The trial may run on any node, so it writes nothing the driver reads from a local disk: its files go into
-    its last Tune checkpoint, which Tune stores with the experiment (``--storage_path``) and the driver
-    downloads into ``save_dir/trials/<trial_id>/``."""
-    previous = ray.tune.get_checkpoint()
-    if previous is not None:  # a resumed trial that had already finished: report its result again
-        with previous.as_directory() as directory:
-            if (Path(directory) / RESULT_FILE).exists():
-                ray.tune.report(json.loads((Path(directory) / RESULT_FILE).read_text()))
-                return
-    trial_id = ray.tune.get_context().get_trial_id()
-    config = trial_config(setup.config, params)
-    # A stable Train run name per trial: a trial restarted after an interruption resumes its Train run.
-    trial_setup = replace(setup, config=config, sources={**setup.sources, **{k: "user" for k in params}},
-                          run_id=f"trial-{trial_id}")
-    _, splits = fold_splits(trial_setup, 0)
-    model, history = run_member(trial_setup, splits, 0, 0, callbacks=[ObjectiveReport(objective)],
-                                label=f"trial {trial_id}")
-    result = final_result(trial_setup, objective, history, test_score(trial_setup, model, splits))
-    with tempfile.TemporaryDirectory(prefix=f"trial-{trial_id}-") as staging:
-        directory = Path(staging)
-        outputs.atomic_write_text(directory / "config.yaml", to_yaml(config))
-        save_member(trial_setup, model, splits, directory, history)
-        outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
-        ray.tune.report(result, checkpoint=ray.tune.Checkpoint.from_directory(staging))
+    def __init__(self, objective: Objective):
+        super().__init__()
+        self.objective = objective
+
+    def member(self, setup: RunSetup, params: dict[str, Any], trial_id: str) -> Member:
+        config = trial_config(setup.config, params)
+        # A stable Train run name per trial: a trial restarted after an interruption resumes its Train run.
+        trial_setup = replace(setup, config=config, sources={**setup.sources, **{k: "user" for k in params}},
+                              run_id=f"trial-{trial_id}")
+        return Member(trial_setup, 0, 0, f"trial {trial_id}")
+
+    def callbacks(self, member: Member) -> list:
+        return [ObjectiveReport(self.objective)]
+
+    def finish(self, member: Member, model, splits: ScaledSplits, history: list, directory: Path) -> dict[str, Any]:
+        outputs.atomic_write_text(directory / "config.yaml", to_yaml(member.setup.config))
+        return final_result(member.setup, self.objective, history, test_score(member.setup, model, splits))
 
 
 def final_result(setup: RunSetup, objective: Objective, history: list[dict], test_value: float) -> dict[str, Any]:

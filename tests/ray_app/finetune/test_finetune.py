@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,28 +141,76 @@ def _ensemble_run(demo_csv, save_dir, concurrency: int) -> dict:
     return run_finetune(config, sources)
 
 
-def test_ensemble_and_folds_in_parallel_equal_sequential(ray_cluster, demo_csv, tmp_path, capsys):
+# Two module fixtures, each set up by the first test that needs it, so that each run gets a test's time limit.
+@pytest.fixture(scope="module")
+def parallel_run(ray_cluster, demo_csv, tmp_path_factory) -> tuple[Path, dict, str]:
+    """2 folds x 2 members trained 2 at a time: (save_dir, summary, the run's output)."""
+    save_dir = tmp_path_factory.mktemp("ensemble") / "parallel"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        summary = _ensemble_run(demo_csv, save_dir, 2)
+    return save_dir, summary, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sequential_run(ray_cluster, demo_csv, tmp_path_factory) -> tuple[Path, dict]:
+    """The same members trained one after another: (save_dir, summary)."""
+    save_dir = tmp_path_factory.mktemp("ensemble") / "sequential"
+    return save_dir, _ensemble_run(demo_csv, save_dir, 1)
+
+
+def _member_trials(save_dir: Path, run_id: str) -> list:
+    from ray import tune
+
+    return tune.ExperimentAnalysis(str(save_dir / "ray_results" / f"{run_id}-members")).trials
+
+
+def test_every_member_of_a_fold_trains_from_the_folds_one_object(parallel_run):
+    """Each fold's splits are put in the object store once: every trial of the fold reports the same object."""
+    save_dir, summary, out = parallel_run
+    assert "training 4 models (2 fold(s) x 2 member(s)), 2 at a time" in out
+    trials = _member_trials(save_dir, summary["run_id"])
+    objects = {(t.config["job"]["fold"], t.config["job"]["member"]): t.last_result["splits_object"] for t in trials}
+    assert sorted(objects) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert objects[0, 0] == objects[0, 1] and objects[1, 0] == objects[1, 1] and objects[0, 0] != objects[1, 0]
+
+
+def test_ensemble_and_folds_in_parallel_equal_sequential(parallel_run, sequential_run):
     from safetensors.numpy import load_file
 
-    parallel = _ensemble_run(demo_csv, tmp_path / "parallel", 2)
-    assert "training 4 models (2 fold(s) x 2 member(s)), 2 at a time" in capsys.readouterr().out
-    sequential = _ensemble_run(demo_csv, tmp_path / "sequential", 1)
-
+    (parallel_dir, parallel, _), (sequential_dir, sequential) = parallel_run, sequential_run
     assert parallel["fold_scores"] == sequential["fold_scores"] and not np.isnan(parallel["fold_scores"]).any()
     assert parallel["overall_random_test_rmse"] == pytest.approx(np.mean(parallel["fold_scores"]), abs=1e-12)
     for fold in (0, 1):
         fold_dir = f"fold_{fold}"
-        assert (tmp_path / "parallel" / fold_dir / "test_result.csv").read_text() == (
-            tmp_path / "sequential" / fold_dir / "test_result.csv").read_text()
+        assert (parallel_dir / fold_dir / "test_result.csv").read_text() == (
+            sequential_dir / fold_dir / "test_result.csv").read_text()
         members = []
         for member in (0, 1):
             weights = [load_file(run / fold_dir / f"model_{member}" / "model" / "model.safetensors")
-                       for run in (tmp_path / "parallel", tmp_path / "sequential")]
+                       for run in (parallel_dir, sequential_dir)]
             assert weights[0].keys() == weights[1].keys()
             assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0])
-            assert (tmp_path / "parallel" / fold_dir / f"model_{member}" / "model.pt").exists()
+            assert (parallel_dir / fold_dir / f"model_{member}" / "model.pt").exists()
             members.append(weights[0])
         # ensemble members differ by seed: different heads
         assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])
-    splits = json.loads((tmp_path / "parallel" / "splits.json").read_text())
+    splits = json.loads((parallel_dir / "splits.json").read_text())
     assert splits["fold_0"]["test"] != splits["fold_1"]["test"]  # fold k is split with seed + k
+
+
+def test_rerun_keeps_saved_members_and_takes_finished_ones_from_the_tune_run(sequential_run, demo_csv, capsys):
+    """A driver that died after a trial finished but before it copied the member's files: the same command restores
+    the Tune run, trains nothing again, copies the missing member from its trial and leaves the others as they
+    were."""
+    save_dir, sequential = sequential_run
+    missing = save_dir / "fold_1" / "model_1"
+    weights = (missing / "model" / "model.safetensors").read_bytes()
+    shutil.rmtree(missing)
+    kept = {p: p.stat().st_mtime_ns for p in (save_dir / "fold_0").rglob("*") if p.is_file()}
+    assert _ensemble_run(demo_csv, save_dir, 1) == sequential
+    out = capsys.readouterr().out
+    assert "resuming the run in" in out and "kept 3 of 4 model(s) finished by the interrupted run" in out
+    assert (missing / "model" / "model.safetensors").read_bytes() == weights
+    assert (missing / "metrics.csv").exists() and not (missing / "result.json").exists()
+    assert {p: p.stat().st_mtime_ns for p in (save_dir / "fold_0").rglob("*") if p.is_file()} == kept
+    assert len(_member_trials(save_dir, sequential["run_id"])) == 4  # the restored run added no trial

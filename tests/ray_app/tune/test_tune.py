@@ -82,6 +82,10 @@ def test_sweep_records_every_trial_and_picks_the_best(sweep):
         assert float(row["test_rmse"]) > 0
     assert read_checkpoint(save_dir / "best_model").spec.kind == "finetuned"
     assert max_overlap(save_dir) <= 2
+    # fold 0's split was put in the object store once: every trial trained from that one object
+    objects = {json.loads((save_dir / "trials" / r["trial_id"] / "result.json").read_text())["splits_object"]
+               for r in rows}
+    assert len(objects) == 1
 
 
 def max_overlap(save_dir: Path) -> int:

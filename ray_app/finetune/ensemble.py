@@ -1,0 +1,102 @@
+"""Ensembles and folds as one Ray Tune run: a trial per (fold, member), with the trainable `kermt tune` trials use.
+
+Tune brings what a finetune of many models needs: how many train at once (``--max_concurrent_trials``, by default
+``common.concurrency``: every member on a multi-node cluster, so the ones that do not fit are pending demand for
+the autoscaler), and resuming. A failed member fails the command once the others are done (they are independent,
+and kept); the re-run retries only what failed or did not finish. The experiment lives in the run's storage
+(``--storage_path``, else ``save_dir/ray_results``) under the run id, so re-running the same command after the
+driver died restores it: finished trials are kept, unfinished ones restart and their Ray Train runs resume from
+their last epoch checkpoint. Members already in ``save_dir`` are never trained again (``resume.saved_by_run``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import ray
+from ray import tune
+
+from ray_app.finetune.members import member_concurrency
+from ray_app.finetune.resume import saved_by_run
+from ray_app.finetune.setup import RunSetup
+from ray_app.finetune.trainable import TRIAL_ACTOR_RESOURCES, MemberTrial, download_files, train_member
+
+Job = tuple[int, int]  # (fold, member)
+
+
+def member_directory(save_dir: Path, fold: int, member: int) -> Path:
+    return save_dir / f"fold_{fold}" / f"model_{member}"
+
+
+def experiment_name(setup: RunSetup) -> str:
+    return f"{setup.run_id}-members"
+
+
+class MemberFiles(tune.Callback):
+    """Copies each member's files into ``save_dir/fold_F/model_M`` as its trial finishes, so a driver that dies
+    later loses no finished member."""
+
+    def __init__(self, save_dir: Path, run_id: str):
+        self.save_dir, self.run_id = save_dir, run_id
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        fetch_member(self.save_dir, self.run_id, trial.config, trial.checkpoint)
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        print(f"fold {trial.config['job']['fold']} model {trial.config['job']['member']} failed "
+              f"(traceback: {trial.error_file}); the other models go on", flush=True)
+
+
+def fetch_member(save_dir: Path, run_id: str, config: dict[str, Any], checkpoint) -> None:
+    target = member_directory(save_dir, config["job"]["fold"], config["job"]["member"])
+    if not saved_by_run(target, run_id):  # a member kept from an interrupted run stays as it is
+        download_files(checkpoint, target, keep_result=False)
+
+
+def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: Sequence[Job]) -> None:
+    """Train every (fold, member) of ``jobs`` that ``save_dir`` does not hold yet; afterwards each one's files are in
+    ``save_dir/fold_F/model_M``. ``fold_splits``: one object reference per fold, shared by all trials."""
+    kept = frozenset(job for job in jobs if saved_by_run(member_directory(setup.save_dir, *job), setup.run_id))
+    if kept:
+        print(f"kept {len(kept)} of {len(jobs)} model(s) finished by the interrupted run", flush=True)
+    to_train = [job for job in jobs if job not in kept]
+    if not to_train:
+        return
+    grid = _tuner(setup, fold_splits, to_train, kept).fit()
+    for result in grid:  # trials that finished while no driver was there to copy their files
+        fetch_member(setup.save_dir, setup.run_id, result.config, result.checkpoint)
+    failed = [result for result in grid if result.error is not None]
+    if failed:
+        job = failed[0].config["job"]
+        raise RuntimeError(f"{len(failed)} model(s) failed, the first fold {job['fold']} model {job['member']} (the "
+                           f"others are saved; re-run the same command to retry):\n{failed[0].error}"
+                           ) from failed[0].error
+    missing = [job for job in to_train if not saved_by_run(member_directory(setup.save_dir, *job), setup.run_id)]
+    if missing:
+        raise RuntimeError(f"the Tune run {experiment_name(setup)} in {setup.storage} ended without model(s) "
+                           f"{missing} (fold, member); re-run the same command to resume it, or remove that "
+                           f"directory to train them afresh")
+
+
+def _tuner(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], to_train: list[Job], kept: frozenset[Job]):
+    # The fold references travel inside one small object (tune.with_parameters puts each argument once); Ray passes
+    # references nested in an argument on unresolved, so a trial fetches only its own fold.
+    trainable = tune.with_resources(tune.with_parameters(
+        train_member, setup=setup.without_inputs(), fold_splits=list(fold_splits), trial=MemberTrial(kept)),
+        TRIAL_ACTOR_RESOURCES)
+    experiment = f"{setup.storage.rstrip('/')}/{experiment_name(setup)}"
+    if tune.Tuner.can_restore(experiment):  # its grid, concurrency and callbacks are the interrupted run's
+        print(f"resuming the Tune run in {experiment}: finished trials are kept, unfinished ones restart", flush=True)
+        return tune.Tuner.restore(experiment, trainable, resume_unfinished=True, resume_errored=True)
+    concurrency = member_concurrency(setup, len(to_train))
+    return tune.Tuner(
+        trainable,
+        param_space={"job": tune.grid_search([{"fold": fold, "member": member} for fold, member in to_train])},
+        # reuse_actors: a trial process is kept for the next member (its torch and kermt imports take seconds);
+        # a member's state is all seeded from (seed, fold, member), so what ran before in the process changes nothing.
+        tune_config=tune.TuneConfig(max_concurrent_trials=concurrency, reuse_actors=True),
+        run_config=tune.RunConfig(name=experiment_name(setup), storage_path=setup.storage, verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  callbacks=[MemberFiles(setup.save_dir, setup.run_id)]),
+    )

@@ -1,0 +1,117 @@
+"""The Ray Tune function trainable that trains one model: a (fold, member) of `kermt finetune`, or a `kermt tune` trial.
+
+A trial builds the member's TorchTrainer (``members.run_member``), writes the member's files (``members.save_member``)
+and reports them as its final Tune checkpoint. It may run on any node: the experiment storage is the one place that
+every node and the driver reach, and the driver copies the files from there into ``--save_dir``.
+
+Data: the driver puts each fold's ``ScaledSplits`` in the object store once; every trial receives the list of
+those references (``tune.with_parameters``), never a copy in its config, and hands its fold's reference on to its
+training workers, so each node holds one copy, read zero-copy by every member, fold and trial running there.
+
+What differs between finetune members and tune trials (which settings, which fold, what else is reported) is a
+:class:`MemberTrial`; ``ray_app.tune`` subclasses it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import ray
+from ray import tune
+
+from ray_app.common import outputs
+from ray_app.finetune.members import run_member, save_member
+from ray_app.finetune.prepare import ScaledSplits
+from ray_app.finetune.setup import RunSetup
+
+RESULT_FILE = "result.json"  # the trial's final result; also marks its checkpoint as complete
+# A trial only coordinates its TorchTrainer, so it asks for no CPU (a fraction of one would keep a 1-CPU training
+# worker off that node; Tune refuses an empty request, so it asks for a little memory instead). It runs on the head,
+# beside the driver: a lost or preempted worker node takes training workers with it, which Ray Train recovers,
+# never a trial.
+TRIAL_ACTOR_RESOURCES = {"CPU": 0, "memory": 256 * 2**20, "node:__internal_head__": 0.001}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One model to train: the settings it trains with, its fold and member index, its name in log lines."""
+
+    setup: RunSetup
+    fold: int
+    member: int
+    label: str
+
+
+class MemberTrial:
+    """`kermt finetune`'s trials: ``params`` is ``{"job": {"fold": F, "member": M}}``, a point of the (fold, member)
+    grid. ``kept``: members an interrupted run of the same settings already saved; a restored Tune run that still
+    lists one of them as unfinished reports it without training it again."""
+
+    def __init__(self, kept: frozenset[tuple[int, int]] = frozenset()):
+        self.kept = kept
+
+    def member(self, setup: RunSetup, params: dict[str, Any], trial_id: str) -> Member:
+        fold, member = params["job"]["fold"], params["job"]["member"]
+        return Member(setup, fold, member, f"fold {fold} model {member}")
+
+    def skip(self, member: Member) -> bool:
+        return (member.fold, member.member) in self.kept
+
+    def callbacks(self, member: Member) -> list:
+        """Ray Train callbacks of the member's TorchTrainer."""
+        return []
+
+    def finish(self, member: Member, model, splits: ScaledSplits, history: list, directory: Path) -> dict[str, Any]:
+        """Extra files into ``directory`` (the member's files are already there); returns the trial's final result."""
+        return {"fold": member.fold, "member": member.member, "epochs_run": len(history)}
+
+
+def train_member(params: dict[str, Any], setup: RunSetup, fold_splits: Sequence[ray.ObjectRef],
+                 trial: MemberTrial) -> None:
+    """Tune function trainable: train the member ``trial`` makes of ``params``; report its files as a checkpoint.
+
+    ``fold_splits``: one object reference per fold (put once by the driver). A trial that Tune restarts after an
+    interruption gets the same Train run name, so Ray Train resumes it from its last epoch checkpoint."""
+    previous = tune.get_checkpoint()
+    if previous is not None:  # a restored trial that had already finished: report its result again
+        with previous.as_directory() as directory:
+            if (Path(directory) / RESULT_FILE).exists():
+                tune.report(json.loads((Path(directory) / RESULT_FILE).read_text()))
+                return
+    member = trial.member(setup, params, tune.get_context().get_trial_id())
+    if trial.skip(member):
+        tune.report({"kept": True})
+        return
+    splits_ref = fold_splits[member.fold]
+    splits: ScaledSplits = ray.get(splits_ref)
+    model, history = run_member(member.setup, splits, splits_ref, member.fold, member.member,
+                                callbacks=trial.callbacks(member), label=member.label)
+    with tempfile.TemporaryDirectory(prefix="kermt-member-") as staging:
+        directory = Path(staging)
+        save_member(member.setup, model, splits, directory, history)
+        result = {**trial.finish(member, model, splits, history, directory), "splits_object": splits_ref.hex()}
+        outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
+        tune.report(result, checkpoint=tune.Checkpoint.from_directory(staging))
+
+
+def download_files(checkpoint: tune.Checkpoint | None, target: Path, keep_result: bool = True) -> bool:
+    """Copy a finished trial's files (its last Tune checkpoint, wherever the experiment is stored) into ``target``
+    atomically (staged beside it, then renamed). Returns whether the checkpoint held a finished trial's files."""
+    if checkpoint is None:
+        return False
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    checkpoint.to_directory(str(staging))
+    if not (staging / RESULT_FILE).exists():  # a checkpoint of an unfinished trial: nothing to keep yet
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+    if not keep_result:
+        (staging / RESULT_FILE).unlink()
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return True
