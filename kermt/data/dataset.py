@@ -87,7 +87,7 @@ class MoleculeSet:
         """
         rows = np.asarray(rows, dtype=np.int64)
         graph = replace(collate_graphs(self.graphs.select(rows, keep_bond), operators),
-                        molecule_ids=torch.from_numpy(rows))
+                        molecule_ids=torch.tensor(rows, dtype=torch.int64))  # a copy: rows may be read-only
         features = torch.from_numpy(self.features[rows]) if self.features is not None else None
         counts = None
         if global_rows is not None:

@@ -2,7 +2,7 @@
 
 What a molecule sees must be the same on 1 worker with batch 2b as on 2 workers with batch b:
 - its labelled atoms / bonds and latent ε are drawn from (seed, global step, molecule id) (:mod:`kermt.pretrain.draws`),
-  and so are its dropout masks when the step asks for per-molecule draws (the graph's ``molecule_ids`` = corpus rows);
+  and so are its dropout masks when the step draws per molecule (the graph's ``molecule_ids`` are corpus rows);
 - tensor shapes that numerics depend on are those of the GLOBAL batch: the neighbour table's width (the largest
   in-degree: with upstream padding every missing neighbour adds the padding row, docs/numerics.md#padding-modes) and
   the token length (padding positions are masked, but equal shapes keep the reductions identical).
@@ -91,7 +91,7 @@ def _pad_columns(table: torch.Tensor, width: int) -> torch.Tensor:
 def _graph(arrays: CorpusArrays, rows: np.ndarray, width: int) -> BatchMolGraph:
     graph = collate_graphs(arrays.graphs.select(rows))
     return replace(graph, a2b=_pad_columns(graph.a2b, width), a2a=_pad_columns(graph.a2a, width),
-                   molecule_ids=torch.from_numpy(np.asarray(rows, dtype=np.int64)))
+                   molecule_ids=torch.tensor(rows, dtype=torch.int64))
 
 
 def _sampled(labels: np.ndarray, chosen: np.ndarray) -> torch.Tensor:
