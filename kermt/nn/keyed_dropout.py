@@ -103,8 +103,8 @@ class MoleculeDraws:
         row_keys = self.rows[rows]
         if row_keys.shape[0] != shape[0]:
             raise ValueError(f"a dropout site over {rows} rows got {shape[0]} rows; the batch has {row_keys.shape[0]}")
-        calls = torch.tensor([combine(self.base, s, ROW_KINDS[rows]) for s in streams], dtype=torch.int64)
-        per_row = hash32(row_keys.unsqueeze(0) ^ calls.to(device).unsqueeze(1))  # [S, R]
+        # one scalar op per stream: a tensor of call keys would be a host-to-device copy (a sync on CUDA)
+        per_row = torch.stack([hash32(row_keys ^ combine(self.base, s, ROW_KINDS[rows])) for s in streams])  # [S, R]
         columns = hash32(torch.arange(shape[1:].numel(), device=device, dtype=torch.int64))  # [C]
         keep = hash32(per_row.unsqueeze(2) ^ columns) >= round(p * 2**32)  # [S, R, C]
         return (keep.to(torch.float32) * (1.0 / (1.0 - p))).to(dtype).view(len(streams), *shape)
