@@ -69,10 +69,10 @@ def fetch_solubility(target: Path) -> Path:
 
 
 def run_logged(cmd: list[str], log: Path) -> float:
-    """Run a CLI with its output in ``log``; returns the wall seconds. A failure shows the log's tail."""
+    """Run a CLI with its output appended to ``log``; returns the wall seconds. A failure shows the log's tail."""
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with open(log, "w") as handle:
+    with open(log, "a") as handle:  # a re-run (resume) keeps the earlier lines
         done = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT)
     if done.returncode:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}); last lines of {log}:\n"
