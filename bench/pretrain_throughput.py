@@ -78,8 +78,8 @@ parser = ArgumentParser()
 add_pretrain_args(parser)
 args = parser.parse_args(["--train_data_path", corpus, "--save_dir", "unused", "--pretrain_mode", "vocab",
                           "--hidden_size", str(hidden), "--depth", str(depth), "--num_attn_head", str(heads),
-                          "--batch_size", str(batch_size), "--epochs", "1",
-                          "--atom_vocab_path", f"{corpus}/atom_vocab.json", "--bond_vocab_path", f"{corpus}/bond_vocab.json"])
+                          "--batch_size", str(batch_size), "--epochs", "1", "--atom_vocab_path",
+                          f"{corpus}/atom_vocab.json", "--bond_vocab_path", f"{corpus}/bond_vocab.json"])
 modify_pretrain_args(args)
 args.cuda = False
 n = (n_steps + 1) * batch_size
