@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from ray_app.screening.commands import main_fingerprint, main_predict
 from tests.conftest import FIXTURE_DIR
@@ -12,23 +13,27 @@ from tests.kermt.data.test_formats import fixture_frame, write_formats
 CHECKPOINT = str(FIXTURE_DIR / "ckpt_ft_cls.pt")  # no descriptors: keeps the runs fast
 
 
-def test_predictions_are_identical_for_every_input_format(ray_cluster, tmp_path):
+# One reader per kind runs by default (a compressed CSV, Parquet, a SMILES file with a header); the other spellings
+# of the same readers (gzip next to zstd, tab-separated and headerless SMILES) run with -m slow, and
+# tests/kermt/data/test_formats.py reads every one of them in-process.
+@pytest.mark.parametrize("formats", [("csv.zst", "parquet", "smi"),
+                                     pytest.param(("csv.gz", "smi.gz", "cxsmiles"), marks=pytest.mark.slow)])
+def test_predictions_are_identical_for_every_input_format(ray_cluster, tmp_path, formats):
     frame = fixture_frame()
     frame.loc[5, "smiles"] = "not_a_smiles"  # an invalid row keeps its place in every format
     paths = write_formats(frame, tmp_path)
-    del paths["csv.bz2"]  # read by the same code as .gz and .zst (tests/kermt/data/test_formats.py reads all three)
     outputs = {}
-    for key, path in paths.items():
+    for key in ("csv", *formats):
         out = tmp_path / f"out_{key}.csv"
         ids = ["--id_columns", "name"] if key in ("csv", "csv.gz", "csv.zst", "parquet") else []  # .smi: default
-        assert main_predict(["--data_path", str(path), "--checkpoint_path", CHECKPOINT, "--output_path", str(out),
-                             "--batch_size", "8", *ids]) == 0, key
+        assert main_predict(["--data_path", str(paths[key]), "--checkpoint_path", CHECKPOINT, "--output_path",
+                             str(out), "--batch_size", "8", *ids]) == 0, key
         outputs[key] = pd.read_csv(out, keep_default_na=False, dtype=str)
     expected = outputs.pop("csv")
     assert list(expected.columns) == ["smiles", "c1", "c2", "name", "valid", "error"]
     assert expected["name"].tolist() == frame["name"].tolist() and expected["valid"].tolist().count("false") == 1
     for key, got in outputs.items():
-        if key == "smi":  # the header names the columns: "SMILES Name"
+        if key.startswith("smi"):  # the header names the columns: "SMILES Name"; none: the defaults
             got = got.rename(columns={"SMILES": "smiles", "Name": "name"})
         pd.testing.assert_frame_equal(got, expected, obj=key)  # same rows, ids and numbers as text, bit for bit
 
