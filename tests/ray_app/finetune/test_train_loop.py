@@ -158,6 +158,9 @@ def killing_a_worker_after_first_checkpoint(storage: Path, name: str):
         killer.join(timeout=5)
 
 
+# Runs with -m slow: the default suite's kill-and-resume test is the one below (a SIGKILLed 2-worker run resumed on
+# 1 worker); this one keeps torch's dropout draws at an unchanged world size, and the lane kills a whole node.
+@pytest.mark.slow
 def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
     plan = dataclasses.replace(_plan(8, "upstream", epochs=5, dropout=0.1), bond_drop_rate=0.1, dropout_draws="torch")
     reference = _fit(plan, 2, tmp_path, "uninterrupted")
