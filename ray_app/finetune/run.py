@@ -56,20 +56,20 @@ def run_folds(setup: RunSetup) -> list[float]:
     """Train every member of every fold (one Tune run, concurrently where resources allow), write fold_k/ and
     splits.json; returns each fold's task-averaged test score."""
     c = setup.config
-    fold_refs, record = [], {}
+    fold_refs, fold_configs, record = [], [], {}
     for fold in range(fold_count(c)):
         split, splits = fold_splits(setup, fold)
         record[f"fold_{fold}"] = _split_record(setup, split)
-        model_config(setup, features_width(splits))  # a flag contradicting the checkpoint fails here, not in a trial
+        # built here so that a flag contradicting the checkpoint fails on the driver, not in a trial
+        fold_configs.append(model_config(setup, features_width(splits)))
         fold_refs.append(ray.put(splits))  # the one copy of the fold's data, shared by every member and worker
     del splits  # from here on the driver reads the object store's copy (zero-copy)
     outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(record) + "\n")
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
                                      for member in range(c.ensemble_size)])
     scores = []
-    for fold, ref in enumerate(fold_refs):
+    for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)
-        config = model_config(setup, features_width(parts))
         member_preds = []
         for member in range(c.ensemble_size):
             found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
