@@ -30,6 +30,16 @@ def cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def cluster_left_idle(request):
+    """After every test on a loopback cluster: every CPU is free again within two minutes (a run that leaves an
+    actor or a placement group behind would starve the tests after it; this names what it left)."""
+    yield
+    if "cluster" in request.fixturenames:
+        report = request.getfixturevalue("cluster").wait_until_idle()
+        assert report["free_cpus"] >= report["total_cpus"], f"the cluster is not idle after the test: {report}"
+
+
 @pytest.fixture(scope="module")
 def head_inputs(cluster) -> dict[str, Path]:
     """The sample data and the fixture checkpoint on the head's disk only (worker nodes cannot see them)."""
@@ -40,12 +50,23 @@ def head_inputs(cluster) -> dict[str, Path]:
     return {name: Path(shutil.copy(path, inputs / path.name)) for name, path in files.items()}
 
 
-def run_driver(cluster: LoopbackCluster, args: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
-    """``kermt ARGS`` as a driver on the head, attached by address; fails the test with its output on error."""
-    done = subprocess.run([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
-                          env=cluster.driver_env(), capture_output=True, text=True, timeout=timeout)
+def run_driver(cluster: LoopbackCluster, args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+    """``kermt ARGS`` as a driver on the head, attached by address; fails the test with its output on error or
+    when it runs past ``timeout`` (with what holds the cluster's resources then)."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
+                              env=cluster.driver_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        # on POSIX the partial output is the undecoded bytes read so far
+        stdout, stderr = (_text(stream) for stream in (expired.stdout, expired.stderr))
+        pytest.fail(f"kermt {' '.join(args)} ran past {timeout} s; the cluster after killing it: "
+                    f"{cluster.wait_until_idle(30)}\n{stdout[-4000:]}\n{stderr[-6000:]}")
     assert done.returncode == 0, f"kermt {' '.join(args)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
     return done
+
+
+def _text(stream: bytes | str | None) -> str:
+    return stream.decode(errors="replace") if isinstance(stream, bytes) else stream or ""
 
 
 def s3(prefix: str) -> str:

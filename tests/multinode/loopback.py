@@ -16,6 +16,7 @@ would kill every Ray instance on the machine).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -29,6 +30,25 @@ from tests.s3_server import BUCKET, MotoS3
 
 BIN = Path(sys.executable).parent
 HEAD_IP = "127.0.0.2"
+
+# Run as a driver on the head: wait until no CPU of the cluster is held (every run's actors and placement groups
+# released), then print what still holds resources, as JSON.
+IDLE_PROBE = """
+import json, sys, time
+import ray
+from ray.util.state import list_actors, list_placement_groups
+ray.init(logging_level="ERROR")
+deadline = time.monotonic() + float(sys.argv[1])
+while True:
+    total, free = ray.cluster_resources(), ray.available_resources()
+    if free.get("CPU", 0) >= total.get("CPU", 0) or time.monotonic() > deadline:
+        break
+    time.sleep(1)
+actors = [f"{a.class_name} pid={a.pid} node={a.node_id} job={a.job_id}" for a in list_actors(filters=[("state", "=", "ALIVE")])]
+groups = [f"{g.placement_group_id} {g.state} {g.bundles}" for g in list_placement_groups(filters=[("state", "!=", "REMOVED")])]
+print(json.dumps({"total_cpus": total.get("CPU", 0), "free_cpus": free.get("CPU", 0), "actors": actors,
+                  "placement_groups": groups}))
+"""
 
 
 def _process_table() -> tuple[dict[int, int], dict[int, str]]:
@@ -159,6 +179,15 @@ class LoopbackCluster:
                                   timeout=180)
         if done.returncode != 0:
             raise RuntimeError(f"{shlex.join(command)} failed:\n{log.read_text()[-3000:]}")
+
+    def wait_until_idle(self, timeout: float = 120) -> dict:
+        """Wait until every CPU of the cluster is free again; returns the cluster's resources and what is still
+        alive (actors, placement groups) at the end, so that a run that leaks them is named."""
+        done = subprocess.run([sys.executable, "-c", IDLE_PROBE, str(timeout)], env=self.driver_env(),
+                              capture_output=True, text=True, timeout=timeout + 120)
+        if done.returncode != 0:
+            raise RuntimeError(f"the idle probe failed:\n{done.stderr[-3000:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
     def make_bucket(self, name: str) -> None:
         self.s3.make_bucket(name)

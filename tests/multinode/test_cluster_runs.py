@@ -221,6 +221,9 @@ def test_elastic_run_continues_on_fewer_workers_with_the_same_result(cluster, he
                                                   "--num_workers", "1", *elastic)).stdout
     save_dir = cluster.head_dir / "ft-elastic"
     args = finetune_args(head_inputs, save_dir, s3("ft-elastic"), "--num_workers", "1-2", *elastic)
+    # the elastic policy sizes the group from the nodes' resources: start it with both nodes' CPUs released
+    idle = cluster.wait_until_idle()
+    assert idle["free_cpus"] >= idle["total_cpus"] == 2, idle
     driver, lines = start_until_first_epoch(cluster, args)
     assert "starting epoch 0: 2 worker(s) on 2 node(s)" in "".join(lines), "".join(lines[-30:])
     wait_for_registered_checkpoint(cluster, "kermt-test/ft-elastic", "fold0-model0")
