@@ -238,8 +238,11 @@ def audit_library(lib: dict, state: dict, mols: list, features: torch.Tensor, ta
     results["forward + backward"] = _audited(forward_backward)
     optim, training = lib["kermt.optim"], lib["kermt.training"]
     optimizer = optim.build_optimizer(model, 1e-4, 0.0, 1.0)
-    for group in optimizer.param_groups:  # what torch picks by default on CUDA (on CPU: one op chain per tensor)
-        group["foreach"] = True
+    # the Adam each library runs on CUDA: ours picks the fused one there (kermt.optim.adam_implementation), a
+    # library without that choice gets torch's CUDA default, foreach (on CPU: one op chain per tensor)
+    on_cuda = {"fused": True, "foreach": False} if hasattr(optim, "adam_implementation") else {"foreach": True}
+    for group in optimizer.param_groups:
+        group.update(on_cuda)
     scheduler = optim.NoamLR(optimizer, optim.NoamSchedule(2.0, 10, 10, 1e-4, 1e-3, 1e-4), 1.0)
     collectives = []
 

@@ -14,11 +14,11 @@ from kermt.checkpoint.keys import BOND_BRANCH_PREFIXES
 from kermt.config import ReadoutConfig
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
-from kermt.nn.encoder import KermtEmbedding
+from kermt.nn.encoder import ALL_BRANCHES, BRANCHES_BY_OUTPUT_TYPE, KermtEmbedding
 from kermt.nn.fingerprint import FingerprintSource, fingerprint_from_embeddings
-from kermt.nn.readout import Readout
+from kermt.nn.readout import Readout, read_out_families
 
-FAMILIES = ("atom_from_atom", "atom_from_bond", "bond_from_atom", "bond_from_bond")
+FAMILIES = ALL_BRANCHES
 
 
 class _EncoderOnly(nn.Module):
@@ -68,7 +68,7 @@ class Embedder:
         return self.latent is not None
 
     def check_source(self, source: FingerprintSource) -> None:
-        needed = {"atom": FAMILIES[:2], "bond": FAMILIES[2:], "both": FAMILIES}[source]
+        needed = BRANCHES_BY_OUTPUT_TYPE[source]
         missing = [f for f in needed if f not in self.families]
         if missing:
             raise UserError(
@@ -90,10 +90,7 @@ class Embedder:
         """One batch of valid rows -> {family: float32 [M, hidden]} (+ ``projected`` [M, latent] for cMIM/hybrid)."""
         graph = molecules.batch_graph().to(self.device)
         encoded = self.encoder(graph)
-        out = {}
-        for name in self.families:
-            scope = graph.a_scope if name.startswith("atom") else graph.b_scope
-            out[name] = self.readout(getattr(encoded, name), scope)
+        out = read_out_families(self.readout, encoded, graph, self.families)
         if self.latent is not None:
             out["projected"] = self.latent(graph, encoded).mean
         return {name: value.float().cpu().numpy() for name, value in out.items()}

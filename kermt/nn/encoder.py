@@ -26,7 +26,8 @@ from kermt.nn.mtblock import MTBlock
 
 ATOM_BRANCHES = ("atom_from_atom", "atom_from_bond")
 BOND_BRANCHES = ("bond_from_atom", "bond_from_bond")
-BRANCHES_BY_OUTPUT_TYPE = {"atom": ATOM_BRANCHES, "bond": BOND_BRANCHES, "both": ATOM_BRANCHES + BOND_BRANCHES}
+ALL_BRANCHES = ATOM_BRANCHES + BOND_BRANCHES  # upstream's order of the four families (fingerprints: aa, ab, ba, bb)
+BRANCHES_BY_OUTPUT_TYPE = {"atom": ATOM_BRANCHES, "bond": BOND_BRANCHES, "both": ALL_BRANCHES}
 # The neighbour sum each output branch applies to the last block's output (atoms for *_from_atom, bonds otherwise).
 BRANCH_OPERATORS = {
     "atom_from_atom": "neighbour_atoms",

@@ -111,17 +111,19 @@ class KermtFinetuneModel(nn.Module):
         """graph: a batch of M molecules; features: [M, features_size] or None. ``depth_rng``: see
         :func:`kermt.nn.depth.draw_depths` (train mode only)."""
         encoded = self.kermt(graph, depth_rng)
-        readout_bond = self.readout(encoded.atom_from_bond, graph.a_scope, graph.max_atoms)
-        readout_atom = self.readout(encoded.atom_from_atom, graph.a_scope, graph.max_atoms)
-        inputs = {"atom": readout_atom, "bond": readout_bond}
+        # both views share the atom scope: one readout over the stack [2, A, hidden] -> [2, M, readout size]
+        views = torch.stack([encoded.atom_from_atom, encoded.atom_from_bond])
+        readouts = self.readout(views, graph.a_scope, graph.max_atoms)
+        readout_atom, readout_bond = readouts[0], readouts[1]
+        inputs = readouts
         if features is not None:
             # explicit width: reshape(M, -1) is ambiguous (an error) for a worker's empty share (M = 0)
             width = self.config.head.features_size
-            features = features.to(readout_atom.dtype).reshape(readout_atom.shape[0], width)
-            inputs = {view: torch.cat([vec, features], dim=1) for view, vec in inputs.items()}
+            features = features.to(readouts.dtype).reshape(readouts.shape[1], width)
+            inputs = torch.cat([readouts, features.expand(2, -1, -1)], dim=2)
         # upstream's order, hence its order of dropout draws: both shared FFNs, then each view's task layers
-        ffn_atom = self.mol_atom_from_atom_ffn(inputs["atom"])
-        ffn_bond = self.mol_atom_from_bond_ffn(inputs["bond"])
+        ffn_atom = self.mol_atom_from_atom_ffn(inputs[0])
+        ffn_bond = self.mol_atom_from_bond_ffn(inputs[1])
         atom_view, bond_view = self._task_outputs("atom", ffn_atom), self._task_outputs("bond", ffn_bond)
         return FinetuneOutput(
             encoder=encoded,

@@ -16,11 +16,10 @@ from torch import nn
 
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
-from kermt.nn.encoder import ATOM_BRANCHES, BOND_BRANCHES, EncoderOutput, KermtEmbedding
-from kermt.nn.readout import Readout
+from kermt.nn.encoder import BRANCHES_BY_OUTPUT_TYPE, EncoderOutput, KermtEmbedding
+from kermt.nn.readout import Readout, read_out_families
 
 FingerprintSource = Literal["atom", "bond", "both"]
-_FAMILIES = {"atom": ATOM_BRANCHES, "bond": BOND_BRANCHES, "both": ATOM_BRANCHES + BOND_BRANCHES}
 
 
 def fingerprint_from_embeddings(
@@ -33,12 +32,12 @@ def fingerprint_from_embeddings(
     """[M, k·hidden (+ n_features)] with k = 2 ("atom", "bond") or 4 ("both"); ``readout`` must be a mean readout."""
     if readout.config.self_attention:
         raise ValueError("fingerprints use a mean readout")
-    parts = []
-    for name in _FAMILIES[source]:
-        rows = getattr(embeddings, name)
-        if rows is None:
-            raise ValueError(f"fingerprint source {source!r} needs the encoder's {name} output, which was not built")
-        parts.append(readout(rows, graph.a_scope if name in ATOM_BRANCHES else graph.b_scope))
+    names = BRANCHES_BY_OUTPUT_TYPE[source]
+    pooled = read_out_families(readout, embeddings, graph, names)
+    missing = [name for name in names if name not in pooled]
+    if missing:
+        raise ValueError(f"fingerprint source {source!r} needs the encoder's {missing[0]} output, which was not built")
+    parts = [pooled[name] for name in names]
     if features is not None:
         # explicit width: reshape(M, -1) is ambiguous (an error) for an empty batch (M = 0)
         parts.append(features.to(parts[0].dtype).reshape(parts[0].shape[0], features.shape[-1]))
@@ -50,8 +49,8 @@ class KermtFingerprint(nn.Module):
 
     def __init__(self, encoder: KermtEmbedding, source: FingerprintSource = "both") -> None:
         super().__init__()
-        if source not in _FAMILIES:
-            raise ValueError(f"fingerprint source {source!r} must be one of {tuple(_FAMILIES)}")
+        if source not in BRANCHES_BY_OUTPUT_TYPE:
+            raise ValueError(f"fingerprint source {source!r} must be one of {tuple(BRANCHES_BY_OUTPUT_TYPE)}")
         self.kermt = encoder
         self.readout = Readout(encoder.config.hidden_size, ReadoutConfig(self_attention=False))
         self.source = source

@@ -184,10 +184,10 @@ def run_encoders_stacked(
                                                     [streams[k] + step for k in order[:running]])
         message = index.zero_padding_row(message)
     finished.append(message if message is not None else inp.unsqueeze(0).expand(len(encoders), -1, -1))
-    if order == sorted(order) and len(finished) == 1:
-        return finished[0]
-    by_rank = [row for piece in reversed(finished) for row in piece.unbind(0)]  # sorted order
-    by_encoder = [None] * len(encoders)
-    for rank, k in enumerate(order):
-        by_encoder[k] = by_rank[rank]
-    return torch.stack(by_encoder)
+    by_rank = finished[0] if len(finished) == 1 else torch.cat(finished[::-1])  # [K, R, h], sorted order
+    if order == sorted(order):
+        return by_rank
+    # back to encoder order with one gather (its backward is one scatter-add, where per-encoder slices would
+    # each fill a zero copy of the stack); the index is host data, copied without waiting for the device
+    rank_of = torch.as_tensor(sorted(range(len(order)), key=order.__getitem__))
+    return by_rank.index_select(0, rank_of.to(by_rank.device, non_blocking=True))

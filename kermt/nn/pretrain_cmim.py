@@ -18,8 +18,8 @@ from torch.nn import functional as F
 
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
-from kermt.nn.encoder import ATOM_BRANCHES, EncoderOutput, KermtEmbedding
-from kermt.nn.readout import Readout
+from kermt.nn.encoder import EncoderOutput, KermtEmbedding
+from kermt.nn.readout import Readout, read_out_families
 
 _HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 
@@ -58,12 +58,7 @@ class LatentHead(nn.Module):
 
     def pooled_families(self, embeddings: EncoderOutput, graph: BatchMolGraph) -> dict[str, torch.Tensor]:
         """Mean readout [M, hidden] of every family the encoder produced."""
-        pooled = {}
-        for name in ("atom_from_atom", "atom_from_bond", "bond_from_atom", "bond_from_bond"):
-            rows = getattr(embeddings, name)
-            if rows is not None:
-                pooled[name] = self.readout(rows, graph.a_scope if name in ATOM_BRANCHES else graph.b_scope)
-        return pooled
+        return read_out_families(self.readout, embeddings, graph)
 
     def forward(
         self, graph: BatchMolGraph, embeddings: EncoderOutput | None = None, depth_rng: np.random.Generator | None = None

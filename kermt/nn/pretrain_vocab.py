@@ -17,10 +17,10 @@ from torch.nn import functional as F
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
 from kermt.losses import connected_zero
-from kermt.nn.encoder import ATOM_BRANCHES, BOND_BRANCHES, EncoderOutput
-from kermt.nn.readout import Readout
+from kermt.nn.encoder import ALL_BRANCHES, EncoderOutput
+from kermt.nn.readout import Readout, read_out_families
 
-BRANCHES = ATOM_BRANCHES + BOND_BRANCHES
+BRANCHES = ALL_BRANCHES
 
 
 class AtomVocabHead(nn.Module):
@@ -65,12 +65,8 @@ class FunctionalGroupHead(nn.Module):
             self.add_module(f"linear_{name}", nn.Linear(hidden_size, fg_size))
 
     def forward(self, embeddings: EncoderOutput, graph: BatchMolGraph) -> dict[str, torch.Tensor | None]:
-        logits: dict[str, torch.Tensor | None] = {}
-        for name in BRANCHES:
-            rows = getattr(embeddings, name)
-            scope = graph.a_scope if name in ATOM_BRANCHES else graph.b_scope
-            logits[name] = None if rows is None else getattr(self, f"linear_{name}")(self.readout(rows, scope))
-        return logits
+        pooled = read_out_families(self.readout, embeddings, graph, BRANCHES)
+        return {name: getattr(self, f"linear_{name}")(pooled[name]) if name in pooled else None for name in BRANCHES}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Upstream behaviour: docs/upstream-compatibility.md#readout.
 
 Rows of all molecules are scattered into a padded [M, N_max, hidden] tensor with a mask, so both readouts are a
-few batched tensor ops instead of upstream's Python loop over molecules (numerically equal to 1e-6).
+few batched tensor ops instead of upstream's Python loop over molecules (numerically equal to 1e-6). Several
+views of the same rows (the finetune model's two) are read out as one stack: one gather, one attention.
 Keys: ``cached_zero_vector`` [hidden] (a non-trainable parameter, as upstream), ``attn.w1``, ``attn.w2``.
 """
 
@@ -13,6 +14,8 @@ import torch
 from torch import nn
 
 from kermt.config import ReadoutConfig
+from kermt.data.batch import BatchMolGraph
+from kermt.nn.encoder import ALL_BRANCHES, EncoderOutput
 
 
 class SelfAttention(nn.Module):
@@ -33,7 +36,8 @@ class SelfAttention(nn.Module):
 def pad_by_scope(
     rows: torch.Tensor, scope: torch.Tensor, width: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gather each molecule's rows into [M, N_max, hidden] (zeros beyond a molecule's size) and a mask [M, N_max].
+    """Gather each molecule's rows into [..., M, N_max, hidden] (zeros beyond a molecule's size) and a mask
+    [M, N_max]; ``rows`` is [R, hidden] or a stack [..., R, hidden] of views of the same rows.
 
     ``scope`` [M, 2] holds (first row, row count) per molecule; ``width`` is N_max if the caller knows it (the
     batch's ``max_atoms``/``max_bonds``), else it is read from ``scope``: a host synchronisation on a device.
@@ -44,7 +48,7 @@ def pad_by_scope(
     positions = torch.arange(width, device=rows.device)
     mask = positions.unsqueeze(0) < sizes.unsqueeze(1)
     row_ids = torch.where(mask, starts.unsqueeze(1) + positions.unsqueeze(0), torch.zeros_like(mask, dtype=torch.long))
-    padded = rows.index_select(0, row_ids.reshape(-1)).view(*mask.shape, rows.shape[1])
+    padded = rows.index_select(-2, row_ids.reshape(-1)).unflatten(-2, mask.shape)
     return padded * mask.unsqueeze(-1).to(rows.dtype), mask
 
 
@@ -64,14 +68,29 @@ class Readout(nn.Module):
         return self.config.output_size(self.hidden_size)
 
     def forward(self, rows: torch.Tensor, scope: torch.Tensor, width: int | None = None) -> torch.Tensor:
-        """``width``: the largest molecule's row count, if known (see :func:`pad_by_scope`)."""
-        padded, mask = pad_by_scope(rows, scope, width)
-        sizes = mask.sum(dim=1)
+        """rows [R, hidden] -> [M, output_size], or a stack [V, R, hidden] of V views of the same rows (same
+        scope) -> [V, M, output_size] in one pass. ``width``: the largest molecule's row count, if known (see
+        :func:`pad_by_scope`)."""
+        padded, mask = pad_by_scope(rows, scope, width)  # [..., M, N, hidden], [M, N]
         if self.config.self_attention:
-            scores = self.attn.scores(padded).masked_fill(~mask.unsqueeze(-1), float("-inf"))  # [M, N, out]
-            weights = torch.softmax(scores, dim=1).nan_to_num(0.0)  # empty molecules: all -inf -> NaN -> 0
-            pooled = torch.bmm(weights.transpose(1, 2), padded).flatten(1)  # [M, attn_out * hidden]
-            return pooled
-        mean = padded.sum(dim=1) / sizes.clamp(min=1).unsqueeze(1).to(rows.dtype)
+            scores = self.attn.scores(padded).masked_fill(~mask.unsqueeze(-1), float("-inf"))  # [..., M, N, out]
+            weights = torch.softmax(scores, dim=-2).nan_to_num(0.0)  # empty molecules: all -inf -> NaN -> 0
+            return torch.matmul(weights.transpose(-1, -2), padded).flatten(-2)  # [..., M, attn_out * hidden]
+        sizes = mask.sum(dim=1)
+        mean = padded.sum(dim=-2) / sizes.clamp(min=1).unsqueeze(1).to(rows.dtype)
         empty = (sizes == 0).unsqueeze(1)
         return torch.where(empty, self.cached_zero_vector.unsqueeze(0), mean)
+
+
+def read_out_families(
+    readout: Readout, embeddings: EncoderOutput, graph: BatchMolGraph, names: tuple[str, ...] = ALL_BRANCHES
+) -> dict[str, torch.Tensor]:
+    """{family: [M, readout size]} for each of ``names`` that the encoder built (in ``names``' order): atom
+    families over the atom scope, bond families over the bond scope, the families of one kind as one stack."""
+    pooled = {}
+    for kind, scope, width in (("atom", graph.a_scope, graph.max_atoms), ("bond", graph.b_scope, graph.max_bonds)):
+        built = [name for name in names if name.startswith(kind) and getattr(embeddings, name) is not None]
+        if built:
+            stack = torch.stack([getattr(embeddings, name) for name in built])
+            pooled.update(zip(built, readout(stack, scope, width).unbind(0)))
+    return {name: pooled[name] for name in names if name in pooled}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kermt.config import ReadoutConfig
@@ -42,6 +43,18 @@ def test_self_attention_readout_equals_loop_and_backpropagates():
     result.sum().backward()
     assert torch.isfinite(rows.grad).all() and torch.isfinite(readout.attn.w1.grad).all()
     assert rows.grad[0].abs().sum() == 0  # the padding row is never read
+
+
+@pytest.mark.parametrize("self_attention", [False, True])
+def test_a_stack_of_views_is_read_out_as_each_view_alone(self_attention):
+    """The finetune model reads out its two views as one stack [2, R, h]: each slice equals the loop reference."""
+    torch.manual_seed(0)
+    views = torch.randn(2, 12, 6)
+    readout = Readout(6, ReadoutConfig(self_attention=self_attention, attn_hidden=3, attn_out=4))
+    stacked = readout(views, SCOPE, width=7)
+    assert stacked.shape == (2, 4, readout.output_size)
+    for view, result in zip(views, stacked):
+        torch.testing.assert_close(result, _loop_reference(readout, view, SCOPE), rtol=0, atol=1e-6)
 
 
 def test_parameter_names():
