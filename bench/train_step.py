@@ -7,11 +7,15 @@ weights and the same dynamic depths (both draw from numpy's global RNG, reseeded
 check printed at the end compares like with like.
 
     python bench/train_step.py --upstream /work/upstream_kermt --batches 3 --batch-size 32 --threads 2
+
+``--compare-draws`` times our step with dropout drawn per molecule (``kermt.nn.keyed_dropout``: every encoder
+stacked) against torch's RNG (the per-encoder loop), and one keyed mask against ``F.dropout`` on a bond tensor.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import subprocess
 import sys
@@ -32,6 +36,7 @@ from kermt.chem.molgraph import mol_to_graph
 from kermt import config as kermt_config
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
+from kermt.nn import keyed_dropout
 from kermt.nn.finetune import KermtFinetuneModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +64,7 @@ def make_batches(n_batches: int, batch_size: int) -> list[tuple[BatchMolGraph, t
     batches = []
     for start in range(0, len(mols), batch_size):
         graph = collate_graphs([mol_to_graph(m) for m in mols[start : start + batch_size]])
+        graph = dataclasses.replace(graph, molecule_ids=torch.arange(start, start + graph.num_molecules))
         batches.append((graph, features[start : start + batch_size]))
     return batches
 
@@ -121,6 +127,48 @@ def _ours_step(model, graph, features):
 
 def _upstream_step(model, graph, features):
     return model(graph.components(), list(features.numpy()))
+
+
+def _ours_step_drawing(draws: str):
+    """Our step with dropout drawn ``draws`` ("per_molecule" or "torch"); the masks of a step are drawn in its
+    forward, so the backward needs no draws context."""
+
+    def step(model, graph, features):
+        with keyed_dropout.dropout_draws(draws, 0, 0, graph):
+            return _ours_step(model, graph, features)
+
+    return step
+
+
+def compare_draws(model, batches: list, rounds: int) -> None:
+    """Per-molecule vs torch dropout draws: train steps in alternating rounds, and one mask on a bond tensor."""
+    warmup, timed = batches[:1], batches[1:]
+    steps = {draws: _ours_step_drawing(draws) for draws in ("per_molecule", "torch")}
+    rates = {draws: [] for draws in steps}
+    for step in steps.values():
+        time_train_steps(model, step, warmup, seed=0)
+    for _ in range(rounds):
+        for draws, step in steps.items():
+            rates[draws].append(time_train_steps(model, step, timed, seed=1)[0])
+    medians = {draws: float(np.median(values)) for draws, values in rates.items()}
+    print(f"dropout drawn per molecule: {medians['per_molecule']:6.2f} mol/CPU-s, torch's RNG: "
+          f"{medians['torch']:6.2f} mol/CPU-s ({medians['per_molecule'] / medians['torch']:.2f}x)")
+    graph = timed[0][0]
+    x = torch.randn(graph.f_bonds.shape[0], RELEASE["hidden"])
+    with keyed_dropout.per_molecule_draws(0, 0, graph):
+        keyed = _cpu_seconds(lambda: keyed_dropout.dropout(x, 0.1, True, "bond", keyed_dropout.reserve_streams(1)))
+    plain = _cpu_seconds(lambda: torch.nn.functional.dropout(x, 0.1, True))
+    print(f"one mask on a {list(x.shape)} bond tensor: keyed {keyed * 1e3:.1f} ms, F.dropout {plain * 1e3:.1f} ms "
+          f"({keyed / plain:.1f}x) CPU time, best of 20")
+
+
+def _cpu_seconds(run, repeats: int = 20) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        cpu0 = time.process_time()
+        run()
+        best = min(best, time.process_time() - cpu0)
+    return best
 
 
 def time_train_steps(model, step_fn, batches, seed: int) -> tuple[float, float, list[torch.Tensor]]:
@@ -297,13 +345,19 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REV", help="git revision of this repository whose ops and host "
                         "synchronisations are printed next to ours (its kermt/ is imported in this process)")
     parser.add_argument("--audit-only", action="store_true", help="print the op and sync audit, skip the timing")
+    parser.add_argument("--compare-draws", action="store_true", help="time our step with dropout drawn per "
+                        "molecule against torch's RNG (dropout 0.1 unless --dropout is given), then stop")
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
     torch.manual_seed(0)
+    if opts.compare_draws and opts.dropout == 0.0:
+        opts.dropout = 0.1
     ours = KermtFinetuneModel(release_config(opts.dropout))
     with torch.no_grad():  # PyTorch default init + noise: upstream's init (LayerNorm gains 0) makes outputs constant
         for param in ours.parameters():
             param.add_(0.01 * torch.randn_like(param))
+    if opts.compare_draws:
+        return compare_draws(ours, make_batches(opts.batches + 1, opts.batch_size), opts.rounds)
     print_audit(opts, ours.state_dict(), opts.batch_size)
     if opts.audit_only:
         return

@@ -103,6 +103,13 @@ class MoleculeDraws:
         row_keys = self.rows[rows]
         if row_keys.shape[0] != shape[0]:
             raise ValueError(f"a dropout site over {rows} rows got {shape[0]} rows; the batch has {row_keys.shape[0]}")
+        if torch.device(device).type == "cpu" and len(streams) > 1:
+            # the same masks, one stream at a time: on CPU each hashing step of all streams at once is a fresh
+            # [S, R, C] int64 temporary (100+ MB at the release size) whose page faults cost more than its
+            # arithmetic; one stream's fit the allocator's reused memory. A release-size train step ran at 0.75x of
+            # torch's draws with the stacked temporaries, 1.03x this way (bench/train_step.py --compare-draws).
+            # On a GPU one launch for all streams is the point.
+            return torch.stack([self.keep_scale(shape, p, rows, [stream], dtype, device)[0] for stream in streams])
         # one scalar op per stream: a tensor of call keys would be a host-to-device copy (a sync on CUDA)
         per_row = torch.stack([hash32(row_keys ^ combine(self.base, s, ROW_KINDS[rows])) for s in streams])  # [S, R]
         columns = hash32(torch.arange(shape[1:].numel(), device=device, dtype=torch.int64))  # [C]

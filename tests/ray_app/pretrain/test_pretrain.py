@@ -25,16 +25,18 @@ from tests.conftest import DATA_DIR, FIXTURE_DIR
 
 ROOT = DATA_DIR.parents[1]
 
-# Parameters whose exact gradient is 0 (attention key bias; cross-attention to one memory token): Adam turns float
-# noise into lr-sized steps there, so they are not compared (tests/kermt/pretrain/test_step.py checks the same).
-# Elsewhere 14 Adam steps (lr up to 1e-3) grow float noise to a few 1e-6 in parameters with tiny gradients, as in
-# the finetune test (docs/numerics.md#parity-tolerances); the 6-step kermt test holds 1e-6.
-# The attention KEY weight is skipped here too: its gradient is small (softmax ignores any per-query shift of the
-# keys) and one run in several drew a >1e-5 difference there after the kill/restart; every other tensor holds 1e-5.
+# Encoder dropout 0.1, drawn per molecule from (seed, global step, molecule): the same masks whoever runs a step.
+# What remains between a run on 2 workers x 8 and one on 1 x 16 is float summation order, which 14 Adam steps (lr up
+# to 1e-3) grow to 2.6e-5 in the compared tensors (measured: an uninterrupted 2 x 8 run and the killed-and-rerun
+# one differ from the 1 x 16 run by the same 2.6e-5, median 1e-7; with --dropout_draws torch by 9e-3, median 2.5e-3).
+# Parameters whose exact gradient is ~0 are not compared: the attention key projection (softmax ignores any
+# per-query shift of the keys) and cross-attention to one memory token; Adam turns float noise into lr-sized
+# steps there (5e-4). tests/kermt/pretrain/test_step.py holds 1e-6 over 6 steps without Ray.
 NULL_GRADIENT = ("attn.linear_layers.1.", "cross_attn_q.", "cross_attn_k.")
 TINY = ["--pretrain_mode", "hybrid", "--hidden_size", "16", "--depth", "2", "--num_attn_head", "2", "--latent_dim",
         "16", "--decoder_num_layers", "1", "--decoder_num_attention_heads", "2", "--decoder_ffn_hidden_size", "32",
-        "--decoder_dropout", "0", "--epochs", "2", "--save_interval", "3", "--train_interval", "3", "--seed", "3"]
+        "--decoder_dropout", "0", "--dropout", "0.1", "--epochs", "2", "--save_interval", "3", "--train_interval", "3",
+        "--seed", "3"]
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +64,11 @@ def reference(ray_cluster, corpus, tmp_path_factory) -> Path:
 
 def _assert_same_weights(expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor]) -> None:
     assert expected.keys() == actual.keys()
+    differences = [float((actual[name] - value).abs().max()) for name, value in expected.items()]
+    assert np.median(differences) < 1e-6  # most agree to float rounding (torch draws per rank: 2.5e-3)
     for name, value in expected.items():
         if not any(part in name for part in NULL_GRADIENT):
-            torch.testing.assert_close(actual[name], value, rtol=0, atol=1e-5, msg=name)
+            torch.testing.assert_close(actual[name], value, rtol=0, atol=5e-5, msg=name)
 
 
 def test_outputs(reference):
