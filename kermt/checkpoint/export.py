@@ -123,12 +123,18 @@ def export_upstream(path: str | Path, state_dict: dict[str, torch.Tensor], spec:
         "data_scaler": _scaler_entry(spec.data_scaler),
         "features_scaler": _scaler_entry(spec.features_scaler),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(path.name + ".tmp")
-    torch.save(state, staging)
-    os.replace(staging, path)
+    save_torch_file(state, path)
     return warnings
 
 
-__all__ = ["UnfaithfulExportError", "export_upstream", "upstream_args", "upstream_state_dict"]
+def save_torch_file(state: dict[str, Any], path: str | Path) -> Path:
+    """``torch.save`` to a hidden sibling, then renamed onto ``path``: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp")
+    torch.save(state, staging)
+    os.replace(staging, path)
+    return path
+
+
+__all__ = ["UnfaithfulExportError", "export_upstream", "save_torch_file", "upstream_args", "upstream_state_dict"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 from kermt.checkpoint import CheckpointSpec, UnfaithfulExportError, save_native
+from kermt.checkpoint.export import save_torch_file
 from kermt.config import EncoderConfig
 from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
 
@@ -73,12 +73,7 @@ def export_pretrain_upstream(path: str | Path, model: torch.nn.Module, loss: Pre
         "features_scaler": None,
         **(progress or {}),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    torch.save(state, staging)
-    os.replace(staging, path)
-    return path
+    return save_torch_file(state, path)
 
 
 __all__ = ["export_pretrain_upstream", "pretrain_spec", "save_pretrain_native", "upstream_pretrain_args"]
