@@ -103,18 +103,24 @@ class MoleculeDraws:
         row_keys = self.rows[rows]
         if row_keys.shape[0] != shape[0]:
             raise ValueError(f"a dropout site over {rows} rows got {shape[0]} rows; the batch has {row_keys.shape[0]}")
-        if torch.device(device).type == "cpu" and len(streams) > 1:
+        # one scalar op per stream: a tensor of call keys would be a host-to-device copy (a sync on CUDA)
+        per_row = torch.stack([hash32(row_keys ^ combine(self.base, s, ROW_KINDS[rows])) for s in streams])  # [S, R]
+        columns = hash32(torch.arange(shape[1:].numel(), device=device, dtype=torch.int64))  # [C]
+        threshold, scale = round(p * 2**32), 1.0 / (1.0 - p)
+
+        def keep_scale_of(keys: torch.Tensor) -> torch.Tensor:  # [..., R] -> [..., R, C] float32
+            return (hash32(keys.unsqueeze(-1) ^ columns) >= threshold).to(torch.float32) * scale
+
+        if torch.device(device).type == "cpu":
             # the same masks, one stream at a time: on CPU each hashing step of all streams at once is a fresh
             # [S, R, C] int64 temporary (100+ MB at the release size) whose page faults cost more than its
             # arithmetic; one stream's fit the allocator's reused memory. A release-size train step ran at 0.75x of
             # torch's draws with the stacked temporaries, 1.03x this way (bench/train_step.py --compare-draws).
             # On a GPU one launch for all streams is the point.
-            return torch.stack([self.keep_scale(shape, p, rows, [stream], dtype, device)[0] for stream in streams])
-        # one scalar op per stream: a tensor of call keys would be a host-to-device copy (a sync on CUDA)
-        per_row = torch.stack([hash32(row_keys ^ combine(self.base, s, ROW_KINDS[rows])) for s in streams])  # [S, R]
-        columns = hash32(torch.arange(shape[1:].numel(), device=device, dtype=torch.int64))  # [C]
-        keep = hash32(per_row.unsqueeze(2) ^ columns) >= round(p * 2**32)  # [S, R, C]
-        return (keep.to(torch.float32) * (1.0 / (1.0 - p))).to(dtype).view(len(streams), *shape)
+            keep = torch.stack([keep_scale_of(keys) for keys in per_row])
+        else:
+            keep = keep_scale_of(per_row)
+        return keep.to(dtype).view(len(streams), *shape)
 
 
 _ACTIVE: ContextVar[MoleculeDraws | None] = ContextVar("kermt_molecule_draws", default=None)

@@ -20,7 +20,6 @@ from kermt.losses import connected_zero
 from kermt.nn.encoder import ALL_BRANCHES, EncoderOutput
 from kermt.nn.readout import Readout, read_out_families
 
-BRANCHES = ALL_BRANCHES
 
 
 class AtomVocabHead(nn.Module):
@@ -61,12 +60,12 @@ class FunctionalGroupHead(nn.Module):
     def __init__(self, hidden_size: int, fg_size: int) -> None:
         super().__init__()
         self.readout = Readout(hidden_size, ReadoutConfig(self_attention=False))
-        for name in BRANCHES:
+        for name in ALL_BRANCHES:
             self.add_module(f"linear_{name}", nn.Linear(hidden_size, fg_size))
 
     def forward(self, embeddings: EncoderOutput, graph: BatchMolGraph) -> dict[str, torch.Tensor | None]:
-        pooled = read_out_families(self.readout, embeddings, graph, BRANCHES)
-        return {name: getattr(self, f"linear_{name}")(pooled[name]) if name in pooled else None for name in BRANCHES}
+        pooled = read_out_families(self.readout, embeddings, graph, ALL_BRANCHES)
+        return {name: getattr(self, f"linear_{name}")(pooled[name]) if name in pooled else None for name in ALL_BRANCHES}
 
 
 @dataclass(frozen=True)
@@ -135,7 +134,7 @@ class VocabHeads(nn.Module):
             atom_from_bond=apply(self.av_task_bond, embeddings.atom_from_bond),
             bond_from_atom=apply(self.bv_task_atom, embeddings.bond_from_atom),
             bond_from_bond=apply(self.bv_task_bond, embeddings.bond_from_bond),
-            **{f"fg_{name}": fg[name] for name in BRANCHES},
+            **{f"fg_{name}": fg[name] for name in ALL_BRANCHES},
         )
 
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
-from kermt.nn.encoder import ALL_BRANCHES, EncoderOutput
+from kermt.nn.encoder import ALL_BRANCHES, ATOM_BRANCHES, BOND_BRANCHES, EncoderOutput
 
 
 class SelfAttention(nn.Module):
@@ -88,8 +88,9 @@ def read_out_families(
     """{family: [M, readout size]} for each of ``names`` that the encoder built (in ``names``' order): atom
     families over the atom scope, bond families over the bond scope, the families of one kind as one stack."""
     pooled = {}
-    for kind, scope, width in (("atom", graph.a_scope, graph.max_atoms), ("bond", graph.b_scope, graph.max_bonds)):
-        built = [name for name in names if name.startswith(kind) and getattr(embeddings, name) is not None]
+    for kind, scope, width in ((ATOM_BRANCHES, graph.a_scope, graph.max_atoms),
+                               (BOND_BRANCHES, graph.b_scope, graph.max_bonds)):
+        built = [name for name in names if name in kind and getattr(embeddings, name) is not None]
         if built:
             stack = torch.stack([getattr(embeddings, name) for name in built])
             pooled.update(zip(built, readout(stack, scope, width).unbind(0)))
