@@ -65,7 +65,8 @@ class FunctionalGroupHead(nn.Module):
 
     def forward(self, embeddings: EncoderOutput, graph: BatchMolGraph) -> dict[str, torch.Tensor | None]:
         pooled = read_out_families(self.readout, embeddings, graph, ALL_BRANCHES)
-        return {name: getattr(self, f"linear_{name}")(pooled[name]) if name in pooled else None for name in ALL_BRANCHES}
+        return {name: getattr(self, f"linear_{name}")(pooled[name]) if name in pooled else None
+                for name in ALL_BRANCHES}
 
 
 @dataclass(frozen=True)
