@@ -332,7 +332,7 @@ def print_audit(opts, state: dict, batch_size: int) -> None:
     print(f"{'train step collectives':32s}" + "".join(f"{audits[n]['train step collectives']:26d}" for n in audits))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--upstream", type=Path, help="path of an upstream KERMT checkout to compare with")
     parser.add_argument("--upstream-output-type", choices=("both", "atom"), default="both",
@@ -348,10 +348,46 @@ def main() -> None:
     parser.add_argument("--compare-draws", action="store_true", help="time our step with dropout drawn per "
                         "molecule against torch's RNG (dropout 0.1 unless --dropout is given), then stop")
     opts = parser.parse_args()
-    torch.set_num_threads(opts.threads)
-    torch.manual_seed(0)
     if opts.compare_draws and opts.dropout == 0.0:
         opts.dropout = 0.1
+    return opts
+
+
+def time_models(models: dict, warmup: list, timed: list, rounds: int) -> tuple[dict[str, float], dict]:
+    """Alternating timing rounds; returns each model's median mol/CPU-s and its first train-mode outputs."""
+    rates, first = {name: [] for name in models}, {}
+    for name, (model, step_fn) in models.items():
+        time_train_steps(model, step_fn, warmup, seed=0)
+    for round_index in range(rounds):
+        for name, (model, step_fn) in models.items():
+            cpu_rate, wall_rate, first[name] = time_train_steps(model, step_fn, timed, seed=1)
+            rates[name].append(cpu_rate)
+            print(f"round {round_index + 1} {name:9s}: {cpu_rate:6.2f} mol/CPU-s  {wall_rate:6.2f} mol/s")
+    medians = {name: float(np.median(values)) for name, values in rates.items()}
+    for name, median in medians.items():
+        print(f"{name:9s} median: {median:6.2f} mol/CPU-s")
+    return medians, first
+
+
+def print_matmul_floor(ours: torch.nn.Module, timed: list, threads: int) -> float:
+    """Prints and returns the mol/CPU-s no step doing our dense matmul arithmetic can exceed on this machine."""
+    molecules = sum(g.num_molecules for g, _ in timed)
+    flops = step_matmul_flops(ours, _ours_step, timed)
+    rows = int(np.mean([g.f_bonds.shape[0] for g, _ in timed]))
+    sgemm = sgemm_flops_per_cpu_second(rows, RELEASE["hidden"], threads)
+    floor = molecules / (flops / sgemm)
+    thread_counts = " or ".join(str(n) for n in sorted({1, threads}))
+    print(f"matmul floor: ours does {flops / molecules / 1e9:.1f} GFLOP of dense matmul per molecule; at this "
+          f"machine's best sgemm rate ({sgemm / 1e9:.1f} GFLOP per CPU-s at {thread_counts} thread(s), "
+          f"[{rows} x {RELEASE['hidden']}] x [{RELEASE['hidden']} x {RELEASE['hidden']}]) no step doing that "
+          f"arithmetic exceeds {floor:.2f} mol/CPU-s")
+    return floor
+
+
+def main() -> None:
+    opts = parse_args()
+    torch.set_num_threads(opts.threads)
+    torch.manual_seed(0)
     ours = KermtFinetuneModel(release_config(opts.dropout))
     with torch.no_grad():  # PyTorch default init + noise: upstream's init (LayerNorm gains 0) makes outputs constant
         for param in ours.parameters():
@@ -372,35 +408,15 @@ def main() -> None:
         missing, _ = upstream.load_state_dict(ours.state_dict(), strict=False)
         assert all(".bond_from_" in k or ".ffn_bond_from_" in k for k in missing), missing
         models["upstream"] = (upstream, _upstream_step)
-    rates, first = {name: [] for name in models}, {}
-    for name, (model, step_fn) in models.items():
-        time_train_steps(model, step_fn, warmup, seed=0)
-    for round_index in range(opts.rounds):
-        for name, (model, step_fn) in models.items():
-            cpu_rate, wall_rate, first[name] = time_train_steps(model, step_fn, timed, seed=1)
-            rates[name].append(cpu_rate)
-            print(f"round {round_index + 1} {name:9s}: {cpu_rate:6.2f} mol/CPU-s  {wall_rate:6.2f} mol/s")
-    medians = {name: float(np.median(values)) for name, values in rates.items()}
-    for name, median in medians.items():
-        print(f"{name:9s} median: {median:6.2f} mol/CPU-s")
-    molecules = sum(g.num_molecules for g, _ in timed)
-    flops = step_matmul_flops(ours, _ours_step, timed)
-    rows = int(np.mean([g.f_bonds.shape[0] for g, _ in timed]))
-    sgemm = sgemm_flops_per_cpu_second(rows, RELEASE["hidden"], opts.threads)
-    floor = molecules / (flops / sgemm)
-    thread_counts = " or ".join(str(n) for n in sorted({1, opts.threads}))
-    print(f"matmul floor: ours does {flops / molecules / 1e9:.1f} GFLOP of dense matmul per molecule; at this "
-          f"machine's best sgemm rate ({sgemm / 1e9:.1f} GFLOP per CPU-s at {thread_counts} thread(s), "
-          f"[{rows} x {RELEASE['hidden']}] x [{RELEASE['hidden']} x {RELEASE['hidden']}]) no step doing that "
-          f"arithmetic exceeds {floor:.2f} mol/CPU-s")
+    medians, first = time_models(models, warmup, timed, opts.rounds)
+    floor = print_matmul_floor(ours, timed, opts.threads)
     if "upstream" not in models:
         return
     print(f"speed-up : {medians['ours'] / medians['upstream']:.2f}x per CPU-second (medians); matmul floor = "
           f"{floor / medians['upstream']:.2f}x upstream")
     if opts.dropout == 0.0:
-        ours_first, up_first = first["ours"], first["upstream"]
-        diff = max(float((a - b).abs().max()) for a, b in zip(ours_first, up_first))
-        scale = max(float(a.abs().max()) for a in up_first)
+        diff = max(float((a - b).abs().max()) for a, b in zip(first["ours"], first["upstream"]))
+        scale = max(float(a.abs().max()) for a in first["upstream"])
         print(f"train-mode outputs, same weights and depths: max |ours - upstream| = {diff:.2e} "
               f"(max |output| {scale:.2e})")
 

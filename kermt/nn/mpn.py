@@ -185,9 +185,16 @@ def run_encoders_stacked(
         message = index.zero_padding_row(message)
     finished.append(message if message is not None else inp.unsqueeze(0).expand(len(encoders), -1, -1))
     by_rank = finished[0] if len(finished) == 1 else torch.cat(finished[::-1])  # [K, R, h], sorted order
+    return _in_encoder_order(by_rank, order)
+
+
+def _in_encoder_order(by_rank: torch.Tensor, order: list[int]) -> torch.Tensor:
+    """[K, R, h] stacked in ``order`` (encoder indices) -> the same stack in encoder order.
+
+    One gather: its backward is one scatter-add, where per-encoder slices would each fill a zero copy of the
+    stack. The index is host data, copied without waiting for the device.
+    """
     if order == sorted(order):
         return by_rank
-    # back to encoder order with one gather (its backward is one scatter-add, where per-encoder slices would
-    # each fill a zero copy of the stack); the index is host data, copied without waiting for the device
     rank_of = torch.as_tensor(sorted(range(len(order)), key=order.__getitem__))
     return by_rank.index_select(0, rank_of.to(by_rank.device, non_blocking=True))
