@@ -59,13 +59,21 @@ def featurize_on_cluster(
     ds.context.op_resource_reservation_enabled = False
     # permissive: a block with a molecule of > 65,536 atoms carries int32 local ids where the others carry uint16
     table = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive")
-    if table.num_rows != len(smiles):
-        raise RuntimeError(f"featurisation returned {table.num_rows} rows for {len(smiles)} inputs")
-    # preserve_order (ray_app.common.cluster.connect) returns the blocks in input order; sorting anyway would cost
-    # ~3 KB of transient driver memory per molecule (Arrow's take over the list columns), 3 GB at 1M molecules
-    if not np.array_equal(table.column("row").to_numpy(), np.arange(len(smiles))):
-        table = table.sort_by("row")
-    return molecules_from_table(table, generators)
+    return molecules_from_table(in_input_order(table, len(smiles)), generators)
+
+
+def in_input_order(table: pa.Table, n: int) -> pa.Table:
+    """FeaturizeBatch rows of inputs 0..n-1 (any block order) -> the same rows in input order.
+
+    preserve_order (ray_app.common.cluster.connect) returns the blocks in input order, so this is a check; sorting
+    regardless would cost ~3 KB of transient driver memory per molecule (Arrow's take over the list columns), 3 GB
+    at 1M molecules.
+    """
+    if table.num_rows != n:
+        raise RuntimeError(f"featurisation returned {table.num_rows} rows for {n} inputs")
+    if np.array_equal(table.column("row").to_numpy(), np.arange(n)):
+        return table
+    return table.sort_by("row")
 
 
 def molecules_from_table(table: pa.Table, features_generator: Sequence[str] = ()) -> FeaturizedMolecules:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from kermt.data.featurize import featurize_smiles
 from kermt.data.tables import load_molecule_table
-from ray_app.common.featurize import FeaturizeBatch, featurize_on_cluster, molecules_from_table
+from ray_app.common.featurize import FeaturizeBatch, featurize_on_cluster, in_input_order, molecules_from_table
 from tests.conftest import FIXTURE_DIR
 
 
@@ -35,3 +36,17 @@ def test_blocks_with_wider_local_ids_concatenate():
     for name, value in together.to_arrays().items():
         np.testing.assert_array_equal(value, expected[name], err_msg=name)
     assert together.graphs.bond_atoms.dtype == np.int32
+
+
+def test_blocks_out_of_input_order_are_put_back_in_order():
+    """Only a check while Ray Data preserves order; blocks in any other order still read back row for row."""
+    smiles = load_molecule_table(FIXTURE_DIR / "smiles.csv").smiles[:9]
+    rows = pa.array(np.arange(9, dtype=np.int64))
+    blocks = [FeaturizeBatch(())(pa.table({"row": rows[i:i + 3], "smiles": smiles[i:i + 3]})) for i in (0, 3, 6)]
+    expected = featurize_smiles(smiles).to_arrays()
+    for order in ((0, 1, 2), (2, 0, 1)):
+        table = in_input_order(pa.concat_tables([blocks[k] for k in order]), len(smiles))
+        for name, value in molecules_from_table(table).to_arrays().items():
+            np.testing.assert_array_equal(value, expected[name], err_msg=f"{order} {name}")
+    with pytest.raises(RuntimeError, match="returned 6 rows for 9 inputs"):
+        in_input_order(pa.concat_tables(blocks[:2]), len(smiles))
