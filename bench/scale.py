@@ -140,7 +140,7 @@ class TreeMemory(threading.Thread):
 
 
 def run_measured(cmd: list[str], code: Path | None, timeout: float) -> tuple[str, float, float]:
-    """Run ``cmd`` with the code at ``code`` (None: this checkout); returns (stdout, driver GB, total GB)."""
+    """Run ``cmd`` with the code at ``code`` (None: this checkout); returns (stdout, driver GiB, total GiB)."""
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # always a private local cluster
     if code is not None:  # PYTHONPATH precedes the editable install in the driver; Ray workers put the driver's
@@ -264,14 +264,14 @@ def report_prepare(n: int, runs: dict[str, dict]) -> None:
     # Under load the wall clock mostly measures the other work; per CPU-second the cluster's own overhead shows.
     print(_row("molecules per CPU-s: cluster / single", [f"{r['n'] / r['featurise_cpu_s']:,.0f} / "
                                                           f"{r['single_rate']:,.0f}" for r in runs.values()]))
-    print(_row("driver peak RSS GB", [f"{r['driver_gb']:.2f}" for r in runs.values()]))
-    print(_row("total peak PSS GB (driver + Ray)", [f"{r['total_gb']:.2f}" for r in runs.values()]), flush=True)
+    print(_row("driver peak RSS GiB", [f"{r['driver_gb']:.2f}" for r in runs.values()]))
+    print(_row("total peak PSS GiB (driver + Ray)", [f"{r['total_gb']:.2f}" for r in runs.values()]), flush=True)
 
 
 def report_finetunes(n: int, path: Path, codes: dict[str, Path | None], args: argparse.Namespace) -> None:
     """One line per run as it finishes (a slow machine still shows the runs that fit in the time)."""
     print(f"\nN = {n:,}: 1-epoch finetune, hidden 32, graph only, batch 32 per worker")
-    print(f"  {'run':44s}{'epoch train s':>16s}{'driver peak GB':>16s}{'total PSS GB':>16s}", flush=True)
+    print(f"  {'run':44s}{'epoch train s':>16s}{'driver peak GiB':>16s}{'total PSS GiB':>16s}", flush=True)
     for name, code in codes.items():
         for workers in args.workers:
             r = measure_finetune(path, workers, code, args)
