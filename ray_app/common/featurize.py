@@ -53,9 +53,9 @@ def featurize_on_cluster(
     ds = ray.data.from_arrow(source).repartition(max(1, -(-len(smiles) // rows_per_task)))
     ds = ds.map_batches(FeaturizeBatch(generators), batch_format="pyarrow", batch_size=None, num_cpus=1)
     # One map stage whose outputs are all collected: Ray Data's per-operator reservation has nothing to protect
-    # here, and it held this stage to one task at a time for long stretches (2 CPUs: 77 % busy, 70 % of the
-    # single-process rate x CPUs at 200k molecules; without it 95 % and 91 %, bench/scale.py). This dataset's own
-    # context: the multi-stage pipelines (screening, corpus) keep the reservation.
+    # here, and it held this stage to one task at a time for long stretches (200k molecules on 2 CPUs: 77 % busy
+    # with it, 95 % without). This dataset's own context: the multi-stage pipelines (screening, corpus) keep the
+    # reservation.
     ds.context.op_resource_reservation_enabled = False
     # permissive: a block with a molecule of > 65,536 atoms carries int32 local ids where the others carry uint16
     table = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive")

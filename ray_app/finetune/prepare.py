@@ -69,8 +69,7 @@ def load_source(
     rows = np.flatnonzero(featurized.valid)
     if len(rows) == 0:
         raise UserError(f"{path}: none of its {len(table)} rows has a valid SMILES")
-    valid = featurized if len(rows) == len(featurized) else featurized.select(rows)  # no copy when all are valid
-    return SourceData(path, table.target_names, rows, valid, table.targets[rows], invalid)
+    return SourceData(path, table.target_names, rows, featurized.select(rows), table.targets[rows], invalid)
 
 
 def write_invalid(path: Path, sources: list[SourceData]) -> int:
