@@ -26,6 +26,10 @@ from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs
 ORACLE = DATA_DIR / "kermt_upstream_arch" / "arch_outputs.npz"
 TOL = 1e-5
 GRAD_RTOL = 1e-4  # as the train-mode parity test: batch sums in another order (docs/numerics.md#parity-tolerances)
+# Two MT blocks double the depth the gradients cancel through: upstream's recorded float32 gradients are up to 9.5e-6
+# of their tensor's largest element from a float64 evaluation of the same model, ours up to 5.1e-6 (AVX-512 MKL),
+# so the two may sit 1.5e-5 apart where an entry is a near-cancelling sum.
+GRAD_ATOL = 2e-5
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +101,7 @@ def test_train_step_equals_upstreams(oracle, case, tmp_path):
     assert all(not ours[name].any() for name in set(ours) - set(expected))
     for name, grad in expected.items():
         scale = max(float(np.abs(grad).max()), 1.0)
-        np.testing.assert_allclose(ours[name].numpy(), grad, rtol=GRAD_RTOL, atol=TOL * scale, err_msg=name)
+        np.testing.assert_allclose(ours[name].numpy(), grad, rtol=GRAD_RTOL, atol=GRAD_ATOL * scale, err_msg=name)
 
 
 @pytest.mark.parametrize("case", _cases())
