@@ -32,22 +32,39 @@ BIN = Path(sys.executable).parent
 HEAD_IP = "127.0.0.2"
 
 # Run as a driver on the head: wait until no CPU of the cluster is held (every run's actors and placement groups
-# released), then print what still holds resources, as JSON.
+# released) and, with a third argument, until Ray's autoscaling coordinator holds no live resource request; then print
+# what still holds resources, as JSON. The coordinator (a detached actor Ray Data and Train V2's elastic policy share)
+# keeps a request until its requester cancels it or it expires (Ray Data: 180 s): a driver that was SIGKILLed never
+# cancels, and until then an elastic run is sized from what the stale request leaves over.
 IDLE_PROBE = """
 import json, sys, time
 import ray
 from ray.util.state import list_actors, list_placement_groups
 ray.init(logging_level="ERROR")
-deadline = time.monotonic() + float(sys.argv[1])
+deadline, want_no_requests = time.monotonic() + float(sys.argv[1]), len(sys.argv) > 2
+
+def coordinator_requests():
+    try:
+        coordinator = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
+    except ValueError:  # no run has created it yet
+        return []
+    def live(actor):
+        now = time.time()
+        return [f"{rid} wants {r.requested_resources} (remaining {sorted(r.request_remaining or [])}) for "
+                f"{r.expiration_time - now:.0f} s more" for rid, r in actor._ongoing_reqs.items() if r.expiration_time > now]
+    return ray.get(coordinator.__ray_call__.remote(live))
+
 while True:
     total, free = ray.cluster_resources(), ray.available_resources()
-    if free.get("CPU", 0) >= total.get("CPU", 0) or time.monotonic() > deadline:
+    requests = coordinator_requests()
+    idle = free.get("CPU", 0) >= total.get("CPU", 0) and not (want_no_requests and requests)
+    if idle or time.monotonic() > deadline:
         break
     time.sleep(1)
 actors = [f"{a.class_name} pid={a.pid} node={a.node_id} job={a.job_id}" for a in list_actors(filters=[("state", "=", "ALIVE")])]
 groups = [f"{g.placement_group_id} {g.state} {g.bundles}" for g in list_placement_groups(filters=[("state", "!=", "REMOVED")])]
 print(json.dumps({"total_cpus": total.get("CPU", 0), "free_cpus": free.get("CPU", 0), "actors": actors,
-                  "placement_groups": groups}))
+                  "placement_groups": groups, "coordinator_requests": requests}))
 """
 
 
@@ -184,10 +201,12 @@ class LoopbackCluster:
         if done.returncode != 0:
             raise RuntimeError(f"{shlex.join(command)} failed:\n{log.read_text()[-3000:]}")
 
-    def wait_until_idle(self, timeout: float = 120) -> dict:
-        """Wait until every CPU of the cluster is free again; returns the cluster's resources and what is still
-        alive (actors, placement groups) at the end, so that a run that leaks them is named."""
-        done = subprocess.run([sys.executable, "-c", IDLE_PROBE, str(timeout)], env=self.driver_env(),
+    def wait_until_idle(self, timeout: float = 120, no_requests: bool = False) -> dict:
+        """Wait until every CPU of the cluster is free again (``no_requests``: and the autoscaling coordinator holds
+        no live request, see IDLE_PROBE); returns the cluster's resources and what is still alive (actors,
+        placement groups, coordinator requests) at the end, so that a run that leaks them is named."""
+        args = [str(timeout), *(["no_requests"] if no_requests else [])]
+        done = subprocess.run([sys.executable, "-c", IDLE_PROBE, *args], env=self.driver_env(),
                               capture_output=True, text=True, timeout=timeout + 120)
         if done.returncode != 0:
             raise RuntimeError(f"the idle probe failed:\n{done.stderr[-3000:]}")

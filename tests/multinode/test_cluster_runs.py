@@ -221,9 +221,12 @@ def test_elastic_run_continues_on_fewer_workers_with_the_same_result(cluster, he
                                                   "--num_workers", "1", *elastic)).stdout
     save_dir = cluster.head_dir / "ft-elastic"
     args = finetune_args(head_inputs, save_dir, s3("ft-elastic"), "--num_workers", "1-2", *elastic)
-    # the elastic policy sizes the group from the nodes' resources: start it with both nodes' CPUs released
-    idle = cluster.wait_until_idle()
+    # The elastic policy sizes the group from what Ray's autoscaling coordinator reserves for it: start it with both
+    # nodes' CPUs released and no other live request (a driver SIGKILLed by an earlier test leaves one for up to
+    # 180 s, and the group would start with 1 worker, growing only at the next resize check).
+    idle = cluster.wait_until_idle(240, no_requests=True)
     assert idle["free_cpus"] >= idle["total_cpus"] == 2, idle
+    assert not idle["coordinator_requests"], idle
     driver, lines = start_until_first_epoch(cluster, args)
     assert "starting epoch 0: 2 worker(s) on 2 node(s)" in "".join(lines), "".join(lines[-30:])
     wait_for_registered_checkpoint(cluster, "kermt-test/ft-elastic", "fold0-model0")
