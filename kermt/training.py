@@ -28,6 +28,7 @@ from kermt.data.dataset import MoleculeBatch, MoleculeSet
 from kermt.data.scalers import StandardScaler
 from kermt.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
 from kermt.metrics import nanmean, task_scores
+from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.precision import autocast
 
@@ -97,10 +98,10 @@ def train_step(
     else:
         counts = targets.task_counts() if settings.use_mtl_loss else targets.mask.sum().reshape(1)
         global_counts = all_reduce(counts.clone())
-    with autocast(settings.precision, batch.targets.device), \
+    core = getattr(model, "module", model)
+    with DepthDrawLog(core) as draws, autocast(settings.precision, batch.targets.device), \
             dropout_draws(settings.dropout_draws, settings.seed, global_step, batch.graph):
         output = model(batch.graph, batch.features, depth_rng)
-    core = getattr(model, "module", model)
     atom_view, bond_view = output.atom_view.float(), output.bond_view.float()  # the loss in float32 always
     terms = two_view_terms(atom_view, bond_view, targets, settings.dataset_type, settings.dist_coff)
     loss = reduce_terms(
@@ -112,6 +113,7 @@ def train_step(
     loss = _touch_unreached(loss, core)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    draws.skip_idle()  # as upstream's Adam: no update of an encoder that ran no iteration
     optimizer.step()
     scheduler.step()
     return StepResult(terms.detach().sum(), global_counts.sum(), loss.detach() / world_size)
@@ -122,9 +124,9 @@ def _touch_unreached(loss: torch.Tensor, model: nn.Module) -> torch.Tensor:
 
     A step can leave parameters unused: a ``W_h`` skipped by a shallow dynamic-depth draw, for instance. DDP
     without ``find_unused_parameters`` needs a gradient for every parameter on every rank, and 1 worker must equal
-    N workers, so every runner gives those a zero gradient. (With Adam, a zero gradient still applies the moment
-    update where upstream skips the parameter.) Which parameters the loss reaches is read from the autograd graph
-    on the host, so the usual step, which reaches all of them, runs no extra op.
+    N workers, so every runner gives those a zero gradient (cleared again before the optimizer step for the
+    encoders a depth draw skipped: :class:`~kermt.nn.encoder.DepthDrawLog`). Which parameters the loss reaches is
+    read from the autograd graph on the host, so the usual step, which reaches all of them, runs no extra op.
     """
     reached = _graph_leaves(loss)
     unreached = [p for p in model.parameters() if p.requires_grad and p not in reached]

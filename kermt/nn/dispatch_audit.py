@@ -7,7 +7,8 @@ ops on CPU, so :class:`DispatchAudit` measures both on any machine (``bench/trai
 assert the step has no synchronisation).
 
 Reads of tensors that live on the host by design are not synchronisations and are left out: Adam keeps its step
-counters on the CPU unless it is ``capturable`` or ``fused``; pass them as ``host_tensors``.
+counters on the CPU unless it is ``capturable`` or ``fused``; pass them as ``host_tensors``
+(:func:`optimizer_host_tensors`, which also sees the counters Adam creates during the audited step).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class DispatchAudit(TorchDispatchMode):
         self.ops: Counter[str] = Counter()
         self.syncs: Counter[str] = Counter()
         self.views: Counter[str] = Counter()
-        self._host_tensors = [t for t in host_tensors]
+        self._host_tensors = host_tensors  # iterated at each synchronising op: it may be a live view
 
     @property
     def op_count(self) -> int:
@@ -93,9 +94,19 @@ class DispatchAudit(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def optimizer_host_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The optimizer's per-parameter ``step`` counters that torch keeps on the CPU (see the module docstring)."""
-    return [
-        state["step"] for state in optimizer.state.values()
-        if isinstance(state.get("step"), torch.Tensor) and state["step"].device.type == "cpu"
-    ]
+def optimizer_host_tensors(optimizer: torch.optim.Optimizer) -> Iterable[torch.Tensor]:
+    """The optimizer's per-parameter ``step`` counters that torch keeps on the CPU (see the module docstring), read
+    afresh at each use: Adam creates a parameter's counter at its first update, which may come in a later step (a
+    parameter whose gradient was cleared is skipped until then)."""
+    return _OptimizerHostSteps(optimizer)
+
+
+class _OptimizerHostSteps:
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def __iter__(self):
+        for state in self.optimizer.state.values():
+            step = state.get("step")
+            if isinstance(step, torch.Tensor) and step.device.type == "cpu":
+                yield step

@@ -75,6 +75,7 @@ class GTransEncoder(nn.Module):
         for name in self.branches:
             rows = "atom" if name.startswith("atom") else "bond"
             self.add_module(f"{name}_sublayer", SublayerConnection(hidden, config.dropout, rows))
+        self.draw_log: list[list[list[int]]] | None = None  # each train forward's depths, while a DepthDrawLog is open
 
     def aggregation_spec(self, training: bool) -> OperatorSpec:
         """The neighbour-sum operators this encoder reads (node blocks: atoms, edge blocks: the bond update, plus
@@ -94,10 +95,23 @@ class GTransEncoder(nn.Module):
             start += block.num_encoders
         return per_block
 
+    def idle_parameters(self, draws: list[list[list[int]]]) -> list[nn.Parameter]:
+        """The parameters of every encoder that ran no iteration in any of ``draws`` (per forward, the per-block
+        depths :meth:`draw_depths` gave): upstream never calls such an encoder's ``W_h`` and activation."""
+        blocks = [*self.node_blocks, *self.edge_blocks]
+        idle = []
+        for index, block in enumerate(blocks):
+            for position, encoder in enumerate(block.encoders()):
+                if all(forward[index][position] <= 1 for forward in draws):  # depth d runs d - 1 iterations
+                    idle.extend(encoder.parameters())
+        return idle
+
     def forward(self, graph: BatchMolGraph, depth_rng: np.random.Generator | None = None) -> EncoderOutput:
         """Embeddings of a batch. ``depth_rng`` seeds the train-mode depth draws (None: numpy's global RNG)."""
         index = GraphIndex.from_batch(graph, self.config.padding, graph.f_atoms.dtype)
         depths = self.draw_depths(depth_rng)
+        if depths is not None and self.draw_log is not None:
+            self.draw_log.append(depths)
         node_depths = depths[: len(self.node_blocks)] if depths else [None] * len(self.node_blocks)
         edge_depths = depths[len(self.node_blocks) :] if depths else [None] * len(self.edge_blocks)
         atoms, bonds = graph.f_atoms, graph.f_bonds
@@ -112,6 +126,49 @@ class GTransEncoder(nn.Module):
             ffn_out = getattr(self, f"ffn_{name}")(torch.cat([raw, aggregated], dim=1))
             outputs[name] = index.zero_padding_row(getattr(self, f"{name}_sublayer")(ffn_out))
         return EncoderOutput(**outputs)
+
+
+class DepthDrawLog:
+    """Records the train-mode depth draws of every GTransEncoder in ``model`` while open, to name afterwards the
+    parameters that the step never used (docs/numerics.md#random-draws).
+
+    An encoder that draws depth 1 or less runs no iteration: upstream's forward never touches its ``W_h`` and
+    activation, so they have no gradient and upstream's Adam skips them for that step (no moment decay, no update,
+    no step count). Here they get a zero gradient (every parameter must have one under DDP without
+    find_unused_parameters, and stacked encoders share one weight stack); clearing those gradients after the
+    backward, before the optimizer step, makes Adam skip them exactly as upstream's does. The draws come from
+    (seed, global step), the same on every rank, so every rank skips the same parameters.
+
+        with DepthDrawLog(model) as draws:
+            output = model(...)
+        loss.backward()
+        draws.skip_idle()
+        optimizer.step()
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.encoders = [module for module in model.modules() if isinstance(module, GTransEncoder)]
+        self.draws: list[tuple[GTransEncoder, list[list[list[int]]]]] = []
+
+    def __enter__(self) -> "DepthDrawLog":
+        for encoder in self.encoders:
+            encoder.draw_log = []
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.draws = [(encoder, encoder.draw_log or []) for encoder in self.encoders]
+        for encoder in self.encoders:
+            encoder.draw_log = None
+
+    def idle_parameters(self) -> list[nn.Parameter]:
+        """Parameters of encoders that ran no iteration in every train forward of the log (eval forwards draw
+        nothing, and an encoder that did not run in train mode is not named)."""
+        return [p for encoder, draws in self.draws if draws for p in encoder.idle_parameters(draws)]
+
+    def skip_idle(self) -> None:
+        """Clear the gradients of :meth:`idle_parameters` (call after the backward, before the optimizer step)."""
+        for parameter in self.idle_parameters():
+            parameter.grad = None
 
 
 class KermtEmbedding(nn.Module):

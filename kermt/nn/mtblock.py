@@ -65,6 +65,10 @@ class MTBlock(nn.Module):
     def num_encoders(self) -> int:
         return 3 * len(self.heads)
 
+    def encoders(self) -> list[MPNEncoder]:
+        """Every encoder of the block in draw order: head 0's q, k, v, then head 1's, ..."""
+        return [enc for head in self.heads for enc in head.encoders()]
+
     def forward(self, x: torch.Tensor, index: GraphIndex, depths: list[int] | None) -> torch.Tensor:
         """x: [R, input_dim or hidden] -> [R, hidden].
 
@@ -74,7 +78,7 @@ class MTBlock(nn.Module):
             x = self.W_i(x)
             x = keyed_dropout.dropout(self.layernorm(self.act_func(x)), self.dropout, self.training, self.rows)
             x = index.zero_padding_row(x)
-        encoders = [enc for head in self.heads for enc in head.encoders()]
+        encoders = self.encoders()
         depths = depths if depths is not None else [self.depth] * len(encoders)
         iterations = [max(d - 1, 0) for d in depths]
         mode = PassingMode(self.atom_messages, self.dropout, self.training)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from kermt.nn.depth import depth_rng
+from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.nn.pretrain_model import PretrainOutput
@@ -142,10 +143,12 @@ class PretrainStep:
         """One optimizer and scheduler step on this rank's share of global batch number ``global_step``. Every rank
         must call it for every global batch (an empty share included) so collectives stay matched."""
         self.model.train()
-        shares = self._shares(step, global_step)
+        with DepthDrawLog(self.core) as draws:
+            shares = self._shares(step, global_step)
         loss = self.distribution.world_size * shares["loss"] + _zero_gradient_term(self.core)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        draws.skip_idle()  # as upstream's Adam: no update of an encoder that ran no iteration in the step
         self.optimizer.step()
         self.scheduler.step()
         return {name: value.detach() for name, value in shares.items()}

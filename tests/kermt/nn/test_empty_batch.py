@@ -84,12 +84,13 @@ def test_train_step_on_an_empty_share_is_a_zero_step(molecules, mtl):
     step = train_step(model, optimizer, scheduler, molecules.batch(NONE), StepSettings("regression", 0.1, mtl),
                       np.random.default_rng(0))
     assert step.label_loss_sum.item() == 0.0 and step.label_count.item() == 0.0
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
     for name, p in model.named_parameters():
         if name == "mtl_log_sigma":  # Σ log σ is in the objective whatever the batch: its gradient is 1
             torch.testing.assert_close(p.grad, torch.ones_like(p))
         elif p.requires_grad:
-            assert torch.count_nonzero(p.grad) == 0, name
+            # cleared (None) only for an encoder whose depth draw ran no iteration (DepthDrawLog)
+            assert p.grad is not None or ".mpn_" in name, name
+            assert p.grad is None or torch.count_nonzero(p.grad) == 0, name
             torch.testing.assert_close(p.detach(), before[name], rtol=0, atol=0)
 
 
