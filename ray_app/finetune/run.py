@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from kermt.config import FinetuneModelConfig
 from kermt.data.splits import Split
 from kermt.metrics import nanmean
 from kermt.nn.finetune import KermtFinetuneModel
@@ -52,19 +53,26 @@ def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
     return value
 
 
-def run_folds(setup: RunSetup) -> list[float]:
-    """Train every member of every fold (one Tune run, concurrently where resources allow), write fold_k/ and
-    splits.json; returns each fold's task-averaged test score."""
-    c = setup.config
+def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelConfig]]:
+    """Split and scale every fold, put each in the object store once and write splits.json; returns each fold's
+    reference and model config."""
     fold_refs, fold_configs, record = [], [], {}
-    for fold in range(fold_count(c)):
+    for fold in range(fold_count(setup.config)):
         split, splits = fold_splits(setup, fold)
         record[f"fold_{fold}"] = _split_record(setup, split)
         # built here so that a flag contradicting the checkpoint fails on the driver, not in a trial
         fold_configs.append(model_config(setup, features_width(splits)))
         fold_refs.append(ray.put(splits))  # the one copy of the fold's data, shared by every member and worker
-    del splits  # from here on the driver reads the object store's copy (zero-copy)
+        del splits  # from here on the driver reads the object store's copy (zero-copy)
     outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(record) + "\n")
+    return fold_refs, fold_configs
+
+
+def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: list[FinetuneModelConfig]) \
+        -> list[float]:
+    """Train every member of every fold (one Tune run, concurrently where resources allow) and write fold_k/;
+    returns each fold's task-averaged test score."""
+    c = setup.config
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
                                      for member in range(c.ensemble_size)])
     scores = []
@@ -97,7 +105,11 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     setup = replace(setup, run_id=claim_run_id(setup.save_dir, recorded)[0])
     outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(recorded))
     write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
-    scores = run_folds(setup)
+    fold_refs, fold_configs = put_folds(setup)
+    # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
+    # graph arrays plus the SMILES) for the rest of the run.
+    setup = setup.without_inputs()
+    scores = train_folds(setup, fold_refs, fold_configs)
     mean = nanmean(scores)
     std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,

@@ -76,7 +76,11 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
                 "max_concurrent_trials": concurrency}
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    _tuner(config, setup, space, objective, concurrency).fit()
+    # Every trial trains on fold 0's split: put in the object store once, its reference shared by every trial; the
+    # driver then lets go of the featurised files for the rest of the sweep.
+    fold_zero = ray.put(fold_splits(setup, 0)[1])
+    setup = setup.without_inputs()
+    _tuner(config, setup, fold_zero, space, objective, concurrency).fit()
     trials = tune.ExperimentAnalysis(experiment_path(setup)).trials
     for trial in trials:  # trials that finished in an earlier, interrupted session
         download_trial(setup.save_dir, trial)
@@ -92,13 +96,11 @@ def experiment_path(setup: RunSetup) -> str:
     return f"{experiment_root(setup)}/{EXPERIMENT}"
 
 
-def _tuner(config: TuneConfig, setup: RunSetup, space: SearchSpace, objective: Objective,
-           concurrency: int) -> tune.Tuner:
+def _tuner(config: TuneConfig, setup: RunSetup, fold_zero: ray.ObjectRef, space: SearchSpace,
+           objective: Objective, concurrency: int) -> tune.Tuner:
     # A trial may run on any node: it writes only to the experiment storage (see ray_app.finetune.trainable).
-    # Every trial trains on fold 0's split: put in the object store once, its reference shared by every trial.
-    fold_zero = ray.put(fold_splits(setup, 0)[1])
     trainable = tune.with_resources(tune.with_parameters(
-        train_member, setup=setup.without_inputs(), fold_splits=[fold_zero], trial=TuneTrial(objective)),
+        train_member, setup=setup, fold_splits=[fold_zero], trial=TuneTrial(objective)),
         TRIAL_ACTOR_RESOURCES)
     experiment = experiment_path(setup)
     if tune.Tuner.can_restore(experiment):
