@@ -110,7 +110,8 @@ def read_table_lazily(path: str, columns: Sequence[str]):
     fmt = input_format(path)
     source, remote_args = readable_everywhere(path)
     if fmt.kind == "parquet":
-        return ray.data.read_parquet(source, columns=list(columns), ray_remote_args=remote_args)
+        # select_columns after the read: Ray pushes the projection into the Parquet reader
+        return ray.data.read_parquet(source, ray_remote_args=remote_args).select_columns(list(columns))
     if fmt.kind == "smi":
         return _read_smi_lazily(path, columns)
     options = pa_csv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns},
