@@ -96,8 +96,9 @@ class GTransEncoder(nn.Module):
         return per_block
 
     def idle_parameters(self, draws: list[list[list[int]]]) -> list[nn.Parameter]:
-        """The parameters of every encoder that ran no iteration in any of ``draws`` (per forward, the per-block
-        depths :meth:`draw_depths` gave): upstream never calls such an encoder's ``W_h`` and activation."""
+        """The parameters of every encoder that ran no iteration in every one of ``draws`` (per forward, the
+        per-block depths :meth:`draw_depths` gave): upstream never calls such an encoder's ``W_h`` and activation.
+        Every rank runs the forward, an empty share included, and draws the same depths."""
         blocks = [*self.node_blocks, *self.edge_blocks]
         idle = []
         for index, block in enumerate(blocks):
