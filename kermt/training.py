@@ -98,10 +98,10 @@ def train_step(
     else:
         counts = targets.task_counts() if settings.use_mtl_loss else targets.mask.sum().reshape(1)
         global_counts = all_reduce(counts.clone())
-    core = getattr(model, "module", model)
-    with DepthDrawLog(core) as draws, autocast(settings.precision, batch.targets.device), \
+    with DepthDrawLog() as draws, autocast(settings.precision, batch.targets.device), \
             dropout_draws(settings.dropout_draws, settings.seed, global_step, batch.graph):
         output = model(batch.graph, batch.features, depth_rng)
+    core = getattr(model, "module", model)
     atom_view, bond_view = output.atom_view.float(), output.bond_view.float()  # the loss in float32 always
     terms = two_view_terms(atom_view, bond_view, targets, settings.dataset_type, settings.dist_coff)
     loss = reduce_terms(

@@ -10,6 +10,7 @@ the forward and DDP needs no ``find_unused_parameters``.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,7 +76,6 @@ class GTransEncoder(nn.Module):
         for name in self.branches:
             rows = "atom" if name.startswith("atom") else "bond"
             self.add_module(f"{name}_sublayer", SublayerConnection(hidden, config.dropout, rows))
-        self.draw_log: list[list[list[int]]] | None = None  # each train forward's depths, while a DepthDrawLog is open
 
     def aggregation_spec(self, training: bool) -> OperatorSpec:
         """The neighbour-sum operators this encoder reads (node blocks: atoms, edge blocks: the bond update, plus
@@ -111,8 +111,9 @@ class GTransEncoder(nn.Module):
         """Embeddings of a batch. ``depth_rng`` seeds the train-mode depth draws (None: numpy's global RNG)."""
         index = GraphIndex.from_batch(graph, self.config.padding, graph.f_atoms.dtype)
         depths = self.draw_depths(depth_rng)
-        if depths is not None and self.draw_log is not None:
-            self.draw_log.append(depths)
+        log = _DRAW_LOG.get()
+        if depths is not None and log is not None:
+            log.append((self, depths))
         node_depths = depths[: len(self.node_blocks)] if depths else [None] * len(self.node_blocks)
         edge_depths = depths[len(self.node_blocks) :] if depths else [None] * len(self.edge_blocks)
         atoms, bonds = graph.f_atoms, graph.f_bonds
@@ -129,8 +130,13 @@ class GTransEncoder(nn.Module):
         return EncoderOutput(**outputs)
 
 
+# The draws of the enclosing DepthDrawLog block (None: nothing records them), as keyed_dropout scopes its draws.
+_DRAW_LOG: ContextVar[list[tuple[GTransEncoder, list[list[int]]]] | None] = ContextVar("kermt_depth_draws",
+                                                                                       default=None)
+
+
 class DepthDrawLog:
-    """Records the train-mode depth draws of every GTransEncoder in ``model`` while open, to name afterwards the
+    """Records the train-mode depth draws of every GTransEncoder that runs inside the block, to name afterwards the
     parameters that the step never used (docs/numerics.md#random-draws).
 
     An encoder that draws depth 1 or less runs no iteration: upstream's forward never touches its ``W_h`` and
@@ -140,31 +146,31 @@ class DepthDrawLog:
     backward, before the optimizer step, makes Adam skip them exactly as upstream's does. The draws come from
     (seed, global step), the same on every rank, so every rank skips the same parameters.
 
-        with DepthDrawLog(model) as draws:
+        with DepthDrawLog() as draws:
             output = model(...)
         loss.backward()
         draws.skip_idle()
         optimizer.step()
     """
 
-    def __init__(self, model: nn.Module) -> None:
-        self.encoders = [module for module in model.modules() if isinstance(module, GTransEncoder)]
-        self.draws: list[tuple[GTransEncoder, list[list[list[int]]]]] = []
+    def __init__(self) -> None:
+        self.draws: list[tuple[GTransEncoder, list[list[int]]]] = []  # (encoder, one forward's per-block depths)
+        self._token = None
 
     def __enter__(self) -> "DepthDrawLog":
-        for encoder in self.encoders:
-            encoder.draw_log = []
+        self._token = _DRAW_LOG.set(self.draws)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.draws = [(encoder, encoder.draw_log or []) for encoder in self.encoders]
-        for encoder in self.encoders:
-            encoder.draw_log = None
+        _DRAW_LOG.reset(self._token)
 
     def idle_parameters(self) -> list[nn.Parameter]:
-        """Parameters of encoders that ran no iteration in every train forward of the log (eval forwards draw
+        """Parameters of encoders that ran no iteration in every train forward of the block (eval forwards draw
         nothing, and an encoder that did not run in train mode is not named)."""
-        return [p for encoder, draws in self.draws if draws for p in encoder.idle_parameters(draws)]
+        by_encoder: dict[GTransEncoder, list[list[list[int]]]] = {}
+        for encoder, depths in self.draws:
+            by_encoder.setdefault(encoder, []).append(depths)
+        return [p for encoder, draws in by_encoder.items() for p in encoder.idle_parameters(draws)]
 
     def skip_idle(self) -> None:
         """Clear the gradients of :meth:`idle_parameters` (call after the backward, before the optimizer step)."""

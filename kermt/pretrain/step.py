@@ -143,7 +143,7 @@ class PretrainStep:
         """One optimizer and scheduler step on this rank's share of global batch number ``global_step``. Every rank
         must call it for every global batch (an empty share included) so collectives stay matched."""
         self.model.train()
-        with DepthDrawLog(self.core) as draws:
+        with DepthDrawLog() as draws:
             shares = self._shares(step, global_step)
         loss = self.distribution.world_size * shares["loss"] + _zero_gradient_term(self.core)
         self.optimizer.zero_grad(set_to_none=True)
