@@ -28,6 +28,12 @@ def draw_depths(depth: int, count: int, rng: np.random.Generator | None = None) 
     return [int(value) for value in samples]
 
 
+def iteration_count(depth: int) -> int:
+    """Message-passing iterations of an encoder of (sampled) ``depth``: ``depth - 1``, none for a depth of 1 or less
+    (upstream's ``range(ndepth - 1)``)."""
+    return max(depth - 1, 0)
+
+
 def depth_rng(seed: int, global_step: int) -> np.random.Generator:
     """A generator that depends only on (seed, global_step): identical on every rank of a distributed run."""
     return np.random.default_rng([seed, global_step])

@@ -21,7 +21,7 @@ from kermt.config import EncoderConfig
 from kermt.data.batch import BatchMolGraph
 from kermt.data.operators import OPERATOR_NAMES, OperatorSpec
 from kermt.nn.aggregate import GraphIndex
-from kermt.nn.depth import draw_depths
+from kermt.nn.depth import draw_depths, iteration_count
 from kermt.nn.layers import PositionwiseFeedForward, SublayerConnection
 from kermt.nn.mtblock import MTBlock
 
@@ -103,7 +103,7 @@ class GTransEncoder(nn.Module):
         idle = []
         for index, block in enumerate(blocks):
             for position, encoder in enumerate(block.encoders()):
-                if all(forward[index][position] <= 1 for forward in draws):  # depth d runs d - 1 iterations
+                if all(iteration_count(forward[index][position]) == 0 for forward in draws):
                     idle.extend(encoder.parameters())
         return idle
 

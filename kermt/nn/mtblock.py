@@ -11,6 +11,7 @@ from torch import nn
 
 from kermt.config import EncoderConfig
 from kermt.nn.aggregate import GraphIndex
+from kermt.nn.depth import iteration_count
 from kermt.nn import keyed_dropout
 from kermt.nn.layers import MultiHeadedAttention, SublayerConnection, make_activation
 from kermt.nn.mpn import MPNEncoder, PassingMode, can_stack, dropout_streams, run_encoders, run_encoders_stacked
@@ -80,7 +81,7 @@ class MTBlock(nn.Module):
             x = index.zero_padding_row(x)
         encoders = self.encoders()
         depths = depths if depths is not None else [self.depth] * len(encoders)
-        iterations = [max(d - 1, 0) for d in depths]
+        iterations = [iteration_count(d) for d in depths]
         mode = PassingMode(self.atom_messages, self.dropout, self.training)
         streams = dropout_streams(iterations)  # per-molecule draws: the same masks whichever way runs
         if can_stack(encoders, mode):  # no torch RNG draws: the query encoders of every head, then keys, values
