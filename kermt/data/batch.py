@@ -16,13 +16,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from kermt.data.prefetch import transfer
+
 # The index and feature arrays, in upstream's order (``components()``).
 GRAPH_ARRAYS = ("f_atoms", "f_bonds", "a2b", "b2a", "b2revb", "a_scope", "b_scope", "a2a")
-
-
-def _moved(tensor: torch.Tensor, device: torch.device | str | None, non_blocking: bool) -> torch.Tensor:
-    """``tensor`` on ``device`` (pinned instead when ``device`` is None)."""
-    return tensor.pin_memory() if device is None else tensor.to(device, non_blocking=non_blocking)
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class SparseOperator:
 
     def to(self, device: torch.device | str | None, non_blocking: bool = False) -> "SparseOperator":
         """On ``device`` (``None``: pinned host memory)."""
-        crow, col, values = (_moved(t, device, non_blocking) for t in (self.crow, self.col, self.values))
+        crow, col, values = (transfer(t, device, non_blocking) for t in (self.crow, self.col, self.values))
         return SparseOperator(crow, col, values, self.shape)
 
     def matrix(self, dtype: torch.dtype) -> torch.Tensor:
@@ -48,7 +45,7 @@ class SparseOperator:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
             return torch.sparse_csr_tensor(self.crow, self.col, self.values.to(dtype), self.shape,
-                                           check_invariants=False)
+                                           device=self.crow.device, check_invariants=False)
 
 
 @dataclass(frozen=True)
@@ -118,9 +115,9 @@ class BatchMolGraph:
         return self._moved(None, False)
 
     def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "BatchMolGraph":
-        arrays = {name: _moved(getattr(self, name), device, non_blocking) for name in GRAPH_ARRAYS}
+        arrays = {name: transfer(getattr(self, name), device, non_blocking) for name in GRAPH_ARRAYS}
         operators = self.operators.to(device, non_blocking) if self.operators is not None else None
-        ids = _moved(self.molecule_ids, device, non_blocking) if self.molecule_ids is not None else None
+        ids = transfer(self.molecule_ids, device, non_blocking) if self.molecule_ids is not None else None
         return replace(self, **arrays, operators=operators, molecule_ids=ids)
 
     def components(self) -> tuple[torch.Tensor, ...]:

@@ -3,15 +3,12 @@
 Rows are indexed 0..n-1 inside the set; a batch's graph carries them as its ``molecule_ids`` (the key of
 per-molecule dropout draws). Building a batch is a vectorised gather from the flat arrays (no per-molecule Python
 objects), optionally with bond dropout drawn per molecule from (seed, step, molecule, bond), so the dropped bonds of
-a molecule do not depend on its batch or on how a global batch is spread over workers. :func:`prefetch` builds
-the next batches in a background thread while the current one computes.
+a molecule do not depend on its batch or on how a global batch is spread over workers. Batches reach the device
+through :func:`kermt.data.prefetch.prefetch`.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -86,8 +83,8 @@ class MoleculeSet:
         global_rows  the global batch ``rows`` belong to: count its labels here (``global_label_counts``)
         """
         rows = np.asarray(rows, dtype=np.int64)
-        graph = replace(collate_graphs(self.graphs.select(rows, keep_bond), operators),
-                        molecule_ids=torch.tensor(rows, dtype=torch.int64))  # a copy: rows may be read-only
+        ids = torch.tensor(rows, dtype=torch.int64, device="cpu")  # a copy (rows may be read-only), on the host
+        graph = replace(collate_graphs(self.graphs.select(rows, keep_bond), operators), molecule_ids=ids)
         features = torch.from_numpy(self.features[rows]) if self.features is not None else None
         counts = None
         if global_rows is not None:
@@ -102,51 +99,3 @@ def bond_keep_mask(rows: np.ndarray, bond_counts: np.ndarray, drop_rate: float, 
     rows = np.asarray(rows, dtype=np.int64)
     owner, position = positions_within(bond_counts[rows])
     return hashed_uniform(seed, BOND_DROPOUT, step, rows[owner], position) >= drop_rate
-
-
-_END = object()
-
-
-def prefetch(batches: Iterable[MoleculeBatch], device: torch.device | str, ahead: int = 2) -> Iterator[MoleculeBatch]:
-    """``batches`` on ``device``, in order, the next ``ahead`` of them built by a background thread meanwhile.
-
-    Iterating ``batches`` (collating, building the operators: numpy on the CPU) happens in the thread, so it
-    overlaps the caller's step. For a CUDA device each batch is also pinned there, and its copy is issued with
-    ``non_blocking=True``: the host queues it behind the running kernels instead of waiting for them (the copy
-    itself, a few MB, takes the device well under a millisecond, so it stays on the current stream). ``batches``
-    must not share state with the caller's step (a seeded generator of its own is fine).
-    """
-    device = torch.device(device)
-    pin = device.type == "cuda"
-    ready: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
-    stop = threading.Event()
-
-    def offer(item) -> bool:
-        """Queue ``item`` unless the caller has stopped iterating; False once it has."""
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for batch in batches:
-                if not offer(batch.pin_memory() if pin else batch):
-                    return
-            offer(_END)
-        except BaseException as error:  # noqa: BLE001  (re-raised in the caller's thread)
-            offer(error)
-
-    worker = threading.Thread(target=produce, name="kermt-prefetch", daemon=True)
-    worker.start()
-    try:
-        while (item := ready.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield item.to(device, non_blocking=pin)
-    finally:
-        stop.set()
-        worker.join()

@@ -33,7 +33,8 @@ import ray.train.torch
 import torch
 
 from kermt.config import FinetuneModelConfig
-from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask, prefetch
+from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask
+from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches, worker_share
 from kermt.data.scalers import StandardScaler
 from kermt.metrics import metric_direction

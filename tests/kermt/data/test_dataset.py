@@ -8,7 +8,8 @@ import torch
 
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.collate import collate_graphs
-from kermt.data.dataset import MoleculeSet, bond_keep_mask, prefetch
+from kermt.data.dataset import MoleculeSet, bond_keep_mask
+from kermt.data.prefetch import prefetch
 from kermt.data.featurize import featurize_smiles
 from kermt.data.sampling import worker_share
 from kermt.data.tables import load_molecule_table
