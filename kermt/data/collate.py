@@ -21,11 +21,16 @@ from kermt.data.batch import BatchMolGraph
 from kermt.data.operators import OperatorSpec, build_operators
 
 
-def collate_graphs(graphs: Sequence[MolGraph] | FlatGraphs, operators: OperatorSpec | None = None) -> BatchMolGraph:
+def collate_graphs(graphs: Sequence[MolGraph] | FlatGraphs, operators: OperatorSpec | None = None,
+                   neighbour_width: int = 1) -> BatchMolGraph:
     """Build the batch graph of ``graphs`` (a list of MolGraph or an already flat FlatGraphs), with the
-    operators ``operators`` names (see ``aggregation_spec`` of the encoder) when given."""
+    operators ``operators`` names (see ``aggregation_spec`` of the encoder) when given.
+
+    ``neighbour_width``: the least width of the neighbour tables ``a2b``/``a2a`` (padded with 0). Upstream's
+    padding makes sums depend on that width, so a worker's share of a global batch takes the global batch's.
+    """
     flat = graphs if isinstance(graphs, FlatGraphs) else FlatGraphs.from_graphs(graphs)
-    arrays = collate_arrays(flat)
+    arrays = collate_arrays(flat, neighbour_width)
     return BatchMolGraph(
         **{name: torch.from_numpy(value) for name, value in arrays.items()},
         operators=build_operators(arrays, operators) if operators is not None else None,
@@ -34,7 +39,7 @@ def collate_graphs(graphs: Sequence[MolGraph] | FlatGraphs, operators: OperatorS
     )
 
 
-def collate_arrays(flat: FlatGraphs) -> dict[str, np.ndarray]:
+def collate_arrays(flat: FlatGraphs, neighbour_width: int = 1) -> dict[str, np.ndarray]:
     """The BatchMolGraph fields as numpy arrays (same names, shapes and dtypes as the tensors).
 
     The store's small dtypes (int32 counts, uint16 local ids, coded rows) are widened here, per batch: the
@@ -66,7 +71,7 @@ def collate_arrays(flat: FlatGraphs) -> dict[str, np.ndarray]:
     # a2b lists INCOMING edges: the target of edge e is the source of its reverse.
     target = b2a[b2revb]
     target[0] = -1  # the padding edge is nobody's neighbour
-    a2b = _incoming_edges(target, n_atoms)
+    a2b = _incoming_edges(target, n_atoms, neighbour_width)
     return {
         "f_atoms": f_atoms,
         "f_bonds": f_bonds,
@@ -79,10 +84,10 @@ def collate_arrays(flat: FlatGraphs) -> dict[str, np.ndarray]:
     }
 
 
-def _incoming_edges(target: np.ndarray, n_atoms: int) -> np.ndarray:
-    """[n_atoms, max(1, max in-degree)] int64: ascending incoming edge ids per atom, padded with 0."""
+def _incoming_edges(target: np.ndarray, n_atoms: int, min_width: int) -> np.ndarray:
+    """[n_atoms, max(1, min_width, max in-degree)] int64: ascending incoming edge ids per atom, padded with 0."""
     real = np.flatnonzero(target >= 0)
-    grouped = grouped_positions(target[real], n_atoms, fill=-1, min_width=1)
+    grouped = grouped_positions(target[real], n_atoms, fill=-1, min_width=max(1, min_width))
     a2b = np.zeros_like(grouped)
     filled = grouped >= 0
     a2b[filled] = real[grouped[filled]]

@@ -107,9 +107,19 @@ def contrastive_log_prob(z: torch.Tensor, temperature: float) -> torch.Tensor:
     unit = F.normalize(z.flatten(1), dim=1)
     positive = (unit * unit).sum(dim=1) / temperature  # 1/T up to rounding, kept as computed for parity
     similarity = unit @ unit.T / temperature
-    off_diagonal = ~torch.eye(count, dtype=torch.bool, device=z.device)
-    negatives = similarity[off_diagonal].view(count, count - 1) - math.log(count - 1)
+    negatives = without_own_column(similarity, torch.arange(count, device=z.device)) - math.log(count - 1)
     return positive - torch.logsumexp(torch.cat([positive.unsqueeze(1), negatives], dim=1), dim=1)
+
+
+def without_own_column(similarity: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """[m, M] -> [m, M - 1]: row i without its column ``own[i]``, the others in order (a molecule's negatives).
+
+    A gather whose indices are computed on the device: selecting with a boolean mask would give the same values,
+    but its output size depends on the mask, so the host would wait for the device to learn it.
+    """
+    rows, count = similarity.shape
+    columns = torch.arange(count - 1, device=similarity.device).expand(rows, -1)
+    return similarity.gather(1, columns + (columns >= own.unsqueeze(1)))
 
 
 def _gaussian_log_density(z: torch.Tensor, mean: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
@@ -144,4 +154,4 @@ def cmim_terms(
     )
 
 
-__all__ = ["CmimTerms", "LatentHead", "LatentParams", "cmim_terms", "contrastive_log_prob"]
+__all__ = ["CmimTerms", "LatentHead", "LatentParams", "cmim_terms", "contrastive_log_prob", "without_own_column"]

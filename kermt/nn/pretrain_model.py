@@ -21,6 +21,7 @@ from torch import nn
 
 from kermt.config import EncoderConfig
 from kermt.data.batch import BatchMolGraph
+from kermt.data.prefetch import transfer
 from kermt.nn.decoder import SmilesDecoder, TeacherForcing
 from kermt.nn.encoder import KermtEmbedding
 from kermt.nn.pretrain_cmim import LatentHead, LatentParams
@@ -39,14 +40,24 @@ class PretrainBatch:
     tokens: torch.Tensor | None = None
     latent_noise: torch.Tensor | None = None
 
-    def to(self, device: torch.device | str) -> "PretrainBatch":
-        return replace(
-            self,
-            graph=self.graph.to(device),
-            vocab_targets=None if self.vocab_targets is None else self.vocab_targets.to(device),
-            tokens=None if self.tokens is None else self.tokens.to(device),
-            latent_noise=None if self.latent_noise is None else self.latent_noise.to(device),
-        )
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "PretrainBatch":
+        """The batch on ``device``; ``non_blocking`` copies asynchronously (from pinned memory)."""
+        return self._moved(device, non_blocking)
+
+    def pin_memory(self) -> "PretrainBatch":
+        """The batch in page-locked host memory (see :func:`kermt.data.prefetch.prefetch`)."""
+        return self._moved(None, False)
+
+    def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "PretrainBatch":
+        def move(part):  # a tensor, a batch part with its own ``to``/``pin_memory``, or None
+            if part is None:
+                return None
+            if isinstance(part, torch.Tensor):
+                return transfer(part, device, non_blocking)
+            return part.pin_memory() if device is None else part.to(device, non_blocking)
+
+        return replace(self, graph=move(self.graph), vocab_targets=move(self.vocab_targets), tokens=move(self.tokens),
+                       latent_noise=move(self.latent_noise))
 
 
 @dataclass(frozen=True)

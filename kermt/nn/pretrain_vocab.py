@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
+from kermt.data.prefetch import transfer
 from kermt.losses import connected_zero
 from kermt.nn.encoder import ALL_BRANCHES, EncoderOutput
 from kermt.nn.readout import Readout, read_out_families
@@ -93,8 +94,14 @@ class VocabTargets:
     bond: torch.Tensor
     fg: torch.Tensor
 
-    def to(self, device: torch.device | str) -> "VocabTargets":
-        return VocabTargets(self.atom.to(device), self.bond.to(device), self.fg.to(device))
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "VocabTargets":
+        return self._moved(device, non_blocking)
+
+    def pin_memory(self) -> "VocabTargets":
+        return self._moved(None, False)
+
+    def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "VocabTargets":
+        return VocabTargets(*(transfer(t, device, non_blocking) for t in (self.atom, self.bond, self.fg)))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from kermt.chem.molgraph import FlatGraphs
 from kermt.chem.vocab_labels import DEFAULT_LABEL_FRACTION
@@ -22,6 +21,7 @@ from kermt.chem.vocab_smiles import END, PAD
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
 from kermt.data.corpus import CorpusArrays
+from kermt.data.operators import OperatorSpec
 from kermt.data.sampling import worker_share
 from kermt.nn.pretrain_config import PretrainHeadsConfig
 from kermt.nn.pretrain_model import PretrainBatch
@@ -80,18 +80,17 @@ class StepBatch:
     share_sizes: tuple[int, ...]
     offset: int
 
-    def to(self, device: torch.device | str) -> "StepBatch":
-        return replace(self, batch=self.batch.to(device), counts=self.counts.to(device))
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "StepBatch":
+        return replace(self, batch=self.batch.to(device, non_blocking),
+                       counts=self.counts.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "StepBatch":
+        return replace(self, batch=self.batch.pin_memory(), counts=self.counts.pin_memory())
 
 
-def _pad_columns(table: torch.Tensor, width: int) -> torch.Tensor:
-    return F.pad(table, (0, width - table.shape[1])) if table.shape[1] < width else table
-
-
-def _graph(arrays: CorpusArrays, rows: np.ndarray, width: int) -> BatchMolGraph:
-    graph = collate_graphs(arrays.graphs.select(rows))
-    return replace(graph, a2b=_pad_columns(graph.a2b, width), a2a=_pad_columns(graph.a2a, width),
-                   molecule_ids=torch.tensor(rows, dtype=torch.int64))
+def _graph(arrays: CorpusArrays, rows: np.ndarray, width: int, operators: OperatorSpec | None) -> BatchMolGraph:
+    graph = collate_graphs(arrays.graphs.select(rows), operators, neighbour_width=width)
+    return replace(graph, molecule_ids=torch.tensor(rows, dtype=torch.int64, device="cpu"))
 
 
 def _sampled(labels: np.ndarray, chosen: np.ndarray) -> torch.Tensor:
@@ -115,9 +114,11 @@ def _tokens(arrays: CorpusArrays, rows: np.ndarray, length: int) -> torch.Tensor
 
 def build_step_batch(data: PretrainData, global_rows: np.ndarray, rank: int, world_size: int,
                      heads: PretrainHeadsConfig, seed: int, step: int,
-                     label_fraction: float = DEFAULT_LABEL_FRACTION) -> StepBatch:
+                     label_fraction: float = DEFAULT_LABEL_FRACTION,
+                     operators: OperatorSpec | None = None) -> StepBatch:
     """Rank ``rank``'s contiguous share of global batch ``global_rows`` (corpus row ids), with the draws of
-    global step ``step``."""
+    global step ``step``; with the neighbour-sum operators ``operators`` names (the encoder's
+    ``aggregation_spec``), built here on the host so that the step on the device does not have to."""
     arrays = data.arrays
     global_rows = np.asarray(global_rows, dtype=np.int64)
     shares = np.array_split(global_rows, world_size)
@@ -141,9 +142,9 @@ def build_step_batch(data: PretrainData, global_rows: np.ndarray, rank: int, wor
         noise = torch.from_numpy(latent_noise(seed, step, rows, heads.latent_dim))
     counts = [len(rows), int(atom_counts.sum()), int(bond_counts.sum()), *labelled]
     assert len(counts) == len(COUNT_NAMES)
-    batch = PretrainBatch(_graph(arrays, rows, width), targets, tokens, noise)
-    return StepBatch(batch, torch.tensor(counts, dtype=torch.float64), tuple(len(s) for s in shares),
-                     int(sum(len(s) for s in shares[:rank])))
+    batch = PretrainBatch(_graph(arrays, rows, width, operators), targets, tokens, noise)
+    host_counts = torch.tensor(counts, dtype=torch.float64, device="cpu")  # built on the host, as the whole batch
+    return StepBatch(batch, host_counts, tuple(len(s) for s in shares), int(sum(len(s) for s in shares[:rank])))
 
 
 __all__ = ["PretrainData", "StepBatch", "build_step_batch", "max_in_degree"]

@@ -22,7 +22,7 @@ import torch
 from torch.nn import functional as F
 
 from kermt.nn.decoder import reconstruction_terms
-from kermt.nn.pretrain_cmim import cmim_terms
+from kermt.nn.pretrain_cmim import cmim_terms, without_own_column
 from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain_model import PretrainOutput
 from kermt.nn.pretrain_vocab import VocabPredictions, VocabTargets
@@ -87,9 +87,8 @@ def contrastive_log_prob_global(z: torch.Tensor, all_z: torch.Tensor, offset: in
     unit, unit_all = F.normalize(z.flatten(1), dim=1), F.normalize(all_z.flatten(1), dim=1)
     positive = (unit * unit).sum(dim=1) / temperature
     similarity = unit @ unit_all.T / temperature  # [m, M]
-    others = torch.ones(mine, count, dtype=torch.bool, device=z.device)
-    others[torch.arange(mine, device=z.device), offset + torch.arange(mine, device=z.device)] = False
-    negatives = similarity[others].view(mine, count - 1) - math.log(count - 1)
+    own = offset + torch.arange(mine, device=z.device)
+    negatives = without_own_column(similarity, own) - math.log(count - 1)
     return positive - torch.logsumexp(torch.cat([positive.unsqueeze(1), negatives], dim=1), dim=1)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,13 @@ import torch.distributed as dist
 
 from kermt.checkpoint import load_native
 from kermt.config import EncoderConfig
+from kermt.data.operators import OperatorSpec
+from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches
 from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain_model import KermtPretrainModel
 from kermt.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.pretrain.batch import PretrainData, build_step_batch
+from kermt.pretrain.batch import PretrainData, StepBatch, build_step_batch
 from kermt.pretrain.export import save_pretrain_native
 from kermt.pretrain.step import Distribution, PretrainStep, StepSettings, all_gather_with_grad
 from ray_app.common.train_worker import all_reduce, print_placement, quiet_report_logs
@@ -151,13 +154,22 @@ class _Interval:
 
 def _validate(plan: PretrainPlan, data: PretrainData, trainer: PretrainStep, device) -> dict[str, float]:
     """Mean global terms over the fixed validation batches (eval mode; identical on every rank)."""
-    ctx = ray.train.get_context()
     interval = _Interval()
-    for i, rows in enumerate(global_batches(plan.val_rows, plan.global_batch_size)[:plan.max_val_batches]):
-        step = build_step_batch(data, rows, ctx.get_world_rank(), ctx.get_world_size(), plan.heads, plan.seed,
-                                VAL_STEP_BASE + i)
-        interval.add(trainer.evaluate(step.to(device), VAL_STEP_BASE + i))
+    batches = global_batches(plan.val_rows, plan.global_batch_size)[:plan.max_val_batches]
+    operators = trainer.core.encoder.aggregation_spec(training=False)
+    for i, step in enumerate(prefetch(_step_batches(plan, data, batches, VAL_STEP_BASE, operators), device)):
+        interval.add(trainer.evaluate(step, VAL_STEP_BASE + i))
     return interval.read("val", 0)
+
+
+def _step_batches(plan: PretrainPlan, data: PretrainData, batches: list[np.ndarray], first_step: int,
+                  operators: OperatorSpec) -> Iterator[StepBatch]:
+    """This worker's share of each global batch in ``batches`` (global steps ``first_step``, ``first_step + 1``,
+    ...), with the encoder's neighbour-sum operators: built on the host, ahead of the step (prefetch)."""
+    ctx = ray.train.get_context()  # read in the caller's thread; the batches are built in prefetch's
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    return (build_step_batch(data, rows, rank, world, plan.heads, plan.seed, first_step + i, operators=operators)
+            for i, rows in enumerate(batches))
 
 
 LOGGED = ("loss", "av", "bv", "fg", "cmim", "recon", "recon_accuracy")  # the log line; metrics.csv has every term
@@ -214,8 +226,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     quiet_report_logs()
     plan: PretrainPlan = ray.get(config["plan"])
     data = PretrainData.of(ray.get(config["corpus"]))  # zero-copy views of the node's one copy
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    rank = ray.train.get_context().get_world_rank()
     device = ray.train.torch.get_device()
     model, optimizer, scheduler = _build(plan, device)
     progress = _restore(model, optimizer, scheduler, device)
@@ -225,23 +236,24 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         print(f"[pretrain] resuming at step {progress.global_step} (epoch {progress.epoch}, batch "
               f"{progress.batch_idx})", flush=True)
     state = {"progress": progress, "trainer": trainer, "interval": _Interval(), "device": device}
-    batches, planned_epoch = [], -1
+    operators = model.encoder.aggregation_spec(training=True)
     while progress.epoch < plan.epochs:
-        if plan.stop_after_steps is not None and progress.global_step >= plan.stop_after_steps:
-            return
-        if planned_epoch != progress.epoch:
-            batches, planned_epoch = plan.epoch_batches(progress.epoch), progress.epoch
-        rows = batches[progress.batch_idx]
-        torch.manual_seed(_step_seed(plan.seed, progress.global_step, rank))
-        step = build_step_batch(data, rows, rank, world, plan.heads, plan.seed, progress.global_step)
-        state["interval"].add(trainer.train(step.to(device), progress.global_step))
-        progress.global_step += 1
-        progress.batch_idx += 1
-        epoch_end = progress.batch_idx == len(batches)
-        if epoch_end:
-            progress.epoch, progress.batch_idx = progress.epoch + 1, 0
-        if _after_step(plan, data, state, epoch_end):
-            return
+        batches = plan.epoch_batches(progress.epoch)
+        if not batches:
+            raise ValueError("the pretraining plan has no training molecules")
+        remaining = _step_batches(plan, data, batches[progress.batch_idx:], progress.global_step, operators)
+        for step in prefetch(remaining, device):  # the next batches are built while this step computes
+            if plan.stop_after_steps is not None and progress.global_step >= plan.stop_after_steps:
+                return
+            torch.manual_seed(_step_seed(plan.seed, progress.global_step, rank))
+            state["interval"].add(trainer.train(step, progress.global_step))
+            progress.global_step += 1
+            progress.batch_idx += 1
+            epoch_end = progress.batch_idx == len(batches)
+            if epoch_end:
+                progress.epoch, progress.batch_idx = progress.epoch + 1, 0
+            if _after_step(plan, data, state, epoch_end):
+                return
 
 
 __all__ = ["MODEL_DIR", "PretrainPlan", "Progress", "STATE_FILE", "train_loop_per_worker"]

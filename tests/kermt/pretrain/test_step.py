@@ -16,8 +16,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
+from kermt.data.operators import operators_of
 from kermt.data.sampling import epoch_order, global_batches
 from kermt.nn.depth import depth_rng
+from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.nn.pretrain_loss import pretrain_loss
 from kermt.nn.pretrain_model import KermtPretrainModel
@@ -147,3 +149,65 @@ def test_two_gloo_workers_equal_one_process(tmp_path: Path) -> None:
         if not any(part in name for part in NULL_GRADIENT):
             # 1e-5: the simulation sums the ranks' gradients by accumulation, DDP by all-reduce (seen: 2e-6)
             torch.testing.assert_close(two["per_rank"][name], value, rtol=0, atol=1e-5, msg=f"per rank: {name}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_operators_built_with_the_batch_change_no_number(mode: str) -> None:
+    """The runner builds each batch's neighbour-sum operators on the host, with the batch, so that a step on a GPU
+    never builds them itself (a host round trip per operator). Steps on such batches give exactly the numbers of
+    batches without them (the encoder then derives them from the index arrays)."""
+    params = {}
+    for collated in (False, True):
+        arrays, heads, model, optimizer, batches = _setup(mode, DROPOUT)
+        spec = model.encoder.aggregation_spec(training=True) if collated else None
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+        trainer = PretrainStep(model, optimizer, scheduler, StepSettings(SEED, dropout_draws="per_molecule"))
+        for global_step, rows in enumerate(batches[:3]):
+            step = build_step_batch(arrays, rows, 0, 1, heads, SEED, global_step, operators=spec)
+            if collated:
+                operators = step.batch.graph.operators
+                assert set(operators.matrices) == set(operators.transposes) == set(spec.names)
+            trainer.train(step, global_step)
+        params[collated] = _parameters(model)
+    for name, value in params[False].items():
+        assert torch.equal(params[True][name], value), name
+
+
+def test_a_workers_operators_use_the_global_batchs_neighbour_width() -> None:
+    """With upstream's padding every empty neighbour slot sums the padding row, so a worker's operators must be
+    those of its share padded to the whole global batch's largest in-degree, as its index arrays are."""
+    arrays, sizes = tiny_arrays(fixture_smiles())
+    heads = tiny_heads("vocab", sizes)
+    spec = KermtPretrainModel(TINY_ENCODER, heads).encoder.aggregation_spec(training=True)
+    rows = np.arange(len(arrays))
+    widths = set()
+    for rank in (0, 1, 2):
+        graph = build_step_batch(arrays, rows, rank, 3, heads, SEED, 0, operators=spec).batch.graph
+        derived = operators_of(dataclasses.replace(graph, operators=None), spec)
+        widths.add(graph.a2b.shape[1])
+        for kind in ("matrices", "transposes"):
+            for name, built in getattr(graph.operators, kind).items():
+                expected = getattr(derived, kind)[name]
+                assert built.shape == expected.shape
+                for part in ("crow", "col", "values"):
+                    assert torch.equal(getattr(built, part), getattr(expected, part)), (rank, kind, name, part)
+    assert len(widths) == 1  # every share is padded to the global width...
+    own_widths = {int(arrays.max_in_degree[share].max()) for share in np.array_split(rows, 3)}
+    assert len(own_widths) > 1  # ...which is wider than some share's own
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_pretraining_step_reads_nothing_back(mode: str) -> None:
+    """Counted with kermt.nn.dispatch_audit on the CPU (the dispatcher sees the ops a GPU runs): a step on a
+    batch built with its operators needs no value or data-dependent shape from the device. The cMIM negatives
+    (each molecule against the others) are a gather, not a boolean-mask selection, whose size the host would wait
+    for."""
+    arrays, heads, model, optimizer, batches = _setup(mode, DROPOUT)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    trainer = PretrainStep(model, optimizer, scheduler, StepSettings(SEED, dropout_draws="per_molecule"))
+    spec = model.encoder.aggregation_spec(training=True)
+    for global_step, rows in enumerate(batches[:3]):
+        step = build_step_batch(arrays, rows, 0, 1, heads, SEED, global_step, operators=spec)
+        with DispatchAudit(optimizer_host_tensors(optimizer)) as audit:
+            trainer.train(step, global_step)
+        assert audit.sync_count == 0, (global_step, audit.syncs)
