@@ -22,6 +22,7 @@ from kermt.chem.molgraph import FlatGraphs, build_graphs
 from kermt.chem.validation import InvalidSmiles, parse_many
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
+from kermt.data.operators import OperatorSpec
 
 UNFEATURIZABLE = "unfeaturizable"
 
@@ -67,11 +68,12 @@ class FeaturizedMolecules:
             features_generator=self.features_generator,
         )
 
-    def batch_graph(self) -> BatchMolGraph:
-        """Collate all rows into one BatchMolGraph. Every row must be valid (select valid rows first)."""
+    def batch_graph(self, operators: OperatorSpec | None = None) -> BatchMolGraph:
+        """Collate all rows into one BatchMolGraph, with the neighbour-sum operators ``operators`` names (the
+        model's ``aggregation_spec``) when given. Every row must be valid (select valid rows first)."""
         if not self.valid.all():
             raise ValueError(f"cannot batch invalid rows: {', '.join(map(str, self.invalid[:3]))}")
-        return collate_graphs(self.graphs)
+        return collate_graphs(self.graphs, operators)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat numpy arrays (no object dtype): per-row columns plus the concatenated graph arrays."""

@@ -15,15 +15,18 @@ number lives here:
   work was spread.
 * :class:`Embedder` gives the mean readouts of the encoder's embedding families (upstream's fingerprints and
   ``extract_embeddings``) and, for cMIM/hybrid checkpoints, the projected latent mean.
+* Both feed the device through :func:`run_batches` (:mod:`kermt.inference.batches`): each batch collated with the
+  model's neighbour-sum operators by a background thread, batch k + 1 launched before batch k is read back.
 """
 
+from kermt.inference.batches import InferenceBatch, batch_starts, run_batches, valid_batches
 from kermt.inference.embed import FAMILIES, Embedder
-from kermt.inference.ensemble import Ensemble, EnsemblePrediction, batch_starts, map_valid_batches
+from kermt.inference.ensemble import Ensemble, EnsemblePrediction
 from kermt.inference.features import FeatureMismatchError, FeaturePlan, describe_expected, plan_features, scale_features
 from kermt.inference.members import find_checkpoints, read_members, task_names
 
 __all__ = [
-    "FAMILIES", "Embedder", "Ensemble", "EnsemblePrediction", "FeatureMismatchError", "FeaturePlan",
-    "batch_starts", "describe_expected", "find_checkpoints", "map_valid_batches", "plan_features", "read_members",
-    "scale_features", "task_names",
+    "FAMILIES", "Embedder", "Ensemble", "EnsemblePrediction", "FeatureMismatchError", "FeaturePlan", "InferenceBatch",
+    "batch_starts", "describe_expected", "find_checkpoints", "plan_features", "read_members", "run_batches",
+    "scale_features", "task_names", "valid_batches",
 ]

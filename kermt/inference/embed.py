@@ -13,7 +13,9 @@ from kermt.checkpoint import Checkpoint, load_into_model, load_pretrain_model
 from kermt.checkpoint.keys import BOND_BRANCH_PREFIXES
 from kermt.config import ReadoutConfig
 from kermt.data.featurize import FeaturizedMolecules
+from kermt.data.operators import OperatorSpec
 from kermt.errors import UserError
+from kermt.inference.batches import InferenceBatch, run_batches
 from kermt.nn.encoder import ALL_BRANCHES, BRANCHES_BY_OUTPUT_TYPE, KermtEmbedding
 from kermt.nn.fingerprint import FingerprintSource, fingerprint_from_embeddings
 from kermt.nn.readout import Readout, read_out_families
@@ -75,28 +77,55 @@ class Embedder:
                 f"--fingerprint_source {source} needs the encoder's {', '.join(missing)} output, but {self.path} has "
                 "no bond-output branches (a finetuned model built without them); use --fingerprint_source atom")
 
-    @torch.no_grad()
+    @property
+    def operators(self) -> OperatorSpec:
+        """The neighbour-sum operators batches are collated with."""
+        return self.encoder.aggregation_spec(training=False)
+
     def fingerprints(self, molecules: FeaturizedMolecules, source: FingerprintSource) -> np.ndarray:
         """One batch of valid rows -> float32 [M, k·hidden (+ features)], upstream's ``fps`` rows."""
-        graph = molecules.batch_graph().to(self.device)
-        features = None
-        if molecules.features.shape[1]:
-            features = torch.from_numpy(molecules.features.astype(np.float32)).to(self.device)
-        fps = fingerprint_from_embeddings(self.encoder(graph), graph, self.readout, source, features)
-        return fps.float().cpu().numpy()
+        return self._one_batch(molecules, source)["fps"]
 
-    @torch.no_grad()
     def embeddings(self, molecules: FeaturizedMolecules) -> dict[str, np.ndarray]:
         """One batch of valid rows -> {family: float32 [M, hidden]} (+ ``projected`` [M, latent] for cMIM/hybrid)."""
-        graph = molecules.batch_graph().to(self.device)
+        return self._one_batch(molecules, None)
+
+    def outputs(self, molecules: FeaturizedMolecules, batch_size: int,
+                source: FingerprintSource | None) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Every batch of consecutive rows with valid molecules -> (their rows, outputs): ``{"fps": ...}`` for a
+        fingerprint ``source``, else the embeddings (see :mod:`kermt.inference.batches`)."""
+        return run_batches(molecules, batch_size, self.operators, _raw_features, self.device,
+                           lambda batch: self._launch(batch, source), _on_host)
+
+    def _one_batch(self, molecules: FeaturizedMolecules, source: FingerprintSource | None) -> dict[str, np.ndarray]:
+        batch = InferenceBatch(np.arange(len(molecules)), molecules.batch_graph(self.operators),
+                               _raw_features(molecules))
+        return _on_host(self._launch(batch.to(self.device), source))
+
+    @torch.no_grad()
+    def _launch(self, batch: InferenceBatch, source: FingerprintSource | None) -> dict[str, torch.Tensor]:
+        graph = batch.graph
         encoded = self.encoder(graph)
+        if source is not None:
+            return {"fps": fingerprint_from_embeddings(encoded, graph, self.readout, source, batch.inputs[0])}
         out = read_out_families(self.readout, encoded, graph, self.families)
         if self.latent is not None:
             out["projected"] = self.latent(graph, encoded).mean
-        return {name: value.float().cpu().numpy() for name, value in out.items()}
+        return out
 
     def output_widths(self) -> dict[str, int]:
         widths = {name: self.hidden_size for name in self.families}
         if self.latent is not None:
             widths["projected"] = self.latent.fc_mean_logscale.out_features // 2
         return widths
+
+
+def _raw_features(molecules: FeaturizedMolecules) -> tuple[torch.Tensor | None]:
+    """The molecules' features as float32 (fingerprints append them unscaled, as upstream), or None."""
+    if not molecules.features.shape[1]:
+        return (None,)
+    return (torch.from_numpy(molecules.features.astype(np.float32)),)
+
+
+def _on_host(outputs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {name: value.float().cpu().numpy() for name, value in outputs.items()}

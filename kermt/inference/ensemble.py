@@ -13,13 +13,9 @@ from torch import nn
 from kermt.checkpoint import Checkpoint, load_finetune_model
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
+from kermt.inference.batches import InferenceBatch, run_batches
 from kermt.inference.features import scale_features
 from kermt.inference.members import task_names
-
-def batch_starts(n_rows: int, batch_size: int) -> range:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return range(0, n_rows, batch_size)
 
 
 @dataclass
@@ -46,45 +42,49 @@ class Ensemble:
         self.dataset_type = kinds.pop()
         self.device = torch.device(device)
         self.models = [self._load(m) for m in members]
+        # the batches are collated with the first member's operators (members of one run share them; another
+        # member derives its own from the index arrays)
+        self.operators = self.models[0].kermt.aggregation_spec(training=False)
 
     def _load(self, checkpoint: Checkpoint) -> nn.Module:
         model, _ = load_finetune_model(checkpoint)
         return model.to(self.device).eval()
 
+    def _member_features(self, molecules: FeaturizedMolecules) -> tuple[torch.Tensor | None, ...]:
+        """Each member's features for ``molecules``, scaled with its own scaler (on the host)."""
+        raw = molecules.features if molecules.features.shape[1] else None
+        return tuple(scale_features(spec, raw) for spec in self.specs)
+
     @torch.no_grad()
+    def _launch(self, batch: InferenceBatch) -> torch.Tensor:
+        """Every member's prediction of ``batch`` (on the device): float64 [K, M, T], model units."""
+        return torch.stack([model(batch.graph, features).prediction.double()
+                            for model, features in zip(self.models, batch.inputs)])
+
+    def _read(self, launched: torch.Tensor) -> np.ndarray:
+        """float64 [K, M, T] in target units, on the host (each member de-scaled with its own scaler)."""
+        values = launched.cpu().numpy()
+        if self.dataset_type != "regression":
+            return values
+        return np.stack([spec.data_scaler.inverse_transform(member) if spec.data_scaler is not None else member
+                         for spec, member in zip(self.specs, values)])
+
     def member_predictions(self, molecules: FeaturizedMolecules) -> np.ndarray:
         """One batch: every row must be valid. Returns float64 [K members, M, T] in target units."""
-        graph = molecules.batch_graph().to(self.device)
-        raw = molecules.features if molecules.features.shape[1] else None
-        out = []
-        for spec, model in zip(self.specs, self.models):
-            features = scale_features(spec, raw)
-            prediction = model(graph, None if features is None else features.to(self.device)).prediction
-            values = prediction.double().cpu().numpy()
-            if spec.data_scaler is not None and self.dataset_type == "regression":
-                values = spec.data_scaler.inverse_transform(values)
-            out.append(values)
-        return np.stack(out)
+        batch = InferenceBatch(np.arange(len(molecules)), molecules.batch_graph(self.operators),
+                               self._member_features(molecules))
+        return self._read(self._launch(batch.to(self.device)))
 
     def predict(self, molecules: FeaturizedMolecules, batch_size: int) -> EnsemblePrediction:
         """Predict a block whose first row starts a batch (see the module docstring for the batch rule)."""
         n, t = len(molecules), len(self.task_names)
         mean, std = np.full((n, t), np.nan), np.full((n, t), np.nan)
-        for rows, members in map_valid_batches(molecules, batch_size, self.member_predictions):
+        batches = run_batches(molecules, batch_size, self.operators, self._member_features, self.device,
+                              self._launch, self._read)
+        for rows, members in batches:
             total = np.zeros_like(members[0])
             for values in members:  # upstream's order of summation
                 total += values
             mean[rows] = total / len(members)
             std[rows] = members.std(axis=0)
         return EnsemblePrediction(mean, std)
-
-
-def map_valid_batches(molecules: FeaturizedMolecules, batch_size: int, fn) -> list[tuple[np.ndarray, object]]:
-    """``fn(valid rows of one batch)`` for every batch of consecutive rows -> [(row indices, result)]."""
-    results = []
-    valid = molecules.valid
-    for start in batch_starts(len(molecules), batch_size):
-        rows = start + np.flatnonzero(valid[start : start + batch_size])
-        if len(rows):
-            results.append((rows, fn(molecules.select(rows))))
-    return results

@@ -160,7 +160,8 @@ class Reconstructor:
                     settings: ReconstructSettings) -> list[list[str]]:
         """One batch of valid molecules and their input rows [M] -> ``num_samples`` strings per molecule."""
         count, per = len(molecules), settings.num_samples
-        params = self.latent(molecules.batch_graph().to(self.device))
+        graph = molecules.batch_graph(self.latent.kermt.aggregation_spec(training=False))  # operators on the host
+        params = self.latent(graph.to(self.device))
         draws = SequenceDraws(settings.seed, np.repeat(np.asarray(rows, np.int64), per),
                               np.tile(np.arange(1, per + 1, dtype=np.int64), count))
         z = params.mean.repeat_interleave(per, dim=0)

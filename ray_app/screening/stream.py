@@ -33,7 +33,7 @@ import torch
 from kermt.checkpoint import Checkpoint
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
-from kermt.inference import Embedder, Ensemble, map_valid_batches
+from kermt.inference import Embedder, Ensemble
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
@@ -160,9 +160,7 @@ class EmbedStage:
             self.embedder.check_source(fingerprint_source)
 
     def _outputs(self, molecules: FeaturizedMolecules) -> dict[str, np.ndarray]:
-        fn: Callable = (self.embedder.embeddings if self.source is None
-                        else lambda m: {"fps": self.embedder.fingerprints(m, self.source)})
-        batches = map_valid_batches(molecules, self.batch_size, fn)
+        batches = self.embedder.outputs(molecules, self.batch_size, self.source)
         widths = ({"fps": fingerprint_width(self.embedder, self.source, molecules.features.shape[1])}
                   if self.source is not None else self.embedder.output_widths())
         out = {name: np.full((len(molecules), width), np.nan, np.float32) for name, width in widths.items()}

@@ -16,7 +16,7 @@ from kermt.checkpoint import (export_upstream, load_finetune_model, read_checkpo
 from kermt.checkpoint.spec import FeatureSettings
 from kermt.data.featurize import featurize_smiles
 from kermt.errors import UserError
-from kermt.inference import (Embedder, Ensemble, FeatureMismatchError, find_checkpoints, map_valid_batches,
+from kermt.inference import (Embedder, Ensemble, FeatureMismatchError, find_checkpoints, valid_batches,
                              plan_features, read_members)
 from tests.conftest import FIXTURE_DIR
 
@@ -152,10 +152,26 @@ def test_pretraining_checkpoints_are_refused_as_predictors():
                                       ("ckpt_ft_reg.pt", "ft_reg")])
 def test_fingerprints_equal_upstream(name, key):
     embedder = Embedder(read_checkpoint(FIXTURE_DIR / name))
-    [(rows, fps)] = map_valid_batches(featurized(), 32, lambda m: embedder.fingerprints(m, "both"))
+    [(rows, outputs)] = embedder.outputs(featurized(), 32, "both")  # one batch of 26, as upstream
+    fps = outputs["fps"]
+    np.testing.assert_array_equal(rows, np.arange(len(SMILES)))
     np.testing.assert_allclose(fps, OUTPUTS[f"{key}_fingerprint_both"], rtol=0, atol=PARITY)
     atom = embedder.fingerprints(featurized(), "atom")
     np.testing.assert_array_equal(atom, fps[:, : atom.shape[1]])
+
+
+def test_outputs_of_many_batches_are_each_batchs_own():
+    """``outputs`` reads batch k back after launching batch k + 1: each batch must still get its own rows'
+    values, as one batch at a time gives them."""
+    embedder = Embedder(read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_hybrid.pt"))
+    molecules = featurize_smiles(SMILES[:7] + ["not a smiles"] + SMILES[7:20])
+    batches = embedder.outputs(molecules, 6, None)
+    expected = list(valid_batches(molecules, 6))
+    assert [len(rows) for rows, _ in batches] == [6, 5, 6, 3]  # the invalid row 7 is left out of the second
+    for (rows, got), (expected_rows, part) in zip(batches, expected, strict=True):
+        np.testing.assert_array_equal(rows, expected_rows)
+        for name, values in embedder.embeddings(part).items():
+            np.testing.assert_array_equal(got[name], values)
 
 
 @pytest.mark.parametrize("name,key", [("ckpt_pretrain_vocab.pt", "pt_vocab"), ("ckpt_pretrain_hybrid.pt", "pt_hybrid")])
