@@ -196,5 +196,5 @@ def _in_encoder_order(by_rank: torch.Tensor, order: list[int]) -> torch.Tensor:
     """
     if order == sorted(order):
         return by_rank
-    rank_of = torch.as_tensor(sorted(range(len(order)), key=order.__getitem__))
+    rank_of = torch.as_tensor(sorted(range(len(order)), key=order.__getitem__), device="cpu")
     return by_rank.index_select(0, rank_of.to(by_rank.device, non_blocking=True))
