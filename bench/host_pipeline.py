@@ -3,9 +3,11 @@ with their neighbour-sum operators, by a background thread (now: ``build_step_ba
 ``kermt.data.prefetch``; ``kermt.inference.batches`` for prediction).
 
     .venv/bin/python bench/host_pipeline.py [--molecules 2000] [--batch-size 32] [--hidden 128] [--threads 1]
+                                            [--device cpu|cuda]
 
 One process, ``--threads`` torch threads (a Ray worker with one CPU has one), molecules from upstream's sample
-split. Printed side by side, both ways in the same run:
+split, the model on ``--device`` (scripts/gpu_check.sh runs it on CUDA at the release width). Printed side by
+side, both ways in the same run:
 
 * pretraining (vocab mode, the runner's loop: seed, build this step's batch, step): molecules/s when each batch is
   built inline without operators (the encoder then derives them from the index arrays in its forward) and when the
@@ -37,6 +39,7 @@ from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches
 from kermt.inference import Ensemble, plan_features, read_members, scale_features, valid_batches
 from kermt.nn.pretrain_config import PretrainHeadsConfig
+from kermt.optim import build_optimizer
 from kermt.nn.pretrain_model import KermtPretrainModel
 from kermt.pretrain.batch import PretrainData, build_step_batch
 from kermt.pretrain.step import PretrainStep, StepSettings
@@ -52,21 +55,29 @@ def pretraining(data: PretrainData, opts: argparse.Namespace, ahead: bool) -> fl
     heads = PretrainHeadsConfig(pretrain_mode="vocab", atom_vocab_size=atom_vocab, bond_vocab_size=bond_vocab)
     torch.manual_seed(0)
     model = KermtPretrainModel(EncoderConfig(hidden_size=opts.hidden, depth=3, num_attn_head=4), heads)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    model.to(opts.device)
+    optimizer = build_optimizer(model, 1e-4, 0.0, 1.0)  # fused Adam on CUDA, as the runner's
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     trainer = PretrainStep(model, optimizer, scheduler, StepSettings(0, dropout_draws="per_molecule"))
     batches = global_batches(epoch_order(len(data), 0, 0), opts.batch_size)
     operators = model.encoder.aggregation_spec(training=True) if ahead else None
     built = (build_step_batch(data, rows, 0, 1, heads, 0, step, operators=operators)
              for step, rows in enumerate(batches))
-    steps = prefetch(built, "cpu") if ahead else built
+    steps = prefetch(built, opts.device) if ahead else (batch.to(opts.device) for batch in built)
     started, timed = 0.0, 0
     for step, batch in enumerate(steps):
         if step == 2:
+            synchronize(opts.device)
             started = time.perf_counter()
         timed += len(batches[step]) if step >= 2 else 0
         trainer.train(batch, step)
+    synchronize(opts.device)
     return timed / (time.perf_counter() - started)
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def batch_build_ms(data: PretrainData, opts: argparse.Namespace, with_operators: bool) -> float:
@@ -84,7 +95,7 @@ def batch_build_ms(data: PretrainData, opts: argparse.Namespace, with_operators:
 def screening(opts: argparse.Namespace, smiles: list[str]) -> tuple[float, float, float]:
     """Molecules/s of the old inline loop and of Ensemble.predict, and their largest difference."""
     members = read_members([MEMBER])
-    ensemble = Ensemble(members)
+    ensemble = Ensemble(members, opts.device)
     molecules = featurize_smiles(smiles, plan_features([m.spec for m in members]).generator)
     model, spec = ensemble.models[0], ensemble.specs[0]
     started = time.perf_counter()
@@ -92,7 +103,9 @@ def screening(opts: argparse.Namespace, smiles: list[str]) -> tuple[float, float
     with torch.no_grad():
         for rows, part in valid_batches(molecules, opts.batch_size):
             features = scale_features(spec, part.features if part.features.shape[1] else None)
-            inline[rows] = model(part.batch_graph(), features).prediction.double().cpu().numpy()
+            features = None if features is None else features.to(opts.device)
+            graph = part.batch_graph().to(opts.device)
+            inline[rows] = model(graph, features).prediction.double().cpu().numpy()
     inline_rate = len(molecules) / (time.perf_counter() - started)
     started = time.perf_counter()
     predicted = ensemble.predict(molecules, opts.batch_size).mean
@@ -108,13 +121,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
     smiles = pd.read_csv(SMILES_CSV)["smiles"].tolist()[: opts.molecules]
     atom_vocab, bond_vocab = ContextVocab.build(smiles, "atom"), ContextVocab.build(smiles, "bond")
     data = PretrainData.of(corpus_rows(smiles, atom_vocab, bond_vocab, SmilesVocab.build(smiles)))
     opts.vocab_sizes = (len(atom_vocab), len(bond_vocab))
-    print(f"{len(smiles)} molecules, batch {opts.batch_size}, hidden {opts.hidden}, {opts.threads} torch thread(s)")
+    print(f"{len(smiles)} molecules, batch {opts.batch_size}, hidden {opts.hidden}, {opts.threads} torch thread(s), "
+          f"{opts.device}")
     plain, with_ops = batch_build_ms(data, opts, False), batch_build_ms(data, opts, True)
     print(f"pretraining batch on the host: {plain:.1f} ms without operators, {with_ops:.1f} ms with them")
     before, after = pretraining(data, opts, ahead=False), pretraining(data, opts, ahead=True)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU lane and the GPU bench in one run (about 5-10 minutes on one GPU): an environment that keeps the machine's
-# CUDA torch, `pytest -m gpu`, then bench/gpu.py. Logs and figures go to $OUT (default runs/gpu_check/).
+# The GPU lane and the GPU benches in one run (about 5-10 minutes on one GPU): an environment that keeps the
+# machine's CUDA torch, `pytest -m gpu`, then bench/gpu.py and bench/host_pipeline.py. Logs and figures go to $OUT
+# (default runs/gpu_check/).
 #
 #   scripts/gpu_check.sh                          # PYTHON: an interpreter whose torch sees the GPU (default python3)
 #   UPSTREAM=/path/to/KERMT scripts/gpu_check.sh  # also measure upstream's model in the bench
@@ -58,5 +59,9 @@ if [ -n "${UPSTREAM:-}" ]; then bench_args+=(--upstream "$UPSTREAM"); fi
 PYTHONUNBUFFERED=1 "$PY" bench/gpu.py "${bench_args[@]}"
 bench=$?
 
-echo "gpu_check: lane exit $lane, bench exit $bench; logs in $OUT"
-[ "$lane" -eq 0 ] && [ "$bench" -eq 0 ]
+# 4. what feeding the device ahead is worth there (pretraining and screening, batches built inline vs prefetched)
+PYTHONUNBUFFERED=1 "$PY" bench/host_pipeline.py --device cuda --hidden 800 --threads 4
+pipeline=$?
+
+echo "gpu_check: lane exit $lane, bench exit $bench, host pipeline exit $pipeline; logs in $OUT"
+[ "$lane" -eq 0 ] && [ "$bench" -eq 0 ] && [ "$pipeline" -eq 0 ]
