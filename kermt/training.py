@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from kermt.data.dataset import MoleculeBatch, MoleculeSet
+from kermt.data.prefetch import prefetch, read_behind
 from kermt.data.scalers import StandardScaler
 from kermt.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
 from kermt.metrics import nanmean, task_scores
@@ -165,11 +166,15 @@ def predict(
     rows = np.asarray(rows, dtype=np.int64)
     device = next(core.parameters()).device  # batches follow the model, wherever the caller put it
     spec = core.kermt.aggregation_spec(training=False) if hasattr(core, "kermt") else None
-    out = []
-    for start in range(0, len(rows), batch_size):
-        batch = data.batch(rows[start : start + batch_size], operators=spec).to(device)
-        with autocast(precision, device):
-            out.append(core(batch.graph, batch.features).prediction.double().cpu().numpy())
+    starts = range(0, len(rows), batch_size)
+    batches = (data.batch(rows[start : start + batch_size], operators=spec) for start in starts)
+
+    def launched():
+        for batch in prefetch(batches, device):  # collated ahead, in prefetch's thread
+            with autocast(precision, device):
+                yield core(batch.graph, batch.features).prediction.double()
+
+    out = list(read_behind(launched(), lambda prediction: prediction.cpu().numpy()))
     core.train(was_training)
     width = data.targets.shape[1]
     return np.concatenate(out) if out else np.zeros((0, width))

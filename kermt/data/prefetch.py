@@ -2,14 +2,15 @@
 
 Every runner (finetune and pretraining workers, the screening actors) feeds its device through :func:`prefetch`,
 so the host work of a batch (collating, building the neighbour-sum operators: numpy on the CPU) overlaps the
-device's work on the previous one instead of idling it.
+device's work on the previous one instead of idling it. Prediction loops also read each batch's results back only
+after launching the next batch (:func:`read_behind`), so the device has work queued while the host waits for it.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, TypeVar
 
 import torch
@@ -24,6 +25,8 @@ class Transferable(Protocol):
 
 
 Batch = TypeVar("Batch", bound=Transferable)
+Launched = TypeVar("Launched")
+Read = TypeVar("Read")
 
 _END = object()
 
@@ -79,4 +82,16 @@ def prefetch(batches: Iterable[Batch], device: torch.device | str, ahead: int = 
         worker.join()
 
 
-__all__ = ["Transferable", "prefetch", "transfer"]
+def read_behind(launched: Iterable[Launched], read: Callable[[Launched], Read]) -> Iterator[Read]:
+    """``read(item)`` for every item of ``launched`` (a lazy iterable whose every step launches device work, e.g.
+    a forward), in order, each read only after the next item has been launched."""
+    pending: list[Launched] = []
+    for item in launched:
+        if pending:
+            yield read(pending.pop())
+        pending.append(item)
+    if pending:
+        yield read(pending.pop())
+
+
+__all__ = ["Transferable", "prefetch", "read_behind", "transfer"]

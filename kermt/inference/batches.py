@@ -19,7 +19,7 @@ import torch
 from kermt.data.batch import BatchMolGraph
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.data.operators import OperatorSpec
-from kermt.data.prefetch import prefetch, transfer
+from kermt.data.prefetch import prefetch, read_behind, transfer
 
 Launched = TypeVar("Launched")
 Read = TypeVar("Read")
@@ -75,15 +75,8 @@ def run_batches(molecules: FeaturizedMolecules, batch_size: int, operators: Oper
         for rows, part in valid_batches(molecules, batch_size):
             yield InferenceBatch(rows, part.batch_graph(operators), inputs(part))
 
-    results, pending = [], None
-    for batch in prefetch(build(), device):
-        launched = (batch.rows, forward(batch))
-        if pending is not None:  # the previous batch's results, read while this one computes
-            results.append((pending[0], read(pending[1])))
-        pending = launched
-    if pending is not None:
-        results.append((pending[0], read(pending[1])))
-    return results
+    launched = ((batch.rows, forward(batch)) for batch in prefetch(build(), device))
+    return list(read_behind(launched, lambda pair: (pair[0], read(pair[1]))))
 
 
 __all__ = ["InferenceBatch", "batch_starts", "run_batches", "valid_batches"]

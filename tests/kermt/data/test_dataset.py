@@ -9,7 +9,6 @@ import torch
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.collate import collate_graphs
 from kermt.data.dataset import MoleculeSet, bond_keep_mask
-from kermt.data.prefetch import prefetch
 from kermt.data.featurize import featurize_smiles
 from kermt.data.sampling import worker_share
 from kermt.data.tables import load_molecule_table
@@ -69,21 +68,3 @@ def test_a_worker_batch_carries_its_global_batchs_label_counts():
     per_worker = sum((~torch.isnan(share.targets)).sum(0) for share in shares)  # what an all-reduce would sum
     for share in shares:
         assert share.global_label_counts.tolist() == per_worker.tolist() == [2.0, 2.0]
-
-
-def test_prefetch_yields_the_batches_in_order_and_passes_errors_on():
-    molecules = _molecule_set()
-    plan = [np.array([0, 1]), np.array([2]), np.array([3, 0])]
-    got = list(prefetch((molecules.batch(rows) for rows in plan), "cpu", ahead=1))
-    assert [batch.rows.tolist() for batch in got] == [rows.tolist() for rows in plan]
-    for batch, rows in zip(got, plan):
-        assert torch.equal(batch.graph.f_atoms, molecules.batch(rows).graph.f_atoms)
-
-    def failing():
-        yield molecules.batch(plan[0])
-        raise ValueError("row 7 is broken")
-
-    with pytest.raises(ValueError, match="row 7"):
-        list(prefetch(failing(), "cpu"))
-    first = next(iter(prefetch((molecules.batch(rows) for rows in plan * 10), "cpu", ahead=1)))
-    assert first.rows.tolist() == [0, 1]  # the abandoned iterator's thread stops (the generator closes it)
