@@ -13,6 +13,7 @@ upstream's files do) while ``parameters()`` yields it once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -70,6 +71,20 @@ class PretrainOutput:
     z: torch.Tensor | None = None
     decoder_logits: torch.Tensor | None = None
     teacher: TeacherForcing | None = None
+
+    def in_float32(self) -> "PretrainOutput":
+        """Every floating tensor as float32: what the losses read after a bf16 forward (kermt.nn.precision)."""
+        return _in_float32(self)
+
+
+def _in_float32(value):
+    """``value`` with every floating tensor in it (dataclass fields, recursively) cast to float32."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() else value
+    if dataclasses.is_dataclass(value):
+        return dataclasses.replace(value, **{f.name: _in_float32(getattr(value, f.name))
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
 
 
 class KermtPretrainModel(nn.Module):

@@ -23,6 +23,7 @@ from kermt.nn.depth import depth_rng
 from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.nn.precision import PRECISIONS, autocast
 from kermt.nn.pretrain_model import PretrainOutput
 from kermt.pretrain.batch import StepBatch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
@@ -93,16 +94,21 @@ def gather_rows(z: torch.Tensor, share_sizes: tuple[int, ...], all_gather: AllGa
 class StepSettings:
     """``per_rank_means``: upstream's DDP semantics instead of the global batch's: every term a mean over the
     rank's own molecules, cMIM negatives from the rank's own batch, gradients averaged over ranks (the result then
-    depends on the number of workers). ``dropout_draws``: "torch" or "per_molecule" (see the module docstring)."""
+    depends on the number of workers). ``dropout_draws``: "torch" or "per_molecule" (see the module docstring).
+    ``precision``: "fp32", or "bf16" for the forward under autocast (:mod:`kermt.nn.precision`; losses, weights
+    and optimizer state stay float32)."""
 
     seed: int
     loss: PretrainLossConfig = PretrainLossConfig()
     per_rank_means: bool = False
     dropout_draws: str = "torch"
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         if self.dropout_draws not in DROPOUT_DRAWS:
             raise ValueError(f"dropout_draws must be one of {DROPOUT_DRAWS}, got {self.dropout_draws!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 class PretrainStep:
@@ -120,9 +126,11 @@ class PretrainStep:
         self.core = getattr(model, "module", model)
 
     def _forward(self, step: StepBatch, global_step: int) -> PretrainOutput:
-        seed = self.settings.seed
-        with dropout_draws(self.settings.dropout_draws, seed, global_step, step.batch.graph):
-            return self.model(step.batch, depth_rng=depth_rng(seed, global_step))
+        seed, precision = self.settings.seed, self.settings.precision
+        with dropout_draws(self.settings.dropout_draws, seed, global_step, step.batch.graph), \
+                autocast(precision, step.batch.graph.f_atoms.device):
+            output = self.model(step.batch, depth_rng=depth_rng(seed, global_step))
+        return output if precision == "fp32" else output.in_float32()  # the losses in float32 always
 
     def _shares(self, step: StepBatch, global_step: int) -> dict[str, torch.Tensor]:
         dist = self.distribution

@@ -62,6 +62,9 @@ class PretrainConfig(DataParallelSettings):
         "1, also after an elastic restart (the sinusoidal decoder's layers excepted); torch: torch's RNG per worker")
     activation: Literal["ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU"] = Field("PReLU")
     bias: bool = Field(False)
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, losses, weights and "
+        "optimizer state stay float32); see docs/numerics.md for how far the losses move")
     # cMIM latent and decoder
     latent_dim: int = Field(512, ge=1)
     decoder_num_layers: int = Field(3, ge=1)

@@ -111,7 +111,7 @@ def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: Pretra
     return PretrainPlan(encoder, heads, loss, initial_state(encoder, heads, inputs, c.seed), train_rows, val_rows,
                         c.seed, c.epochs, c.step_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
                         c.weight_decay, c.save_interval, c.val_interval, c.train_interval, c.max_val_batches,
-                        c.stop_after_steps, c.per_rank_loss, c.dropout_draws)
+                        c.stop_after_steps, c.per_rank_loss, c.dropout_draws, c.precision)
 
 
 def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str) -> ray.train.Result:

@@ -74,6 +74,7 @@ class PretrainPlan:
     stop_after_steps: int | None = None
     per_rank_loss: bool = False
     dropout_draws: str = "per_molecule"  # "torch": torch's RNG, as upstream (kermt.nn.keyed_dropout)
+    precision: str = "fp32"  # "bf16": forwards under bfloat16 autocast (kermt.nn.precision)
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """Corpus rows of every global batch of ``epoch``."""
@@ -196,7 +197,7 @@ def _trainer(plan: PretrainPlan, model: torch.nn.Module, optimizer, scheduler) -
     if world > 1:
         # its own group: the gather's backward never interleaves with DDP's gradient all-reduces
         distribution = Distribution(world, rank, all_reduce, all_gather_with_grad(dist.new_group()))
-    settings = StepSettings(plan.seed, plan.loss, plan.per_rank_loss, plan.dropout_draws)
+    settings = StepSettings(plan.seed, plan.loss, plan.per_rank_loss, plan.dropout_draws, plan.precision)
     return PretrainStep(model, optimizer, scheduler, settings, distribution)
 
 

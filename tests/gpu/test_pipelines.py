@@ -26,13 +26,15 @@ pytestmark = GPU_LANE
 PREDICT_ATOL = 1e-5  # the same weights on either device: float summation order only (as tests/gpu/test_ray_runs.py)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("mode", MODES)
-def test_a_cuda_pretraining_step_never_synchronises(mode: str) -> None:
+def test_a_cuda_pretraining_step_never_synchronises(mode: str, precision: str) -> None:
     arrays, heads, model, _, batches = _setup(mode, DROPOUT)
     model.cuda()
     optimizer = build_optimizer(model, 1e-4, 0.0, 1.0)  # fused on CUDA, as the runner's
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    trainer = PretrainStep(model, optimizer, scheduler, StepSettings(SEED, dropout_draws="per_molecule"))
+    settings = StepSettings(SEED, dropout_draws="per_molecule", precision=precision)
+    trainer = PretrainStep(model, optimizer, scheduler, settings)
     spec = model.encoder.aggregation_spec(training=True)
     built = (build_step_batch(arrays, rows, 0, 1, heads, SEED, step, operators=spec)
              for step, rows in enumerate(batches[:4]))
