@@ -272,6 +272,17 @@ class FlatGraphs:
             bond_counts=bond_counts,
         )
 
+    def max_in_degrees(self) -> np.ndarray:
+        """int64 [n]: each molecule's largest atom degree (0 for a molecule without bonds). With upstream's padding
+        a batch's neighbour tables are as wide as its largest degree, and that width enters every neighbour sum."""
+        atom_starts = self._atom_offsets
+        owner = np.repeat(np.arange(len(self)), self.bond_counts)
+        ends = self.bond_atoms.astype(np.int64) + atom_starts[owner][:, None]
+        degree = np.bincount(ends.reshape(-1), minlength=int(atom_starts[-1]))
+        out = np.zeros(len(self), dtype=np.int64)
+        np.maximum.at(out, np.repeat(np.arange(len(self)), self.atom_counts), degree)
+        return out
+
     # Offsets are computed once per store, not per batch: a cumsum over 1M molecules per batch costs more than
     # the batch's collate.
     @cached_property

@@ -70,21 +70,31 @@ class MoleculeSet:
     def bond_counts(self, rows: np.ndarray) -> np.ndarray:
         return self.graphs.bond_counts[np.asarray(rows, dtype=np.int64)]
 
+    def neighbour_width(self, rows: np.ndarray, keep_bond: np.ndarray | None = None) -> int:
+        """The neighbour-table width of a batch of ``rows`` (after bond dropout ``keep_bond``): its largest atom
+        degree, at least 1 (docs/numerics.md#batch-composition)."""
+        degrees = self.graphs.select(np.asarray(rows, dtype=np.int64), keep_bond).max_in_degrees()
+        return max(1, int(degrees.max(initial=0)))
+
     def batch(
         self,
         rows: np.ndarray,
         keep_bond: np.ndarray | None = None,
         operators: OperatorSpec | None = None,
         global_rows: np.ndarray | None = None,
+        neighbour_width: int = 1,
     ) -> MoleculeBatch:
         """Collate ``rows`` into one batch (row 0 padding, upstream layout).
 
-        operators    the model's ``aggregation_spec``: build its neighbour-sum operators here, on the CPU
-        global_rows  the global batch ``rows`` belong to: count its labels here (``global_label_counts``)
+        operators        the model's ``aggregation_spec``: build its neighbour-sum operators here, on the CPU
+        global_rows      the global batch ``rows`` belong to: count its labels here (``global_label_counts``)
+        neighbour_width  the least width of the neighbour tables: a worker's share takes its global batch's
+                         (:meth:`neighbour_width`), so that with upstream's padding its sums are the whole batch's
         """
         rows = np.asarray(rows, dtype=np.int64)
         ids = torch.tensor(rows, dtype=torch.int64, device="cpu")  # a copy (rows may be read-only), on the host
-        graph = replace(collate_graphs(self.graphs.select(rows, keep_bond), operators), molecule_ids=ids)
+        flat = self.graphs.select(rows, keep_bond)
+        graph = replace(collate_graphs(flat, operators, neighbour_width), molecule_ids=ids)
         features = torch.from_numpy(self.features[rows]) if self.features is not None else None
         counts = None
         if global_rows is not None:

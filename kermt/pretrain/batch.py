@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from kermt.chem.molgraph import FlatGraphs
 from kermt.chem.vocab_labels import DEFAULT_LABEL_FRACTION
 from kermt.chem.vocab_smiles import END, PAD
 from kermt.data.batch import BatchMolGraph
@@ -43,17 +42,6 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64), counts) + within
 
 
-def max_in_degree(graphs: FlatGraphs) -> np.ndarray:
-    """int64 [n]: each molecule's largest atom degree (0 for a molecule without bonds)."""
-    atom_starts = _starts(graphs.atom_counts)
-    owner = np.repeat(np.arange(len(graphs)), graphs.bond_counts)
-    ends = graphs.bond_atoms.astype(np.int64) + atom_starts[owner][:, None]
-    degree = np.bincount(ends.reshape(-1), minlength=int(atom_starts[-1]))
-    out = np.zeros(len(graphs), dtype=np.int64)
-    np.maximum.at(out, np.repeat(np.arange(len(graphs)), graphs.atom_counts), degree)
-    return out
-
-
 @dataclass(frozen=True)
 class PretrainData:
     """A corpus as pretraining reads it: its arrays (shareable zero-copy through an object store) and each
@@ -64,7 +52,7 @@ class PretrainData:
 
     @classmethod
     def of(cls, arrays: CorpusArrays) -> "PretrainData":
-        return cls(arrays, max_in_degree(arrays.graphs))
+        return cls(arrays, arrays.graphs.max_in_degrees())
 
     def __len__(self) -> int:
         return len(self.arrays)
@@ -147,4 +135,4 @@ def build_step_batch(data: PretrainData, global_rows: np.ndarray, rank: int, wor
     return StepBatch(batch, host_counts, tuple(len(s) for s in shares), int(sum(len(s) for s in shares[:rank])))
 
 
-__all__ = ["PretrainData", "StepBatch", "build_step_batch", "max_in_degree"]
+__all__ = ["PretrainData", "StepBatch", "build_step_batch"]

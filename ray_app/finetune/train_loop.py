@@ -124,16 +124,18 @@ def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progre
 def _worker_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: list[np.ndarray], rank: int, world: int,
                     first_step: int) -> Iterator[MoleculeBatch]:
     """This worker's batch of every global batch of the epoch, on the CPU: its neighbour-sum operators built here
-    (numpy, no host-device sync in the step), the global batch's label counts counted here (no collective) and
-    its bond dropout drawn per molecule from (seed, global step, molecule, bond)."""
+    (numpy, no host-device sync in the step), the global batch's label counts counted here (no collective), its
+    bond dropout drawn per molecule from (seed, global step, molecule, bond), and its neighbour tables as wide as
+    the global batch's (with upstream's padding the width enters every sum: N workers then equal one process)."""
     operators = model.kermt.aggregation_spec(training=True)
     for index, global_rows in enumerate(steps):
         rows = worker_share(global_rows, rank, world)  # empty on some ranks when the last global batch is short
-        keep = None
-        if plan.bond_drop_rate > 0:
-            keep = bond_keep_mask(rows, plan.train.graphs.bond_counts, plan.bond_drop_rate, plan.seed,
-                                  first_step + index)
-        yield plan.train.batch(rows, keep, operators=operators, global_rows=global_rows)
+        keep = global_keep = None
+        if plan.bond_drop_rate > 0:  # keyed per (molecule, bond): the share's flags are its part of the global ones
+            keep, global_keep = (bond_keep_mask(part, plan.train.graphs.bond_counts, plan.bond_drop_rate, plan.seed,
+                                                first_step + index) for part in (rows, global_rows))
+        width = plan.train.neighbour_width(global_rows, global_keep)
+        yield plan.train.batch(rows, keep, operators=operators, global_rows=global_rows, neighbour_width=width)
 
 
 def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, device) -> dict[str, float]:

@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from kermt.chem.molgraph import FlatGraphs
+from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.data.collate import collate_graphs
 from kermt.data.dataset import MoleculeSet, bond_keep_mask
 from kermt.data.featurize import featurize_smiles
 from kermt.data.sampling import worker_share
 from kermt.data.tables import load_molecule_table
+from kermt.nn.finetune import KermtFinetuneModel
 from tests.conftest import FIXTURE_DIR
 
 
@@ -68,3 +70,31 @@ def test_a_worker_batch_carries_its_global_batchs_label_counts():
     per_worker = sum((~torch.isnan(share.targets)).sum(0) for share in shares)  # what an all-reduce would sum
     for share in shares:
         assert share.global_label_counts.tolist() == per_worker.tolist() == [2.0, 2.0]
+
+
+def test_shares_as_wide_as_their_global_batch_get_the_whole_batchs_outputs():
+    """With upstream's padding every empty neighbour slot adds the padding row, so a molecule's output depends on
+    how wide its batch's neighbour tables are. Shares collated at their global batch's width (what every runner
+    does) give each molecule what the whole batch gives; at their own width they do not."""
+    smiles = ["CCO", "OCCO", "CC(C)(C)O", "CC(C)(C)C(=O)O"]  # largest degrees 2, 2, 4, 4
+    done = featurize_smiles(smiles)
+    molecules = MoleculeSet(done.graphs, None, np.zeros((4, 1), dtype=np.float32), done.smiles)
+    global_rows = np.arange(4)
+    shares = np.array_split(global_rows, 2)
+    assert [molecules.neighbour_width(share) for share in shares] == [2, 4]
+    width = molecules.neighbour_width(global_rows)
+    torch.manual_seed(0)
+    model = KermtFinetuneModel(FinetuneModelConfig(
+        EncoderConfig(hidden_size=8, depth=3, num_attn_head=2, padding="upstream", embedding_output_type="atom"),
+        ReadoutConfig(), HeadConfig(num_tasks=1, dataset_type="regression", ffn_hidden_size=6))).eval()
+    spec = model.kermt.aggregation_spec(training=False)
+
+    def predict(rows: np.ndarray, neighbour_width: int = 1) -> torch.Tensor:
+        batch = molecules.batch(rows, operators=spec, neighbour_width=neighbour_width)
+        with torch.no_grad():
+            return model(batch.graph, None).prediction
+
+    whole = predict(global_rows)
+    torch.testing.assert_close(torch.cat([predict(share, width) for share in shares]), whole, rtol=0, atol=1e-6)
+    own_width = torch.cat([predict(share) for share in shares])
+    assert (own_width - whole).abs().max() > 1e-4
