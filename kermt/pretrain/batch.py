@@ -60,20 +60,24 @@ class PretrainData:
 
 @dataclass(frozen=True)
 class StepBatch:
-    """One rank's input to a step: the model batch, this rank's counts [len(COUNT_NAMES)] float64 (to all-reduce),
+    """One rank's input to a step: the model batch, this rank's counts [len(COUNT_NAMES)] float64, the whole
+    global batch's counts (the sum of every rank's, counted on the host: the step needs no collective for them),
     the sizes of every rank's share of the global batch, and this rank's offset in it."""
 
     batch: PretrainBatch
     counts: torch.Tensor
+    global_counts: torch.Tensor
     share_sizes: tuple[int, ...]
     offset: int
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "StepBatch":
         return replace(self, batch=self.batch.to(device, non_blocking),
-                       counts=self.counts.to(device, non_blocking=non_blocking))
+                       counts=self.counts.to(device, non_blocking=non_blocking),
+                       global_counts=self.global_counts.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "StepBatch":
-        return replace(self, batch=self.batch.pin_memory(), counts=self.counts.pin_memory())
+        return replace(self, batch=self.batch.pin_memory(), counts=self.counts.pin_memory(),
+                       global_counts=self.global_counts.pin_memory())
 
 
 def _graph(arrays: CorpusArrays, rows: np.ndarray, width: int, operators: OperatorSpec | None) -> BatchMolGraph:
@@ -112,27 +116,43 @@ def build_step_batch(data: PretrainData, global_rows: np.ndarray, rank: int, wor
     shares = np.array_split(global_rows, world_size)
     rows = worker_share(global_rows, rank, world_size)
     width = max(1, int(data.max_in_degree[global_rows].max(initial=0)))
-    graphs = arrays.graphs
-    atom_counts, bond_counts = graphs.atom_counts[rows], graphs.bond_counts[rows]
     targets, tokens, noise = None, None, None
-    labelled = [0, 0]
     if heads.uses_vocab:
-        atom_chosen = labelled_positions(seed, ATOM_LABELS, step, rows, atom_counts, label_fraction)
-        bond_chosen = labelled_positions(seed, BOND_LABELS, step, rows, bond_counts, label_fraction)
-        atoms = arrays.atom_labels[_ranges(arrays.atom_offsets[rows], atom_counts)]
-        bonds = arrays.bond_labels[_ranges(arrays.bond_offsets[rows], bond_counts)]
-        targets = VocabTargets(_sampled(atoms, atom_chosen), _sampled(bonds, bond_chosen),
-                               torch.from_numpy(arrays.fg_labels[rows].astype(np.float32)))
-        labelled = [int((targets.atom != 0).sum()), int((targets.bond != 0).sum())]
+        targets = _vocab_targets(arrays, rows, seed, step, label_fraction)
     if heads.uses_decoder:
         length = min(int(arrays.token_lengths[global_rows].max(initial=2)), heads.decoder_max_seq_len)
         tokens = _tokens(arrays, rows, length)
         noise = torch.from_numpy(latent_noise(seed, step, rows, heads.latent_dim))
-    counts = [len(rows), int(atom_counts.sum()), int(bond_counts.sum()), *labelled]
-    assert len(counts) == len(COUNT_NAMES)
     batch = PretrainBatch(_graph(arrays, rows, width, operators), targets, tokens, noise)
-    host_counts = torch.tensor(counts, dtype=torch.float64, device="cpu")  # built on the host, as the whole batch
-    return StepBatch(batch, host_counts, tuple(len(s) for s in shares), int(sum(len(s) for s in shares[:rank])))
+    counts = _counts(arrays, rows, targets)
+    if world_size > 1:  # the whole batch's, from its own draws: they are per molecule, so each share's are its part
+        whole = _vocab_targets(arrays, global_rows, seed, step, label_fraction) if heads.uses_vocab else None
+        global_counts = _counts(arrays, global_rows, whole)
+    else:
+        global_counts = counts
+    return StepBatch(batch, counts, global_counts, tuple(len(s) for s in shares),
+                     int(sum(len(s) for s in shares[:rank])))
+
+
+def _vocab_targets(arrays: CorpusArrays, rows: np.ndarray, seed: int, step: int,
+                   label_fraction: float) -> VocabTargets:
+    """The molecules' labelled atoms and bonds (drawn per molecule for global step ``step``) and fg labels."""
+    atom_counts, bond_counts = arrays.graphs.atom_counts[rows], arrays.graphs.bond_counts[rows]
+    atom_chosen = labelled_positions(seed, ATOM_LABELS, step, rows, atom_counts, label_fraction)
+    bond_chosen = labelled_positions(seed, BOND_LABELS, step, rows, bond_counts, label_fraction)
+    atoms = arrays.atom_labels[_ranges(arrays.atom_offsets[rows], atom_counts)]
+    bonds = arrays.bond_labels[_ranges(arrays.bond_offsets[rows], bond_counts)]
+    return VocabTargets(_sampled(atoms, atom_chosen), _sampled(bonds, bond_chosen),
+                        torch.from_numpy(arrays.fg_labels[rows].astype(np.float32)))
+
+
+def _counts(arrays: CorpusArrays, rows: np.ndarray, targets: VocabTargets | None) -> torch.Tensor:
+    """[len(COUNT_NAMES)] float64 on the host: molecules, atoms, bonds, labelled atoms and bonds of ``rows``."""
+    labelled = [int((targets.atom != 0).sum()), int((targets.bond != 0).sum())] if targets is not None else [0, 0]
+    graphs = arrays.graphs
+    counts = [len(rows), int(graphs.atom_counts[rows].sum()), int(graphs.bond_counts[rows].sum()), *labelled]
+    assert len(counts) == len(COUNT_NAMES)
+    return torch.tensor(counts, dtype=torch.float64, device="cpu")
 
 
 __all__ = ["PretrainData", "StepBatch", "build_step_batch"]

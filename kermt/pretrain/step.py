@@ -1,7 +1,8 @@
 """One pretraining optimizer step (and its no-grad evaluation twin), exact under data parallelism.
 
 Distribution is injected (:class:`Distribution`), as in :mod:`kermt.training`: a single process uses the identity,
-a data-parallel runner passes torch.distributed's all-reduce and an autograd-aware all-gather. Each rank's loss is
+a data-parallel runner passes an autograd-aware all-gather (the cMIM negatives); the global batch's counts come with
+the batch, counted on the host, so the step itself runs no other collective. Each rank's loss is
 ``world_size ×`` its share of the global batch's loss (:mod:`kermt.pretrain.loss`), so DDP's gradient average equals
 the single-process gradient of the global batch. Dynamic depth is drawn from (seed, global step), identical on every
 rank. Dropout masks come from torch's RNG (``StepSettings.dropout_draws="torch"``, the library default: exact
@@ -27,7 +28,6 @@ from kermt.nn.precision import PRECISIONS, autocast
 from kermt.nn.pretrain_model import PretrainOutput
 from kermt.pretrain.batch import StepBatch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
-from kermt.training import AllReduce, no_reduce
 
 AllGather = Callable[[torch.Tensor], list[torch.Tensor]]
 
@@ -39,11 +39,11 @@ def no_gather(tensor: torch.Tensor) -> list[torch.Tensor]:
 @dataclass(frozen=True)
 class Distribution:
     """How this process takes part in a data-parallel step. ``all_gather``: equal-shape tensors of every rank, in
-    rank order, WITH gradient (:func:`all_gather_with_grad`)."""
+    rank order, WITH gradient (:func:`all_gather_with_grad`). The global batch's counts need no collective: they
+    come with the batch (:class:`~kermt.pretrain.batch.StepBatch`)."""
 
     world_size: int = 1
     rank: int = 0
-    all_reduce: AllReduce = no_reduce
     all_gather: AllGather = field(default=no_gather)
 
 
@@ -141,7 +141,7 @@ class PretrainStep:
             view = GlobalView(step.counts.to(torch.float32), step.share_sizes[dist.rank] > 0, output.z, 0)
             shares = pretrain_shares(output, step.batch.vocab_targets, view, heads, self.settings.loss)
             return {name: value / dist.world_size for name, value in shares.items()}
-        counts = dist.all_reduce(step.counts.clone())
+        counts = step.global_counts  # counted on the host when the batch was built: no collective
         output = self._forward(step, global_step)
         all_z = gather_rows(output.z, step.share_sizes, dist.all_gather) if heads.uses_decoder else None
         view = GlobalView(counts.to(torch.float32), dist.rank == 0, all_z, step.offset)

@@ -196,7 +196,7 @@ def _trainer(plan: PretrainPlan, model: torch.nn.Module, optimizer, scheduler) -
     distribution = Distribution()
     if world > 1:
         # its own group: the gather's backward never interleaves with DDP's gradient all-reduces
-        distribution = Distribution(world, rank, all_reduce, all_gather_with_grad(dist.new_group()))
+        distribution = Distribution(world, rank, all_gather_with_grad(dist.new_group()))
     settings = StepSettings(plan.seed, plan.loss, plan.per_rank_loss, plan.dropout_draws, plan.precision)
     return PretrainStep(model, optimizer, scheduler, settings, distribution)
 

@@ -42,6 +42,8 @@ def test_worker_batches_are_slices_of_the_global_batch() -> None:
     assert np.array_equal(np.concatenate([p.batch.latent_noise for p in parts]), whole.batch.latent_noise)
     assert {p.batch.graph.a2b.shape[1] for p in parts} == {whole.batch.graph.a2b.shape[1]}  # global width
     assert sum(p.counts for p in parts).tolist() == whole.counts.tolist()
+    # every share brings the whole batch's counts, counted on the host: the step needs no all-reduce for them
+    assert all(p.global_counts.tolist() == whole.counts.tolist() == whole.global_counts.tolist() for p in parts)
     fg = np.concatenate([p.batch.vocab_targets.fg for p in parts])
     assert np.array_equal(fg, whole.batch.vocab_targets.fg)
 

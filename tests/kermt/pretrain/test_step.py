@@ -83,7 +83,7 @@ def _train(mode: str, rank: int, world: int, per_rank_means: bool = False,
     wrapped: torch.nn.Module = model
     if world > 1:
         wrapped = DistributedDataParallel(model)
-        distribution = Distribution(world, rank, _all_reduce, all_gather_with_grad(dist.new_group()))
+        distribution = Distribution(world, rank, all_gather_with_grad(dist.new_group()))
     settings = StepSettings(SEED, per_rank_means=per_rank_means, dropout_draws="per_molecule" if dropout else "torch")
     trainer = PretrainStep(wrapped, optimizer, scheduler, settings, distribution)
     for global_step, rows in enumerate(batches):
@@ -104,11 +104,6 @@ def _upstream_two_ranks_in_one_process(mode: str) -> dict[str, torch.Tensor]:
             (loss + 0.0 * sum(p.sum() for p in model.parameters())).backward()
         optimizer.step()
     return _parameters(model)
-
-
-def _all_reduce(tensor: torch.Tensor) -> torch.Tensor:
-    dist.all_reduce(tensor)
-    return tensor
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
