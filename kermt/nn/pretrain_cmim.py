@@ -134,12 +134,23 @@ def cmim_terms(
     normalize_loss: bool = False,
     normalize_gradient: bool = False,
 ) -> CmimTerms:
-    """Contrastive and Gaussian terms of cMIM for latents ``z`` [M, latent] drawn from ``params``.
+    """Contrastive and Gaussian terms of cMIM for latents ``z`` [M, latent] drawn from ``params`` (the batch's own
+    molecules as negatives).
 
     ``normalize_loss`` scales both log-densities by 1/latent_dim; ``normalize_gradient`` scales only their gradient.
     """
-    factor = 1.0 / z[0].numel() if z.shape[0] else 1.0
     log_p = contrastive_log_prob(z, temperature)
+    log_q, log_prior = gaussian_log_densities(params, z, normalize_loss, normalize_gradient)
+    return CmimTerms(
+        cmim=-(log_p + 0.5 * (log_q + log_prior)), log_p_k1_given_zx=log_p, log_q_z_given_x=log_q, log_P_z=log_prior
+    )
+
+
+def gaussian_log_densities(params: LatentParams, z: torch.Tensor, normalize_loss: bool = False,
+                           normalize_gradient: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log q(z|x), log P(z)) per molecule [M]: under ``params`` and under the standard normal prior (see
+    :func:`cmim_terms` for the two normalisations)."""
+    factor = 1.0 / z[0].numel() if z.shape[0] else 1.0
     densities = []
     for mean, log_scale in ((params.mean, params.log_scale), (torch.zeros_like(z), torch.zeros_like(z))):
         value = _gaussian_log_density(z, mean, log_scale)
@@ -148,10 +159,8 @@ def cmim_terms(
         if normalize_gradient:
             value = _ScaleGradient.apply(value, factor)
         densities.append(value)
-    log_q, log_prior = densities
-    return CmimTerms(
-        cmim=-(log_p + 0.5 * (log_q + log_prior)), log_p_k1_given_zx=log_p, log_q_z_given_x=log_q, log_P_z=log_prior
-    )
+    return densities[0], densities[1]
 
 
-__all__ = ["CmimTerms", "LatentHead", "LatentParams", "cmim_terms", "contrastive_log_prob", "without_own_column"]
+__all__ = ["CmimTerms", "LatentHead", "LatentParams", "cmim_terms", "contrastive_log_prob", "gaussian_log_densities",
+           "without_own_column"]

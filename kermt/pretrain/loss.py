@@ -22,7 +22,7 @@ import torch
 from torch.nn import functional as F
 
 from kermt.nn.decoder import reconstruction_terms
-from kermt.nn.pretrain_cmim import cmim_terms, without_own_column
+from kermt.nn.pretrain_cmim import gaussian_log_densities, without_own_column
 from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain_model import PretrainOutput
 from kermt.nn.pretrain_vocab import VocabPredictions, VocabTargets
@@ -99,9 +99,9 @@ def cmim_shares(output: PretrainOutput, view: GlobalView, temperature: float,
     assert output.decoder_logits is not None and view.all_z is not None
     molecules = view.counts[MOLECULES].clamp(min=1)
     log_p = contrastive_log_prob_global(output.z, view.all_z, view.offset, temperature)
-    # cmim_terms' own contrastive term uses the local batch only; its Gaussian terms are per molecule.
-    local = cmim_terms(output.latent, output.z, temperature, config.normalize_loss, config.normalize_gradient)
-    cmim = -(log_p + 0.5 * (local.log_q_z_given_x + local.log_P_z))
+    log_q, log_prior = gaussian_log_densities(output.latent, output.z, config.normalize_loss,
+                                              config.normalize_gradient)  # per molecule: no global view needed
+    cmim = -(log_p + 0.5 * (log_q + log_prior))
     teacher = output.teacher
     recon = reconstruction_terms(output.decoder_logits, teacher.targets, teacher.padding_mask)
     # 0·Σ all_z: the gather's backward is a collective, so every rank's loss must reach it (an empty share too).
@@ -109,8 +109,8 @@ def cmim_shares(output: PretrainOutput, view: GlobalView, temperature: float,
         "cmim": (cmim.sum() + 0.0 * view.all_z.sum()) / molecules,
         "recon": recon.loss.sum() / molecules,
         "log_p_k1_given_zx": log_p.sum() / molecules,
-        "log_q_z_given_x": local.log_q_z_given_x.sum() / molecules,
-        "log_P_z": local.log_P_z.sum() / molecules,
+        "log_q_z_given_x": log_q.sum() / molecules,
+        "log_P_z": log_prior.sum() / molecules,
         "recon_accuracy": recon.accuracy.detach().sum() / molecules,
     }
     shares["cmim_total"] = shares["cmim"] + config.reconstruction_loss_weight * shares["recon"]
