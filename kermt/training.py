@@ -32,6 +32,7 @@ from kermt.metrics import nanmean, task_scores
 from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.precision import autocast
+from kermt.nn.reached import touch_unreached
 
 AllReduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -111,44 +112,13 @@ def train_step(
         world_size=world_size,
         log_sigma=core.mtl_log_sigma if settings.use_mtl_loss else None,
     )
-    loss = _touch_unreached(loss, core)
+    loss = touch_unreached(loss, core)  # every parameter gets a gradient (DDP), unreached ones a zero
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     draws.skip_idle()  # as upstream's Adam: no update of an encoder that ran no iteration
     optimizer.step()
     scheduler.step()
     return StepResult(terms.detach().sum(), global_counts.sum(), loss.detach() / world_size)
-
-
-def _touch_unreached(loss: torch.Tensor, model: nn.Module) -> torch.Tensor:
-    """``loss`` plus 0 x (one element of every trainable parameter the loss does not depend on).
-
-    A step can leave parameters unused: a ``W_h`` skipped by a shallow dynamic-depth draw, for instance. DDP
-    without ``find_unused_parameters`` needs a gradient for every parameter on every rank, and 1 worker must equal
-    N workers, so every runner gives those a zero gradient (cleared again before the optimizer step for the
-    encoders a depth draw skipped: :class:`~kermt.nn.encoder.DepthDrawLog`). Which parameters the loss reaches is
-    read from the autograd graph on the host, so the usual step, which reaches all of them, runs no extra op.
-    """
-    reached = _graph_leaves(loss)
-    unreached = [p for p in model.parameters() if p.requires_grad and p not in reached]
-    if not unreached:
-        return loss
-    return loss + torch.stack([p.reshape(-1)[0] for p in unreached]).sum() * 0.0
-
-
-def _graph_leaves(output: torch.Tensor) -> set[torch.Tensor]:
-    """The leaf tensors (parameters) whose gradient the backward of ``output`` computes (a walk over its graph)."""
-    leaves, seen, pending = set(), set(), [output.grad_fn]
-    while pending:
-        node = pending.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        variable = getattr(node, "variable", None)  # AccumulateGrad nodes hold their leaf
-        if variable is not None:
-            leaves.add(variable)
-        pending.extend(next_node for next_node, _ in node.next_functions)
-    return leaves
 
 
 @torch.no_grad()

@@ -25,6 +25,7 @@ from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.nn.precision import PRECISIONS, autocast
+from kermt.nn.reached import touch_unreached
 from kermt.nn.pretrain_model import PretrainOutput
 from kermt.pretrain.batch import StepBatch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
@@ -45,14 +46,6 @@ class Distribution:
     world_size: int = 1
     rank: int = 0
     all_gather: AllGather = field(default=no_gather)
-
-
-def _zero_gradient_term(model: nn.Module) -> torch.Tensor:
-    """0 × one element of every trainable parameter. A step can leave parameters unused (an encoder ``W_h`` a
-    shallow depth draw skips, every parameter on a rank with an empty share); DDP without find_unused_parameters
-    needs a gradient for each on every rank, and 1 rank must equal N, so every step adds this."""
-    touched = [p.reshape(-1)[0] for p in model.parameters() if p.requires_grad]
-    return torch.stack(touched).sum() * 0.0
 
 
 class _AllGather(torch.autograd.Function):
@@ -153,7 +146,7 @@ class PretrainStep:
         self.model.train()
         with DepthDrawLog() as draws:
             shares = self._shares(step, global_step)
-        loss = self.distribution.world_size * shares["loss"] + _zero_gradient_term(self.core)
+        loss = touch_unreached(self.distribution.world_size * shares["loss"], self.core)  # a gradient for each (DDP)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         draws.skip_idle()  # as upstream's Adam: no update of an encoder that ran no iteration in the step
