@@ -11,7 +11,8 @@ side, both ways in the same run:
 
 * pretraining (vocab mode, the runner's loop: seed, build this step's batch, step): molecules/s when each batch is
   built inline without operators (the encoder then derives them from the index arrays in its forward) and when the
-  batches come from ``prefetch`` with their operators; plus the host time of building one batch each way.
+  batches come from ``prefetch`` with their operators; the host time of building one batch each way; the ops one
+  step dispatches and its host synchronisations (``kermt.nn.dispatch_audit``; on CUDA with fused Adam).
 * screening (``Ensemble.predict`` of a finetuned fixture member): molecules/s of the old loop (one batch at a time,
   collated inline without operators, read back before the next) and of ``Ensemble.predict`` (``run_batches``).
 
@@ -38,6 +39,7 @@ from kermt.data.featurize import featurize_smiles
 from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches
 from kermt.inference import Ensemble, plan_features, read_members, scale_features, valid_batches
+from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.nn.pretrain_config import PretrainHeadsConfig
 from kermt.optim import build_optimizer
 from kermt.nn.pretrain_model import KermtPretrainModel
@@ -49,8 +51,9 @@ SMILES_CSV = ROOT / "tests/data/kermt_upstream_splits/train_val.csv"
 MEMBER = ROOT / "tests/data/kermt_upstream/ckpt_ft_reg.pt"
 
 
-def pretraining(data: PretrainData, opts: argparse.Namespace, ahead: bool) -> float:
-    """Molecules/s of one pass over the batches (the first two steps, warm-up, not timed)."""
+def pretraining(data: PretrainData, opts: argparse.Namespace, ahead: bool) -> tuple[float, DispatchAudit]:
+    """Molecules/s of one pass over the batches (the first two steps, warm-up, not timed), and the dispatched ops
+    of one more step on the last batch."""
     atom_vocab, bond_vocab = opts.vocab_sizes
     heads = PretrainHeadsConfig(pretrain_mode="vocab", atom_vocab_size=atom_vocab, bond_vocab_size=bond_vocab)
     torch.manual_seed(0)
@@ -72,7 +75,10 @@ def pretraining(data: PretrainData, opts: argparse.Namespace, ahead: bool) -> fl
         timed += len(batches[step]) if step >= 2 else 0
         trainer.train(batch, step)
     synchronize(opts.device)
-    return timed / (time.perf_counter() - started)
+    rate = timed / (time.perf_counter() - started)
+    with DispatchAudit(optimizer_host_tensors(optimizer)) as audit:
+        trainer.train(batch, len(batches))
+    return rate, audit
 
 
 def synchronize(device: str) -> None:
@@ -132,9 +138,12 @@ def main() -> None:
           f"{opts.device}")
     plain, with_ops = batch_build_ms(data, opts, False), batch_build_ms(data, opts, True)
     print(f"pretraining batch on the host: {plain:.1f} ms without operators, {with_ops:.1f} ms with them")
-    before, after = pretraining(data, opts, ahead=False), pretraining(data, opts, ahead=True)
+    (before, inline_audit), (after, ahead_audit) = pretraining(data, opts, False), pretraining(data, opts, True)
     print(f"pretraining (vocab): inline {before:.0f} mol/s | prefetched with operators {after:.0f} mol/s "
           f"({after / before:.2f}x)")
+    for name, audit in (("inline", inline_audit), ("prefetched", ahead_audit)):
+        print(f"  one {name} step: {audit.op_count} dispatched ops ({audit.kernel_count} not views), "
+              f"{audit.sync_count} host synchronisations {dict(audit.syncs) or ''}")
     inline, pipelined, distance = screening(opts, smiles)
     print(f"screening (ckpt_ft_reg.pt): inline {inline:.0f} mol/s | run_batches {pipelined:.0f} mol/s "
           f"({pipelined / inline:.2f}x); max |difference| {distance:.1e}")
