@@ -117,7 +117,7 @@ class BatchMolGraph:
     def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "BatchMolGraph":
         arrays = {name: transfer(getattr(self, name), device, non_blocking) for name in GRAPH_ARRAYS}
         operators = self.operators.to(device, non_blocking) if self.operators is not None else None
-        ids = transfer(self.molecule_ids, device, non_blocking) if self.molecule_ids is not None else None
+        ids = transfer(self.molecule_ids, device, non_blocking)
         return replace(self, **arrays, operators=operators, molecule_ids=ids)
 
     def components(self) -> tuple[torch.Tensor, ...]:

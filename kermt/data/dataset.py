@@ -19,6 +19,7 @@ from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
 from kermt.data.hashed_draws import BOND_DROPOUT, hashed_uniform, positions_within
 from kermt.data.operators import OperatorSpec
+from kermt.data.prefetch import transfer_fields
 
 
 @dataclass(frozen=True)
@@ -37,16 +38,14 @@ class MoleculeBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "MoleculeBatch":
         """The batch on ``device``; ``non_blocking`` copies asynchronously (from pinned memory)."""
-        return self._moved(lambda t: t.to(device, non_blocking=non_blocking), self.graph.to(device, non_blocking))
+        return transfer_fields(self, _MOVED, device, non_blocking)
 
     def pin_memory(self) -> "MoleculeBatch":
         """The batch in page-locked host memory (for an asynchronous copy to a CUDA device)."""
-        return self._moved(torch.Tensor.pin_memory, self.graph.pin_memory())
+        return transfer_fields(self, _MOVED, None, False)
 
-    def _moved(self, move, graph: BatchMolGraph) -> "MoleculeBatch":
-        optional = {"features": self.features, "global_label_counts": self.global_label_counts}
-        moved = {name: move(t) if t is not None else None for name, t in optional.items()}
-        return MoleculeBatch(graph, moved["features"], move(self.targets), self.rows, moved["global_label_counts"])
+
+_MOVED = ("graph", "features", "targets", "global_label_counts")  # MoleculeBatch's tensors (``rows`` stay numpy)
 
 
 @dataclass(frozen=True)

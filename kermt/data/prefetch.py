@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Protocol, TypeVar
 
 import torch
@@ -25,16 +26,24 @@ class Transferable(Protocol):
 
 
 Batch = TypeVar("Batch", bound=Transferable)
+T = TypeVar("T")
 Launched = TypeVar("Launched")
 Read = TypeVar("Read")
 
 _END = object()
 
 
-def transfer(tensor: torch.Tensor, device: torch.device | str | None, non_blocking: bool) -> torch.Tensor:
-    """``tensor`` on ``device``, or in pinned host memory when ``device`` is None (what the batch types' ``to`` and
-    ``pin_memory`` share)."""
-    return tensor.pin_memory() if device is None else tensor.to(device, non_blocking=non_blocking)
+def transfer(value, device: torch.device | str | None, non_blocking: bool):
+    """``value`` (a tensor, a batch part with its own ``to``/``pin_memory``, or None) on ``device``, or in pinned
+    host memory when ``device`` is None: what every batch type's ``to`` and ``pin_memory`` do with their parts."""
+    if value is None:
+        return None
+    return value.pin_memory() if device is None else value.to(device, non_blocking=non_blocking)
+
+
+def transfer_fields(batch: T, names: tuple[str, ...], device: torch.device | str | None, non_blocking: bool) -> T:
+    """``batch`` (a frozen dataclass) with its fields ``names`` transferred (:func:`transfer`), the others kept."""
+    return replace(batch, **{name: transfer(getattr(batch, name), device, non_blocking) for name in names})
 
 
 def prefetch(batches: Iterable[Batch], device: torch.device | str, ahead: int = 2) -> Iterator[Batch]:
@@ -94,4 +103,4 @@ def read_behind(launched: Iterable[Launched], read: Callable[[Launched], Read]) 
         yield read(pending.pop())
 
 
-__all__ = ["Transferable", "prefetch", "read_behind", "transfer"]
+__all__ = ["Transferable", "prefetch", "read_behind", "transfer", "transfer_fields"]

@@ -51,6 +51,12 @@ class InferenceBatch:
     graph: BatchMolGraph
     inputs: tuple[torch.Tensor | None, ...]
 
+    @classmethod
+    def of(cls, rows: np.ndarray, molecules: FeaturizedMolecules, operators: OperatorSpec | None,
+           inputs: Inputs) -> "InferenceBatch":
+        """``molecules`` (every one valid; at block rows ``rows``) collated with ``operators``, on the host."""
+        return cls(rows, molecules.batch_graph(operators), inputs(molecules))
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "InferenceBatch":
         return self._moved(device, non_blocking)
 
@@ -58,9 +64,8 @@ class InferenceBatch:
         return self._moved(None, False)
 
     def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "InferenceBatch":
-        graph = self.graph.pin_memory() if device is None else self.graph.to(device, non_blocking)
-        inputs = tuple(None if t is None else transfer(t, device, non_blocking) for t in self.inputs)
-        return InferenceBatch(self.rows, graph, inputs)
+        inputs = tuple(transfer(t, device, non_blocking) for t in self.inputs)
+        return InferenceBatch(self.rows, transfer(self.graph, device, non_blocking), inputs)
 
 
 def run_batches(molecules: FeaturizedMolecules, batch_size: int, operators: OperatorSpec | None,
@@ -73,7 +78,7 @@ def run_batches(molecules: FeaturizedMolecules, batch_size: int, operators: Oper
     """
     def build() -> Iterator[InferenceBatch]:
         for rows, part in valid_batches(molecules, batch_size):
-            yield InferenceBatch(rows, part.batch_graph(operators), inputs(part))
+            yield InferenceBatch.of(rows, part, operators, inputs)
 
     launched = ((batch.rows, forward(batch)) for batch in prefetch(build(), device))
     return list(read_behind(launched, lambda pair: (pair[0], read(pair[1]))))

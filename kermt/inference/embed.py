@@ -98,8 +98,7 @@ class Embedder:
                            lambda batch: self._launch(batch, source), _on_host)
 
     def _one_batch(self, molecules: FeaturizedMolecules, source: FingerprintSource | None) -> dict[str, np.ndarray]:
-        batch = InferenceBatch(np.arange(len(molecules)), molecules.batch_graph(self.operators),
-                               _raw_features(molecules))
+        batch = InferenceBatch.of(np.arange(len(molecules)), molecules, self.operators, _raw_features)
         return _on_host(self._launch(batch.to(self.device), source))
 
     @torch.no_grad()

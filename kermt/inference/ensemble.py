@@ -71,8 +71,7 @@ class Ensemble:
 
     def member_predictions(self, molecules: FeaturizedMolecules) -> np.ndarray:
         """One batch: every row must be valid. Returns float64 [K members, M, T] in target units."""
-        batch = InferenceBatch(np.arange(len(molecules)), molecules.batch_graph(self.operators),
-                               self._member_features(molecules))
+        batch = InferenceBatch.of(np.arange(len(molecules)), molecules, self.operators, self._member_features)
         return self._read(self._launch(batch.to(self.device)))
 
     def predict(self, molecules: FeaturizedMolecules, batch_size: int) -> EnsemblePrediction:

@@ -14,7 +14,7 @@ upstream's files do) while ``parameters()`` yields it once.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from torch import nn
 
 from kermt.config import EncoderConfig
 from kermt.data.batch import BatchMolGraph
-from kermt.data.prefetch import transfer
+from kermt.data.prefetch import transfer_fields
 from kermt.nn.decoder import SmilesDecoder, TeacherForcing
 from kermt.nn.encoder import KermtEmbedding
 from kermt.nn.pretrain_cmim import LatentHead, LatentParams
@@ -43,22 +43,14 @@ class PretrainBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "PretrainBatch":
         """The batch on ``device``; ``non_blocking`` copies asynchronously (from pinned memory)."""
-        return self._moved(device, non_blocking)
+        return transfer_fields(self, _PARTS, device, non_blocking)
 
     def pin_memory(self) -> "PretrainBatch":
         """The batch in page-locked host memory (see :func:`kermt.data.prefetch.prefetch`)."""
-        return self._moved(None, False)
+        return transfer_fields(self, _PARTS, None, False)
 
-    def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "PretrainBatch":
-        def move(part):  # a tensor, a batch part with its own ``to``/``pin_memory``, or None
-            if part is None:
-                return None
-            if isinstance(part, torch.Tensor):
-                return transfer(part, device, non_blocking)
-            return part.pin_memory() if device is None else part.to(device, non_blocking)
 
-        return replace(self, graph=move(self.graph), vocab_targets=move(self.vocab_targets), tokens=move(self.tokens),
-                       latent_noise=move(self.latent_noise))
+_PARTS = ("graph", "vocab_targets", "tokens", "latent_noise")  # every field of PretrainBatch
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
-from kermt.data.prefetch import transfer
+from kermt.data.prefetch import transfer_fields
 from kermt.losses import connected_zero
 from kermt.nn.encoder import ALL_BRANCHES, EncoderOutput
 from kermt.nn.readout import Readout, read_out_families
@@ -95,13 +95,10 @@ class VocabTargets:
     fg: torch.Tensor
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "VocabTargets":
-        return self._moved(device, non_blocking)
+        return transfer_fields(self, ("atom", "bond", "fg"), device, non_blocking)
 
     def pin_memory(self) -> "VocabTargets":
-        return self._moved(None, False)
-
-    def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "VocabTargets":
-        return VocabTargets(*(transfer(t, device, non_blocking) for t in (self.atom, self.bond, self.fg)))
+        return transfer_fields(self, ("atom", "bond", "fg"), None, False)
 
 
 @dataclass(frozen=True)

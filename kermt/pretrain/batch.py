@@ -21,6 +21,7 @@ from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
 from kermt.data.corpus import CorpusArrays
 from kermt.data.operators import OperatorSpec
+from kermt.data.prefetch import transfer_fields
 from kermt.data.sampling import worker_share
 from kermt.nn.pretrain_config import PretrainHeadsConfig
 from kermt.nn.pretrain_model import PretrainBatch
@@ -71,13 +72,10 @@ class StepBatch:
     offset: int
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "StepBatch":
-        return replace(self, batch=self.batch.to(device, non_blocking),
-                       counts=self.counts.to(device, non_blocking=non_blocking),
-                       global_counts=self.global_counts.to(device, non_blocking=non_blocking))
+        return transfer_fields(self, ("batch", "counts", "global_counts"), device, non_blocking)
 
     def pin_memory(self) -> "StepBatch":
-        return replace(self, batch=self.batch.pin_memory(), counts=self.counts.pin_memory(),
-                       global_counts=self.global_counts.pin_memory())
+        return transfer_fields(self, ("batch", "counts", "global_counts"), None, False)
 
 
 def _graph(arrays: CorpusArrays, rows: np.ndarray, width: int, operators: OperatorSpec | None) -> BatchMolGraph:

@@ -23,10 +23,10 @@ from torch import nn
 from kermt.nn.depth import depth_rng
 from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
-from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.nn.precision import PRECISIONS, autocast
-from kermt.nn.reached import touch_unreached
+from kermt.nn.pretrain_config import PretrainLossConfig
 from kermt.nn.pretrain_model import PretrainOutput
+from kermt.nn.reached import touch_unreached
 from kermt.pretrain.batch import StepBatch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
 
