@@ -2,7 +2,9 @@
 
 Upstream drops a row when its SMILES is '', does not parse, or has no heavy atoms. Here every row is kept and
 classified, so callers can report invalid rows by row number and keep outputs aligned with the input.
-RDKit's parse errors are silenced only while parsing (``rdBase.BlockLogs``), not process-wide.
+RDKit's parse errors are silenced only while parsing (``rdBase.BlockLogs``), not process-wide. A SMILES that parses
+but fails RDKit's sanitisation (valence, aromaticity) gets RDKit's own message in its reason, e.g.
+"unparsable: Explicit valence for atom # 1 C, 5, is greater than permitted", so a chemist can fix the row.
 """
 
 from __future__ import annotations
@@ -39,10 +41,32 @@ def parse_smiles(smiles: object) -> tuple[Chem.Mol | None, str | None]:
     with rdBase.BlockLogs():
         mol = Chem.MolFromSmiles(smiles)
     if mol is None:
-        return None, UNPARSABLE
+        return None, _why_unparsable(smiles)
     if mol.GetNumHeavyAtoms() == 0:
         return None, NO_HEAVY_ATOMS
     return mol, None
+
+
+def reason_kind(reason: str) -> str:
+    """The category of a reason (``EMPTY``, ``UNPARSABLE`` or ``NO_HEAVY_ATOMS``), without RDKit's detail: what
+    summaries count by."""
+    return reason.partition(":")[0]
+
+
+def _why_unparsable(smiles: str) -> str:
+    """The reason a SMILES that ``MolFromSmiles`` rejected is unusable: plain ``UNPARSABLE`` for a syntax error,
+    with RDKit's sanitisation message when the syntax is fine but the chemistry is not. Only called for rejected
+    rows, so the second parse costs nothing on valid input."""
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(smiles, sanitize=False)
+        if mol is None:
+            return UNPARSABLE
+        try:
+            Chem.SanitizeMol(mol)
+        except Exception as error:  # RDKit raises its own MolSanitizeException subclasses; any message will do
+            message = " ".join(str(error).split())
+            return f"{UNPARSABLE}: {message}" if message else UNPARSABLE
+    return UNPARSABLE
 
 
 def parse_many(smiles: Sequence[object]) -> tuple[list[Chem.Mol | None], list[InvalidSmiles]]:
@@ -57,4 +81,4 @@ def parse_many(smiles: Sequence[object]) -> tuple[list[Chem.Mol | None], list[In
     return mols, invalid
 
 
-__all__ = ["EMPTY", "NO_HEAVY_ATOMS", "UNPARSABLE", "InvalidSmiles", "parse_many", "parse_smiles"]
+__all__ = ["EMPTY", "NO_HEAVY_ATOMS", "UNPARSABLE", "InvalidSmiles", "parse_many", "parse_smiles", "reason_kind"]

@@ -24,7 +24,7 @@ import numpy as np
 from rdkit import Chem, rdBase
 
 from kermt.chem.features import formal_charge_slot
-from kermt.chem.validation import parse_smiles
+from kermt.chem.validation import parse_smiles, reason_kind
 from kermt.chem.vocab_context import ContextVocab, contexts
 from kermt.chem.vocab_smiles import SMILES_SPECIALS, SmilesVocab
 from kermt.data.atomic_files import join, write_text
@@ -140,7 +140,10 @@ def check_not_empty(n_rows: int, n_valid: int, sources: Sequence[str], reasons: 
     if n_rows == 0:
         raise UserError(f"no data rows in {', '.join(sources)}: the corpus would be empty")
     if n_valid == 0:
-        common = ", ".join(f"{reason} ({count})" for reason, count in reasons.most_common(3))
+        kinds = Counter()
+        for reason, count in reasons.items():
+            kinds[reason_kind(reason)] += count
+        common = ", ".join(f"{reason} ({count})" for reason, count in kinds.most_common(3))
         raise UserError(f"none of the {n_rows} rows of {', '.join(sources)} holds a valid SMILES ({common}); "
                         "check --smiles_column")
 

@@ -31,6 +31,7 @@ import pyarrow as pa
 import torch
 
 from kermt.checkpoint import Checkpoint
+from kermt.chem.validation import reason_kind
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
@@ -195,7 +196,7 @@ class StreamStats:
         self.valid += int(valid.sum())
         for i in np.flatnonzero(~valid):
             reason = block.column("error")[int(i)].as_py()
-            self.reasons[reason] = self.reasons.get(reason, 0) + 1
+            self.reasons[reason_kind(reason)] = self.reasons.get(reason_kind(reason), 0) + 1
             if len(self.examples) < 3:
                 self.examples.append(f"{block.column('smiles')[int(i)].as_py()!r}: {reason}")
 
