@@ -11,7 +11,8 @@ The library reads and writes local files, so a subcommand's URIs are resolved at
 - an output file (``--output_path``) is written to a private staging directory and uploaded when the command
   succeeded, so no half-written result ever appears at the URI.
 
-A URI that cannot be read is a one-line error naming the flag and the URI.
+A URI that cannot be read is a one-line error naming the flag and the URI. ``hf://`` URIs (models on the Hugging
+Face Hub, the released NV-KERMT-70M-v2 among them) are fetched by ``ray_app/common/release.py``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ def fetch_input(uri: str, flag: str) -> str:
 
     if not is_uri(uri):
         return uri
+    if uri.startswith("hf://"):
+        from ray_app.common.release import fetch_from_hub
+
+        return fetch_from_hub(uri, flag)
     filesystem, path = _filesystem(uri, flag)
     info = _info(filesystem, path, uri, flag)
     if info.type == pafs.FileType.NotFound:
@@ -127,6 +132,11 @@ def upload(local: Path, uri: str, flag: str) -> None:
 
 def _localized_inputs(config: BaseModel, keep_remote: Sequence[str]) -> dict[str, Any]:
     changes: dict[str, Any] = {}
+    if getattr(config, "pretrained_release", False):  # the released model, fetched before Ray starts like any input
+        from ray_app.common.release import fetch_release
+
+        changes.update(checkpoint_path=str(fetch_release(getattr(config, "model_dir", None))),
+                       pretrained_release=False)
     for name in (n for n in INPUT_SETTINGS if n not in keep_remote):
         value = getattr(config, name, None)
         if isinstance(value, str) and is_uri(value):

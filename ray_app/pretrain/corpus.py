@@ -194,12 +194,15 @@ def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, 
 
 def run_corpus(config: CorpusConfig) -> None:
     from ray_app.common.cluster import connect
+    from ray_app.common.remote_files import fetch_input
     from ray_app.common.storage import resolve_storage
     from ray_app.pretrain.corpus_read import check_inputs
 
     columns = check_inputs(config.data_path, config.smiles_column)
     paths = dict(zip(("atom", "bond", "smiles"), config.vocab_paths))
-    given = [None if path is None else load_vocab(path, kind) for kind, path in paths.items()]
+    # given vocab files may be URIs (s3://, hf://nvidia/NV-KERMT-70M-v2/pretrain_atom_vocab.json): read local copies
+    given = [None if path is None else load_vocab(fetch_input(path, f"--{kind}_vocab_path"), kind)
+             for kind, path in paths.items()]
     connect(config.address, num_cpus=config.num_cpus)
     corpus_dir = resolve_storage(config.save_dir, default_dir=None, flag="--save_dir")  # type: ignore[arg-type]
     start = time.perf_counter()

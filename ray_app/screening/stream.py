@@ -51,12 +51,14 @@ def rows_per_block(batch_size: int, target: int = TARGET_ROWS_PER_BLOCK) -> int:
 
 
 def _canonical(smiles: Sequence[str]) -> list[str | None]:
-    from rdkit import Chem
+    """Canonical SMILES, None where invalid (the featuriser then says why, once; RDKit's log stays quiet)."""
+    from rdkit import Chem, rdBase
 
     out = []
-    for s in smiles:
-        mol = Chem.MolFromSmiles(s) if s else None
-        out.append(Chem.MolToSmiles(mol) if mol is not None and mol.GetNumHeavyAtoms() > 0 else None)
+    with rdBase.BlockLogs():
+        for s in smiles:
+            mol = Chem.MolFromSmiles(s) if s else None
+            out.append(Chem.MolToSmiles(mol) if mol is not None and mol.GetNumHeavyAtoms() > 0 else None)
     return out
 
 

@@ -1,13 +1,19 @@
-"""--pretrained_release: the real huggingface_hub code path, served from a local offline cache built here."""
+"""--pretrained_release and hf:// URIs: the real huggingface_hub code path, served from a local offline cache built
+here (HF_HUB_OFFLINE: nothing reaches the network)."""
 
 from __future__ import annotations
 
 import shutil
 
+import pandas as pd
 import pytest
 
+from kermt.errors import UserError
 from ray_app.common import release
+from ray_app.common.remote_files import fetch_input
+from ray_app.screening.commands import main_reconstruct
 from tests.conftest import FIXTURE_DIR
+from tests.ray_app.screening import test_reconstruct as reconstruct
 
 SOURCES = {
     release.CHECKPOINT_FILE: "ckpt_pretrain_hybrid.pt",
@@ -17,17 +23,28 @@ SOURCES = {
 }
 
 
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    """A huggingface_hub cache holding the pinned revision, and no network (HF_HUB_OFFLINE)."""
-    cache = tmp_path / "hub"
-    repo = cache / ("models--" + release.RELEASE_REPO.replace("/", "--"))
-    snapshot = repo / "snapshots" / release.RELEASE_REVISION
+OTHER_REPO, OTHER_REVISION = "someone/finetuned-kermt", "0123456789abcdef0123456789abcdef01234567"
+
+
+def _cached_repo(cache, repo_id: str, revision: str, files: dict[str, str]):
+    """A repo snapshot in huggingface_hub's cache layout, with refs/main pointing at it."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / revision
     snapshot.mkdir(parents=True)
-    for name, fixture in SOURCES.items():
+    for name, fixture in files.items():
         shutil.copyfile(FIXTURE_DIR / fixture, snapshot / name)
     (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(release.RELEASE_REVISION)
+    (repo / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """A huggingface_hub cache holding the pinned revision of the release and another repo, and no network."""
+    cache = tmp_path / "hub"
+    snapshot = _cached_repo(cache, release.RELEASE_REPO, release.RELEASE_REVISION, SOURCES)
+    _cached_repo(cache, OTHER_REPO, OTHER_REVISION, {"model.pt": "ckpt_ft_reg.pt"})
+    monkeypatch.setenv("KERMT_CACHE", str(tmp_path / "kermt_cache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import huggingface_hub.constants as constants
@@ -62,3 +79,72 @@ def test_a_download_that_is_not_the_hybrid_model_is_refused(offline_hub, tmp_pat
     with pytest.raises(ValueError, match="expected the hybrid"):
         release.fetch_release(tmp_path / "model")
     assert not release.is_complete(tmp_path / "model")
+
+
+def test_hf_uris_name_the_release_its_files_and_other_repos(offline_hub, tmp_path):
+    checkpoint = fetch_input("hf://nvidia/NV-KERMT-70M-v2", "--checkpoint_path")
+    assert checkpoint == str(tmp_path / "kermt_cache" / "NV-KERMT-70M-v2" / release.CHECKPOINT_FILE)  # $KERMT_CACHE
+    assert open(checkpoint, "rb").read() == (FIXTURE_DIR / "ckpt_pretrain_hybrid.pt").read_bytes()
+    vocab = fetch_input(f"hf://nvidia/NV-KERMT-70M-v2@{release.RELEASE_REVISION}/pretrain_smiles_vocab.pkl", "--v")
+    assert open(vocab, "rb").read() == (FIXTURE_DIR / "tiny_smiles_vocab.pkl").read_bytes()
+    other = fetch_input(f"hf://{OTHER_REPO}/model.pt", "--checkpoint_path")
+    assert open(other, "rb").read() == (FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()
+    assert (tmp_path / "hub") in __import__("pathlib").Path(other).parents  # huggingface_hub's own cache
+    snapshot = fetch_input(f"hf://{OTHER_REPO}@{OTHER_REVISION}", "--checkpoint_dir")  # a whole repo: a directory
+    assert sorted(p.name for p in __import__("pathlib").Path(snapshot).iterdir()) == ["model.pt"]
+
+
+@pytest.mark.parametrize("uri, message", [
+    ("hf://nvidia", "a Hub URI is hf://OWNER/REPO[@REVISION][/FILE]"),
+    ("hf://nvidia/NV-KERMT-70M-v2/model.pt", "the release holds kermt_contrastive_v2.0.pt, pretrain_atom_vocab"),
+    ("hf://someone/not-cached/model.pt", "cannot download hf://someone/not-cached/model.pt from the Hugging Face "
+                                         "Hub (LocalEntryNotFoundError"),
+])
+def test_a_hub_uri_that_cannot_be_served_is_a_user_error(offline_hub, uri, message):
+    with pytest.raises(UserError, match="^--checkpoint_path " if "cannot" not in message else "^cannot") as caught:
+        fetch_input(uri, "--checkpoint_path")
+    assert message in str(caught.value)
+
+
+def test_the_release_download_failing_is_a_user_error_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERMT_CACHE", str(tmp_path / "kermt_cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_hub"))
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty_hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(UserError, match=f"cannot download {release.RELEASE_REPO}@7df5eb3 from the Hugging Face Hub"):
+        release.fetch_release()
+    assert not release.is_complete(tmp_path / "kermt_cache" / "NV-KERMT-70M-v2")
+
+
+def test_reconstruct_from_the_release_by_its_hub_uri_finds_the_vocab_beside_it(offline_hub, ray_cluster, tmp_path):
+    # The release's SMILES vocab is found next to the downloaded checkpoint, so the URI alone is enough; the
+    # generated SMILES are those of the same checkpoint and vocab in one process.
+    data = reconstruct._input(tmp_path / "in.csv")
+    flags = [f if f != str(reconstruct.CHECKPOINT) else "hf://nvidia/NV-KERMT-70M-v2" for f in reconstruct.FLAGS]
+    assert "hf://nvidia/NV-KERMT-70M-v2" in flags
+    assert main_reconstruct(["--data_path", str(tmp_path / "in.csv"), *flags,
+                             "--output_path", str(tmp_path / "out.parquet")]) == 0
+    out = pd.read_parquet(tmp_path / "out.parquet")
+    expected = reconstruct._in_process(data["smiles"].fillna("").tolist())
+    assert [None if pd.isna(s) else s for s in out["generated_smiles"]] == \
+        [s for samples in expected for s in (samples or [None] * reconstruct.SAMPLES)]
+
+
+def test_a_corpus_labelled_with_the_releases_vocab_files_by_their_hub_uris(offline_hub, ray_cluster, tmp_path):
+    # Continued pretraining of the release starts with a corpus labelled by its vocabularies.
+    from kermt.chem.vocab_context import ContextVocab
+    from kermt.data.corpus import open_corpus
+    from ray_app.cli import main
+
+    (tmp_path / "in.csv").write_text("smiles\n" + "\n".join(reconstruct.SMILES) + "\n")
+    uris = {kind: f"hf://nvidia/NV-KERMT-70M-v2/pretrain_{kind}_vocab.{'pkl' if kind == 'smiles' else 'json'}"
+            for kind in ("atom", "bond", "smiles")}
+    flags = [item for kind, uri in uris.items() for item in (f"--{kind}_vocab_path", uri)]
+    assert main(["corpus", "--data_path", str(tmp_path / "in.csv"), "--save_dir", str(tmp_path / "c"), *flags]) == 0
+    corpus = open_corpus(str(tmp_path / "c"))
+    assert corpus.atom_vocab == ContextVocab.load(FIXTURE_DIR / "tiny_atom_vocab.json")
+    assert corpus.bond_vocab == ContextVocab.load(FIXTURE_DIR / "tiny_bond_vocab.json")
+    assert len(corpus.smiles_vocab) == 41 and corpus.manifest.n_molecules == len(reconstruct.SMILES)
+    assert corpus.manifest.settings["vocab_paths"] == uris  # the manifest records what the user named
