@@ -89,6 +89,15 @@ def _degenerate_classification(targets: np.ndarray, preds: np.ndarray) -> bool:
     return constant_binary(targets) or constant_binary(preds)
 
 
+def _unscorable(y: np.ndarray, p: np.ndarray, dataset_type: str) -> str | None:
+    """Why a task's labelled rows cannot be scored (upstream skips these tasks too), or None."""
+    if y.size == 0:
+        return "no labels"
+    if dataset_type == "classification" and _degenerate_classification(y, p):
+        return "one class only" if _degenerate_classification(y, y) else "predictions all 0 or all 1"
+    return None
+
+
 def task_scores(preds: np.ndarray, targets: np.ndarray, metric: str, dataset_type: str) -> list[float]:
     """One score per task. preds, targets: [N, T]; NaN in ``targets`` marks a missing label."""
     fn = get_metric(metric)
@@ -97,13 +106,29 @@ def task_scores(preds: np.ndarray, targets: np.ndarray, metric: str, dataset_typ
     for task in range(targets.shape[1]):
         labelled = ~np.isnan(targets[:, task])
         y, p = targets[labelled, task], preds[labelled, task]
-        if y.size == 0 or (dataset_type == "classification" and _degenerate_classification(y, p)):
+        if _unscorable(y, p, dataset_type):
             scores.append(float("nan"))
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. r2/spearman of one sample: NaN, as upstream
             scores.append(fn(y, p))
     return scores
+
+
+def unscored_note(task_names: list[str], preds: np.ndarray, targets: np.ndarray, scores: list[float],
+                  dataset_type: str) -> str | None:
+    """When some tasks have no score (so the task mean leaves them out), which ones and why, e.g.
+    ``"2 of 3 tasks scored; not scored: rare (one class only), sparse (no labels)"``; None when all are scored."""
+    preds, targets = np.asarray(preds, dtype=float), np.asarray(targets, dtype=float)
+    missing = []
+    for task, (name, value) in enumerate(zip(task_names, scores)):
+        if np.isnan(value):
+            labelled = ~np.isnan(targets[:, task])
+            why = _unscorable(targets[labelled, task], preds[labelled, task], dataset_type)
+            missing.append(f"{name} ({why or 'the metric is undefined for these labels'})")
+    if not missing:
+        return None
+    return f"{len(scores) - len(missing)} of {len(scores)} tasks scored; not scored: {', '.join(missing)}"
 
 
 def nanmean(scores: list[float]) -> float:

@@ -17,7 +17,7 @@ import ray
 
 from kermt.config import FinetuneModelConfig
 from kermt.data.splits import Split
-from kermt.metrics import nanmean
+from kermt.metrics import nanmean, unscored_note
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.training import score
 from ray_app.common import outputs
@@ -47,6 +47,9 @@ def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
         return float("nan")
     value, per_task = score(ensemble, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
     print(f"Seed {c.seed + fold} ==> test {setup.metric} = {value:.6f}", flush=True)
+    note = unscored_note(setup.task_names, ensemble, splits.test_targets_raw, per_task, setup.dataset_type)
+    if note:
+        print(f"Seed {c.seed + fold} ==> {note}", flush=True)
     if c.show_individual_scores:
         for name, task_score in zip(setup.task_names, per_task):
             print(f"Seed {c.seed + fold} ==> test {name} {setup.metric} = {task_score:.6f}", flush=True)

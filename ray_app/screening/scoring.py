@@ -23,7 +23,7 @@ import pyarrow as pa
 from kermt.data.tables import check_classification_labels, parse_labels
 from kermt.errors import UserError
 from kermt.inference import task_names
-from kermt.metrics import nanmean, task_scores
+from kermt.metrics import nanmean, task_scores, unscored_note
 from ray_app.common import outputs
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.files import column_names, pick_columns
@@ -91,6 +91,9 @@ def run_eval(config: EvalConfig) -> int:
     if config.show_individual_scores:
         for name, value in zip(tasks, per_task):
             print(f"test {name} {metric} = {value:.6f}", flush=True)
+    note = unscored_note(tasks, preds, targets, per_task, head.dataset_type)
+    if note:
+        print(f"test {metric}: {note}", flush=True)
     value = nanmean(per_task)
     print(f"test {metric} = {value:.6f}", flush=True)
     print(f"overall_test_{metric}={value:.6f}", flush=True)

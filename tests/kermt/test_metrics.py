@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn import metrics as skm
 
-from kermt.metrics import METRICS, metric_direction, nanmean, task_scores
+from kermt.metrics import METRICS, metric_direction, nanmean, task_scores, unscored_note
 
 NAN = float("nan")
 RNG = np.random.default_rng(0)
@@ -59,6 +59,19 @@ def test_nan_rules():
     assert all(math.isnan(s) for s in scores)  # single class / no labels / all-zero predictions
     assert math.isnan(nanmean(scores))
     assert nanmean([1.0, NAN, 3.0]) == 2.0
+    assert unscored_note(["a", "b", "c"], preds, targets, scores, "classification") == (
+        "0 of 3 tasks scored; not scored: a (one class only), b (no labels), c (predictions all 0 or all 1)")
+
+
+def test_the_note_names_only_the_tasks_left_out_of_the_mean():
+    targets = np.stack([Y_REG, Y_REG, np.full(10, NAN)], axis=1)
+    targets[1:, 1] = NAN  # one label: r2 is undefined
+    preds = np.stack([P_REG, P_REG, P_REG], axis=1)
+    scores = task_scores(preds, targets, "r2", "regression")
+    assert math.isnan(scores[1]) and math.isnan(scores[2]) and not math.isnan(scores[0])
+    assert unscored_note(["logS", "pKa", "clearance"], preds, targets, scores, "regression") == (
+        "1 of 3 tasks scored; not scored: pKa (the metric is undefined for these labels), clearance (no labels)")
+    assert unscored_note(["logS"], preds[:, :1], targets[:, :1], scores[:1], "regression") is None
 
 
 def test_directions():
