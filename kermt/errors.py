@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT (128 + 2)
 
 # What library code raises for bad input it was handed: a wrong value or setting, a missing or unreadable file,
 # a file that is not a pickle/checkpoint. Only converted where the caller knows the input is the user's.
@@ -24,6 +25,10 @@ INPUT_ERRORS: tuple[type[BaseException], ...] = (
 
 class UserError(ValueError):
     """Bad user input. The message is what the user reads: name the file/row/column/key and what to do."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, after the run kept what it could. The message says what is kept and how to go on."""
 
 
 @contextmanager
@@ -95,9 +100,14 @@ def run_reporting_user_errors(
     unwrap: Callable[[BaseException], list[BaseException]] = lambda e: [],
 ) -> int:
     """``run()``; a user error (also one wrapped by another exception) is printed as one line
-    ``<prog>: error: <message>`` on stderr and gives exit status 2. Other exceptions propagate (a traceback)."""
+    ``<prog>: error: <message>`` on stderr and gives exit status 2; Ctrl-C prints ``<prog>: interrupted`` (with what
+    an :class:`Interrupted` says) and gives 130. Other exceptions propagate (a traceback)."""
     try:
         return run()
+    except KeyboardInterrupt as interrupt:  # Ctrl-C is the user's choice, not a bug: no traceback
+        detail = one_line(str(interrupt)) if isinstance(interrupt, Interrupted) else ""
+        print(f"{prog}: interrupted" + (f"; {detail}" if detail else ""), file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     except Exception as error:
         found = find_user_error(error, unwrap)
         if found is None:
@@ -106,5 +116,5 @@ def run_reporting_user_errors(
         return EXIT_USER_ERROR
 
 
-__all__ = ["EXIT_USER_ERROR", "INPUT_ERRORS", "UserError", "find_cause", "find_user_error",
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "INPUT_ERRORS", "Interrupted", "UserError", "find_cause", "find_user_error",
            "one_line", "run_reporting_user_errors", "user_input", "wrapped_causes"]

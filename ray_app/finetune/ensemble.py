@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import ray
 from ray import tune
 
+from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.finetune.members import member_concurrency
 from ray_app.finetune.resume import saved_by_run
 from ray_app.finetune.setup import RunSetup
@@ -63,7 +64,9 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
     to_train = [job for job in jobs if job not in kept]
     if not to_train:
         return
-    grid = _tuner(setup, fold_splits, to_train, kept).fit()
+    with stopping_on_ctrl_c(f"finished models and each member's last epoch are kept in {setup.save_dir} and "
+                            f"{setup.storage}; re-run the same command to resume"):
+        grid = _tuner(setup, fold_splits, to_train, kept).fit()
     for result in grid:  # trials that finished while no driver was there to copy their files
         fetch_member(setup.save_dir, setup.run_id, result.config, result.checkpoint)
     failed = [result for result in grid if result.error is not None]

@@ -25,6 +25,7 @@ from kermt.nn.pretrain_model import KermtPretrainModel
 from kermt.pretrain.export import export_pretrain_upstream, save_pretrain_native
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
+from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
@@ -128,7 +129,9 @@ def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str)
             logging_config=LoggingConfig(log_level="WARNING"),  # the loop prints one line per interval
         ),
     )
-    return trainer.fit()
+    with stopping_on_ctrl_c(f"the last step checkpoint is kept in {storage}; re-run the same command to resume "
+                            "from it", tune=False):
+        return trainer.fit()
 
 
 def write_outputs(save_dir: Path, result: ray.train.Result, plan: PretrainPlan, run_id: str,

@@ -1,0 +1,58 @@
+"""Ctrl-C on a real `kermt finetune` driver (a subprocess attached to the test cluster): one line, exit 130, and the
+same command resumes the run."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ray_app.cli import main
+from tests.conftest import DATA_DIR, FIXTURE_DIR
+
+ROOT = DATA_DIR.parents[1]
+
+
+@pytest.fixture
+def small_csv(tmp_path):
+    with open(ROOT / "data/sample/admet_demo.csv") as f:
+        rows = list(csv.reader(f))[:121]
+    path = tmp_path / "small.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    return path
+
+
+def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, small_csv, tmp_path):
+    import ray
+
+    save_dir = tmp_path / "run"
+    argv = ["finetune", "--data_path", str(small_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+            "--save_dir", str(save_dir), "--epochs", "50", "--batch_size", "16", "--ffn_hidden_size", "16"]
+    command = [sys.executable, "-m", "ray_app.cli", *argv, "--address", ray.get_runtime_context().gcs_address]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        driver = subprocess.Popen(command, cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.monotonic() + 300
+        epoch_checkpoints = "*-fold0-model0/checkpoint_*/training_state.pt"  # Ray Train's, one per epoch
+        while not list((save_dir / "ray_results").glob(epoch_checkpoints)):
+            assert driver.poll() is None and time.monotonic() < deadline, "the run ended or stalled before epoch 0"
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGINT)
+        assert driver.wait(timeout=120) == 130
+    err = (tmp_path / "stderr.txt").read_text()
+    assert "Traceback" not in err and "Tuner.restore" not in err
+    assert err.strip().splitlines()[-1].endswith(
+        f"kermt finetune: interrupted; finished models and each member's last epoch are kept in {save_dir} and "
+        f"{save_dir / 'ray_results'}; re-run the same command to resume")
+    assert not (save_dir / "fold_0" / "test_result.csv").exists()
+
+    assert main(argv) == 0  # the same command: resumes from the kept epoch and finishes
+    with open(save_dir / "fold_0" / "model_0" / "metrics.csv") as f:
+        epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
+    assert epochs == list(range(50))
+    assert (save_dir / "fold_0" / "test_result.csv").exists()
