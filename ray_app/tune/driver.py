@@ -15,9 +15,11 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
+from kermt.errors import Interrupted
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
+from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.settings import Source
 from ray_app.finetune.setup import RunSetup, fold_splits, resolve_setup
 from ray_app.finetune.trainable import TRIAL_ACTOR_RESOURCES, train_member
@@ -80,11 +82,34 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     # driver then lets go of the featurised files for the rest of the sweep.
     fold_zero = ray.put(fold_splits(setup, 0)[1])
     setup = setup.without_inputs()
-    _tuner(config, setup, fold_zero, space, objective, concurrency).fit()
+    interrupted = _sweep(_tuner(config, setup, fold_zero, space, objective, concurrency), setup)
     trials = tune.ExperimentAnalysis(experiment_path(setup)).trials
     for trial in trials:  # trials that finished in an earlier, interrupted session
         download_trial(setup.save_dir, trial)
-    return _report(setup, objective, trials, time.perf_counter() - started)
+    try:
+        summary = _report(setup, objective, trials, time.perf_counter() - started)
+    except SweepFailedError:
+        if interrupted:
+            raise interrupted from None
+        raise
+    if interrupted:  # the trials finished so far are reported and their files saved; then say how to go on
+        raise interrupted
+    return summary
+
+
+def _sweep(tuner: tune.Tuner, setup: RunSetup) -> Interrupted | None:
+    """Run the sweep; on Ctrl-C (Tune stops gracefully, ray_app/common/interrupt.py) return the interruption so the
+    trials finished so far can still be reported, unless the sweep had not started."""
+    advice = (f"the finished trials and the sweep's state are kept in {experiment_root(setup)}; re-run the same "
+              "command to resume the sweep")
+    try:
+        with stopping_on_ctrl_c(advice):
+            tuner.fit()
+    except Interrupted as stop:
+        if not tune.Tuner.can_restore(experiment_path(setup)):
+            raise
+        return stop
+    return None
 
 
 def experiment_root(setup: RunSetup) -> str:
