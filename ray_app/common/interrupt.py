@@ -6,7 +6,9 @@ had ended, so the caller cannot tell an interrupted run from a finished one and 
 instead: the first Ctrl-C asks Tune for the same graceful stop through Tune's other stop signal (SIGUSR1, which
 Tune always listens to), the second stops at once, and afterwards :class:`kermt.errors.Interrupted` carries the
 command's own advice ("re-run the same command to resume") to the entry point, which prints one line and exits 130.
-Around a Ray Train ``fit()`` (pretraining) a Ctrl-C simply ends the wait; the step checkpoints are the resume point.
+Around a Ray Train ``fit()`` (pretraining, ``tune=False``) Ray Train installs its own handler, which aborts the run
+gracefully and then calls ``sys.exit()``; that exit becomes the same ``Interrupted``. The step checkpoints are the
+resume point.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ def stopping_on_ctrl_c(advice: str, tune: bool = True) -> Iterator[None]:
     tune_logger.addFilter(_not_tunes_restore_advice)
     try:
         yield
+    except SystemExit:
+        if tune:
+            raise
+        # Ray Train's fit() replaces our handler with its own, which aborts the run gracefully and then calls
+        # sys.exit(): nothing else in a Train fit() exits the process
+        raise Interrupted(advice) from None
     except (KeyboardInterrupt, Exception):
         if hit.is_set():  # whatever the stop made fail is not the story: the user stopped the run
             raise Interrupted(advice) from None

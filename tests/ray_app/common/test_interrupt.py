@@ -89,3 +89,20 @@ def test_the_entry_point_prints_one_line_and_exits_130(capsys):
 
     assert run_reporting_user_errors("kermt predict", plain) == 130
     assert capsys.readouterr().err == "kermt predict: interrupted\n"
+
+
+def test_ray_trains_own_sigint_exit_is_an_interrupt_around_a_train_fit():
+    # Ray Train's fit() installs its own SIGINT handler: it aborts the run, then calls sys.exit(0).
+    def trains_handler(signum, frame):
+        raise SystemExit(0)
+
+    with pytest.raises(Interrupted, match=ADVICE):
+        with stopping_on_ctrl_c(ADVICE, tune=False):
+            signal.signal(signal.SIGINT, trains_handler)  # as TorchTrainer.fit() does in the main thread
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+            pytest.fail("Ray Train's handler did not end the run")
+    assert signal.getsignal(signal.SIGINT) is not trains_handler  # ours and Train's are gone again
+    with pytest.raises(SystemExit):  # around a Tune run a SystemExit is not ours to reinterpret
+        with stopping_on_ctrl_c(ADVICE):
+            raise SystemExit(3)
