@@ -1,7 +1,7 @@
 """Screening throughput and memory: `kermt predict` on N SMILES (CPU), next to upstream's `main.py predict`.
 
     python bench/predict.py [--sizes 10000 100000] [--checkpoint tests/data/kermt_upstream/ckpt_ft_cls.pt]
-                            [--concurrency 1] [--upstream /path/to/KERMT]
+                            [--concurrency 1] [--upstream /path/to/KERMT] [--moses]
 
 Input: upstream's sample SMILES (tests/data/kermt_upstream_splits/train_val.csv) repeated to N rows, plus an id
 column. Each command runs as a child process; a sampler reads /proc every 0.2 s and records the peak RSS of the
@@ -29,12 +29,26 @@ from upstream_env import upstream_env  # bench/ is on sys.path when this script 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests/data/kermt_upstream_splits/train_val.csv"
 FIXTURES = ROOT / "tests/data/kermt_upstream"
+MOSES = ROOT / "data/moses/train.csv.gz"
 
 
-def make_data(n: int, path: Path, ids: bool = True) -> Path:
-    """N rows of the sample SMILES; ``ids`` adds a compound column (upstream would read it as a target)."""
-    with open(SOURCE) as f:
-        smiles = [row["smiles"] for row in csv.DictReader(f)]
+def _source_smiles(n: int, moses: bool) -> list[str]:
+    """The sample SMILES (repeated to N rows), or the first N of MOSES (scripts/fetch_moses.py: 1,584,663 ZINC
+    molecules, every one different)."""
+    if not moses:
+        with open(SOURCE) as f:
+            return [row["smiles"] for row in csv.DictReader(f)]
+    import pandas as pd
+
+    smiles = pd.read_csv(MOSES, nrows=n).iloc[:, 0].tolist()
+    if len(smiles) < n:
+        raise SystemExit(f"{MOSES} holds {len(smiles)} molecules, fewer than --sizes {n}")
+    return smiles
+
+
+def make_data(n: int, path: Path, ids: bool = True, moses: bool = False) -> Path:
+    """N rows of SMILES; ``ids`` adds a compound column (upstream would read it as a target)."""
+    smiles = _source_smiles(n, moses)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["smiles", "compound"] if ids else ["smiles"])
@@ -107,7 +121,14 @@ def run_ours(data: Path, checkpoint: Path, args: argparse.Namespace, out: Path) 
     cmd = [sys.executable, "-m", "ray_app.cli", "predict", "--data_path", str(data), "--checkpoint_path",
            str(checkpoint), "--output_path", str(out / "ours.csv"), "--batch_size", str(args.batch_size),
            "--id_columns", "compound", "--concurrency", str(args.concurrency)]
-    return measure(cmd, cwd=ROOT, env=env)
+    measured = measure(cmd, cwd=ROOT, env=env)
+    with open(out / "ours.csv") as f:  # every input row has its output row, in order
+        rows = sum(1 for _ in f) - 1
+    with open(data) as f:
+        expected = sum(1 for _ in f) - 1
+    if rows != expected:
+        raise RuntimeError(f"kermt predict wrote {rows} rows for {expected} input rows")
+    return measured
 
 
 def run_upstream(data: Path, checkpoint: Path, upstream: Path, args: argparse.Namespace, out: Path) -> Measured:
@@ -127,6 +148,8 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--upstream", type=Path, help="upstream KERMT checkout to measure in the same run")
+    parser.add_argument("--moses", action="store_true", help="the first N MOSES molecules instead of the sample "
+                        "SMILES repeated (scripts/fetch_moses.py; --sizes 1584663 is all of them)")
     args = parser.parse_args()
     args.features = "reg" in args.checkpoint.name  # the fixture regression models use rdkit_2d_normalized
     print(f"checkpoint {args.checkpoint.name}, batch {args.batch_size}, {os.cpu_count()} CPUs, "
@@ -135,11 +158,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         for n in args.sizes:
-            data = make_data(n, out / f"in_{n}.csv")
+            data = make_data(n, out / f"in_{n}.csv", moses=args.moses)
             runs = [(f"kermt predict (concurrency {args.concurrency})", lambda: run_ours(data, args.checkpoint, args,
                                                                                          out))]
             if args.upstream:
-                plain = make_data(n, out / f"in_{n}_smiles_only.csv", ids=False)
+                plain = make_data(n, out / f"in_{n}_smiles_only.csv", ids=False, moses=args.moses)
                 runs.append(("upstream main.py predict", lambda: run_upstream(plain, args.checkpoint, args.upstream,
                                                                             args, out)))
             for name, run in runs:

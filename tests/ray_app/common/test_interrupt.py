@@ -1,5 +1,6 @@
-"""Ctrl-C: real SIGINTs sent to this process. A stand-in for Tune's loop listens to SIGUSR1 as Tune does (Tune always
-installs that handler when its run starts); the end-to-end finetune case is in tests/ray_app/finetune/test_interrupt.py."""
+"""Ctrl-C: real SIGINTs sent to this process. A stand-in for Tune's loop listens to SIGUSR1 as Tune does (Tune
+always installs that handler when its run starts); the end-to-end finetune case is in
+tests/ray_app/finetune/test_interrupt.py."""
 
 from __future__ import annotations
 
