@@ -75,8 +75,22 @@ def _listed(name: str, help_text: str) -> library_cli.Command:
     return library_cli.Command(name, help_text, lambda parser: None, lambda args: 0)
 
 
+def _fetched_inspect_path(argv: list[str]) -> list[str]:
+    """``kermt inspect URI``: the library command reads local files, so a URI (s3://, hf://...) is fetched first."""
+    from ray_app.common.remote_files import fetch_input
+    from ray_app.common.storage import is_uri
+
+    return [fetch_input(a, "checkpoint") if i and is_uri(a) else a for i, a in enumerate(argv)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["inspect"] and any("://" in a for a in argv[1:]):
+        local: list[str] = []
+        failed = run_reporting_user_errors("kermt inspect", lambda: local.extend(_fetched_inspect_path(argv)) or 0)
+        if failed:
+            return failed
+        argv = local
     if argv and argv[0] in RAY_COMMANDS:
         command = RAY_COMMANDS[argv[0]][1]
         return run_reporting_user_errors(f"kermt {argv[0]}", lambda: command(argv[1:]), ray_causes)

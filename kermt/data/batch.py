@@ -35,8 +35,13 @@ class SparseOperator:
     values: torch.Tensor
     shape: tuple[int, int]
 
-    def to(self, device: torch.device | str | None, non_blocking: bool = False) -> "SparseOperator":
-        """On ``device`` (``None``: pinned host memory)."""
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "SparseOperator":
+        return self._moved(device, non_blocking)
+
+    def pin_memory(self) -> "SparseOperator":
+        return self._moved(None, False)
+
+    def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "SparseOperator":
         crow, col, values = (transfer(t, device, non_blocking) for t in (self.crow, self.col, self.values))
         return SparseOperator(crow, col, values, self.shape)
 
@@ -60,11 +65,17 @@ class GraphOperators:
     matrices: Mapping[str, SparseOperator]
     transposes: Mapping[str, SparseOperator]
 
-    def to(self, device: torch.device | str | None, non_blocking: bool = False) -> "GraphOperators":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "GraphOperators":
+        return self._moved(device, non_blocking)
+
+    def pin_memory(self) -> "GraphOperators":
+        return self._moved(None, False)
+
+    def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "GraphOperators":
         return GraphOperators(
             self.padding,
-            {name: op.to(device, non_blocking) for name, op in self.matrices.items()},
-            {name: op.to(device, non_blocking) for name, op in self.transposes.items()},
+            {name: transfer(op, device, non_blocking) for name, op in self.matrices.items()},
+            {name: transfer(op, device, non_blocking) for name, op in self.transposes.items()},
         )
 
 
@@ -115,10 +126,9 @@ class BatchMolGraph:
         return self._moved(None, False)
 
     def _moved(self, device: torch.device | str | None, non_blocking: bool) -> "BatchMolGraph":
-        arrays = {name: transfer(getattr(self, name), device, non_blocking) for name in GRAPH_ARRAYS}
-        operators = self.operators.to(device, non_blocking) if self.operators is not None else None
-        ids = transfer(self.molecule_ids, device, non_blocking)
-        return replace(self, **arrays, operators=operators, molecule_ids=ids)
+        parts = {name: transfer(getattr(self, name), device, non_blocking)
+                 for name in (*GRAPH_ARRAYS, "operators", "molecule_ids")}
+        return replace(self, **parts)
 
     def components(self) -> tuple[torch.Tensor, ...]:
         """The tuple upstream's encoder consumes, in upstream's order."""

@@ -148,3 +148,15 @@ def test_a_corpus_labelled_with_the_releases_vocab_files_by_their_hub_uris(offli
     assert corpus.bond_vocab == ContextVocab.load(FIXTURE_DIR / "tiny_bond_vocab.json")
     assert len(corpus.smiles_vocab) == 41 and corpus.manifest.n_molecules == len(reconstruct.SMILES)
     assert corpus.manifest.settings["vocab_paths"] == uris  # the manifest records what the user named
+
+
+def test_inspect_takes_a_hub_uri(offline_hub, capsys):
+    import json
+
+    from ray_app.cli import main
+
+    assert main(["inspect", "hf://nvidia/NV-KERMT-70M-v2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "hybrid"
+    assert main(["inspect", "hf://nvidia"]) == 2
+    assert capsys.readouterr().err.startswith("kermt inspect: error: checkpoint hf://nvidia: a Hub URI is")
