@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import shutil
 
-import pandas as pd
 import pytest
 
 from kermt.errors import UserError
 from ray_app.common import release
 from ray_app.common.remote_files import fetch_input
-from ray_app.screening.commands import main_reconstruct
 from tests.conftest import FIXTURE_DIR
 from tests.ray_app.screening import test_reconstruct as reconstruct
 
@@ -118,18 +116,21 @@ def test_the_release_download_failing_is_a_user_error_not_a_traceback(tmp_path, 
     assert not release.is_complete(tmp_path / "kermt_cache" / "NV-KERMT-70M-v2")
 
 
-def test_reconstruct_from_the_release_by_its_hub_uri_finds_the_vocab_beside_it(offline_hub, ray_cluster, tmp_path):
-    # The release's SMILES vocab is found next to the downloaded checkpoint, so the URI alone is enough; the
-    # generated SMILES are those of the same checkpoint and vocab in one process.
-    data = reconstruct._input(tmp_path / "in.csv")
-    flags = [f if f != str(reconstruct.CHECKPOINT) else "hf://nvidia/NV-KERMT-70M-v2" for f in reconstruct.FLAGS]
-    assert "hf://nvidia/NV-KERMT-70M-v2" in flags
-    assert main_reconstruct(["--data_path", str(tmp_path / "in.csv"), *flags,
-                             "--output_path", str(tmp_path / "out.parquet")]) == 0
-    out = pd.read_parquet(tmp_path / "out.parquet")
-    expected = reconstruct._in_process(data["smiles"].fillna("").tolist())
-    assert [None if pd.isna(s) else s for s in out["generated_smiles"]] == \
-        [s for samples in expected for s in (samples or [None] * reconstruct.SAMPLES)]
+def test_reconstruct_from_the_releases_hub_uri_finds_the_vocab_beside_it(offline_hub, tmp_path):
+    # The URI alone is enough: the release's SMILES vocab is found next to the downloaded checkpoint. What
+    # reconstruct does with a checkpoint and vocab once planned is tests/ray_app/screening/test_reconstruct.py's.
+    from kermt.pretrain.reconstruct import read_smiles_vocab
+    from ray_app.common.remote_files import local_files
+    from ray_app.screening.config import ReconstructConfig
+    from ray_app.screening.reconstruct import plan_reconstruct
+
+    reconstruct._input(tmp_path / "in.csv")
+    config = ReconstructConfig(data_path=str(tmp_path / "in.csv"), output_path=str(tmp_path / "out.csv"),
+                               checkpoint_path="hf://nvidia/NV-KERMT-70M-v2")
+    with local_files(config, keep_remote=("data_path",)) as local:
+        plan = plan_reconstruct(local)
+    assert plan.checkpoint.spec.kind == "hybrid"
+    assert plan.vocab == read_smiles_vocab(FIXTURE_DIR / "tiny_smiles_vocab.pkl", plan.checkpoint)
 
 
 def test_a_corpus_labelled_with_the_releases_vocab_files_by_their_hub_uris(offline_hub, ray_cluster, tmp_path):

@@ -21,7 +21,7 @@ ROOT = DATA_DIR.parents[1]
 @pytest.fixture
 def small_csv(tmp_path):
     with open(ROOT / "data/sample/admet_demo.csv") as f:
-        rows = list(csv.reader(f))[:121]
+        rows = list(csv.reader(f))[:81]
     path = tmp_path / "small.csv"
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(rows)
@@ -33,7 +33,7 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, sm
 
     save_dir = tmp_path / "run"
     argv = ["finetune", "--data_path", str(small_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-            "--save_dir", str(save_dir), "--epochs", "50", "--batch_size", "16", "--ffn_hidden_size", "16"]
+            "--save_dir", str(save_dir), "--epochs", "40", "--batch_size", "16", "--ffn_hidden_size", "16"]
     command = [sys.executable, "-m", "ray_app.cli", *argv, "--address", ray.get_runtime_context().gcs_address]
     with open(tmp_path / "stderr.txt", "w") as stderr:
         driver = subprocess.Popen(command, cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=stderr)
@@ -46,13 +46,13 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, sm
         assert driver.wait(timeout=120) == 130
     err = (tmp_path / "stderr.txt").read_text()
     assert "Traceback" not in err and "Tuner.restore" not in err
-    assert err.strip().splitlines()[-1].endswith(
-        f"kermt finetune: interrupted; finished models and each member's last epoch are kept in {save_dir} and "
-        f"{save_dir / 'ray_results'}; re-run the same command to resume")
+    advice = (f"kermt finetune: interrupted; finished models and each member's last epoch are kept in {save_dir} "
+              f"and {save_dir / 'ray_results'}; re-run the same command to resume")
+    assert advice in err.splitlines()  # Ray may still forward a worker's log line after it
     assert not (save_dir / "fold_0" / "test_result.csv").exists()
 
     assert main(argv) == 0  # the same command: resumes from the kept epoch and finishes
     with open(save_dir / "fold_0" / "model_0" / "metrics.csv") as f:
         epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
-    assert epochs == list(range(50))
+    assert epochs == list(range(40))
     assert (save_dir / "fold_0" / "test_result.csv").exists()
