@@ -74,9 +74,9 @@ def fetch_input(uri: str, flag: str) -> str:
 
     if not is_uri(uri):
         return uri
-    if uri.startswith("hf://"):
-        from ray_app.common.release import fetch_from_hub
+    from ray_app.common.release import HUB_SCHEME, fetch_from_hub
 
+    if uri.startswith(HUB_SCHEME):
         return fetch_from_hub(uri, flag)
     filesystem, path = _filesystem(uri, flag)
     info = _info(filesystem, path, uri, flag)

@@ -198,7 +198,8 @@ class StreamStats:
         self.valid += int(valid.sum())
         for i in np.flatnonzero(~valid):
             reason = block.column("error")[int(i)].as_py()
-            self.reasons[reason_kind(reason)] = self.reasons.get(reason_kind(reason), 0) + 1
+            kind = reason_kind(reason)
+            self.reasons[kind] = self.reasons.get(kind, 0) + 1
             if len(self.examples) < 3:
                 self.examples.append(f"{block.column('smiles')[int(i)].as_py()!r}: {reason}")
 

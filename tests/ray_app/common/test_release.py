@@ -4,6 +4,7 @@ here (HF_HUB_OFFLINE: nothing reaches the network)."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -87,9 +88,9 @@ def test_hf_uris_name_the_release_its_files_and_other_repos(offline_hub, tmp_pat
     assert open(vocab, "rb").read() == (FIXTURE_DIR / "tiny_smiles_vocab.pkl").read_bytes()
     other = fetch_input(f"hf://{OTHER_REPO}/model.pt", "--checkpoint_path")
     assert open(other, "rb").read() == (FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()
-    assert (tmp_path / "hub") in __import__("pathlib").Path(other).parents  # huggingface_hub's own cache
+    assert (tmp_path / "hub") in Path(other).parents  # huggingface_hub's own cache
     snapshot = fetch_input(f"hf://{OTHER_REPO}@{OTHER_REVISION}", "--checkpoint_dir")  # a whole repo: a directory
-    assert sorted(p.name for p in __import__("pathlib").Path(snapshot).iterdir()) == ["model.pt"]
+    assert sorted(p.name for p in Path(snapshot).iterdir()) == ["model.pt"]
 
 
 @pytest.mark.parametrize("uri, message", [
