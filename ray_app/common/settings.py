@@ -20,11 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from kermt.cli import ArgumentParser
 from kermt.errors import UserError
+from kermt.metric_names import METRIC_NAMES
 
-METRICS = (
-    "auc", "prc-auc", "rmse", "mae", "r2", "accuracy", "recall", "sensitivity", "specificity",
-    "matthews_corrcoef", "spearmanr",
-)  # fmt: skip
+METRICS = METRIC_NAMES  # the --metric choices; which dataset type each scores: kermt.metric_names
 SPLIT_TYPES = ("random", "scaffold_balanced", "predetermined", "crossval", "index_predetermined")
 FEATURE_GENERATORS = ("rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_count", "fgtasklabel")
 # Upstream flags that are refused, and why. A config file may still hold the key at its only working value

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kermt.data.tables import MoleculeTable, check_classification_labels, load_molecule_table, read_table
+from kermt.data.tables import MoleculeTable, check_classification_labels, infer_dataset_type, load_molecule_table, \
+    read_table
 from kermt.errors import UserError, user_input
 from kermt.inputs import check_checkpoint_file
+from kermt.metric_names import resolve_metric
 from ray_app.finetune.config import FinetuneConfig
 
 
@@ -43,19 +45,32 @@ def _optional_files(config: FinetuneConfig) -> list[tuple[str, str]]:
     return found
 
 
+def settle_task(config: FinetuneConfig, train_targets: np.ndarray, labelled: list[tuple[str, np.ndarray]],
+                target_names: list[str]) -> tuple[str, str]:
+    """(dataset_type, metric) of the run: ``--dataset_type`` or the one the training labels imply, and ``--metric``
+    or its default; a metric of the other dataset type, or a classification label that is not 0/1 in any of the
+    ``labelled`` (path, targets) files, is a UserError. Checked before Ray starts and again where the run settles
+    them, so a run never trains to fail at its first validation."""
+    dataset_type = config.dataset_type or infer_dataset_type(train_targets)
+    metric = resolve_metric(config.metric, dataset_type, "" if config.dataset_type else "inferred from the labels")
+    if dataset_type == "classification":
+        for path, targets in labelled:
+            check_classification_labels(path, targets, target_names)
+    return dataset_type, metric
+
+
 def check_inputs(config: FinetuneConfig) -> None:
     """What can be checked before Ray starts, so a mistake costs a second, not a cluster start: every data file is
     readable with its columns and numeric labels (read once here and again by the run; reading is cheap next to
-    featurisation), classification labels are 0/1, other files exist, the checkpoint is one. Raises UserError."""
+    featurisation), the dataset type (given or inferred from the labels) fits the metric and every file's labels,
+    other files exist, the checkpoint is one. Raises UserError."""
     data, _ = read_labelled(config.data_path, config, None)
     tables = [data]
     if config.separate_val_path:
         tables.append(read_labelled(config.separate_val_path, config, data.target_names)[0])
     if config.separate_test_path:
         tables.append(read_labelled(config.separate_test_path, config, data.target_names, blinded_ok=True)[0])
-    if config.dataset_type == "classification":
-        for table in tables:
-            check_classification_labels(table.path, table.targets, data.target_names)
+    settle_task(config, data.targets, [(t.path, t.targets) for t in tables], data.target_names)
     for flag, path in _optional_files(config):
         if not Path(path).exists():
             raise UserError(f"--{flag} {path} does not exist")

@@ -17,13 +17,13 @@ from kermt.checkpoint import Checkpoint, load_into_model, merge_finetune_config,
 from kermt.checkpoint.reader import FRESH_HEAD_PREFIXES
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.data.splits import Split
-from kermt.data.tables import check_classification_labels, infer_dataset_type
 from kermt.errors import UserError
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
 from ray_app.common.settings import Source
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
 from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.inputs import settle_task
 from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scale_splits, split_for_fold, subset, \
     wants_feature_scaling
 from ray_app.finetune.resume import new_run_id
@@ -124,12 +124,8 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetu
         config.separate_val_path) else None
     test = load_source(config.separate_test_path, config, task_names, config.separate_test_features_path,
                        blinded_ok=True) if config.separate_test_path else None
-    dataset_type = config.dataset_type or infer_dataset_type(data.targets)
-    if dataset_type == "classification":
-        for source in (data, val, test):
-            if source is not None:
-                check_classification_labels(source.path, source.targets, task_names)
-    metric = config.metric or ("auc" if dataset_type == "classification" else "rmse")
+    labelled = [(s.path, s.targets) for s in (data, val, test) if s is not None]
+    dataset_type, metric = settle_task(config, data.targets, labelled, task_names)
     run_id = new_run_id()  # a fresh run; run_finetune reuses an interrupted run's id (ray_app/finetune/resume.py)
     return RunSetup(config, sources, save_dir, run_id, dataset_type, metric, task_names,
                     checkpoint, data, val, test, storage, resolve_max_failures(config.max_failures))

@@ -23,6 +23,7 @@ import pyarrow as pa
 from kermt.data.tables import check_classification_labels, parse_labels
 from kermt.errors import UserError
 from kermt.inference import task_names
+from kermt.metric_names import resolve_metric
 from kermt.metrics import nanmean, task_scores, unscored_note
 from ray_app.common import outputs
 from ray_app.screening.config import EvalConfig, log
@@ -78,7 +79,7 @@ def run_eval(config: EvalConfig) -> int:
     head = checked.members[0].spec.head
     tasks = task_names(checked.members[0].spec)
     labels = _labels(config, tasks, checked.source.smiles_column)
-    metric = config.metric or ("auc" if head.dataset_type == "classification" else "rmse")
+    metric = resolve_metric(config.metric, head.dataset_type, "from the checkpoint")  # before Ray starts
     rows = LabelledRows(config.data_path, tasks, labels, head.dataset_type == "classification")
     stats = drain(predict_stream(config, checked, labels), rows.add)
     if stats.valid == 0:

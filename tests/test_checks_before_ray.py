@@ -1,0 +1,65 @@
+"""Settings that only fail together (dataset type x metric, a finetuned model x fingerprint source) are refused
+through the CLI entry point before Ray starts: one line ``kermt <cmd>: error: ...``, exit status 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from kermt.metric_names import METRICS_FOR
+from kermt.metrics import METRICS
+from ray_app import cli
+from tests.conftest import FIXTURE_DIR
+
+REGRESSION_CSV = str(FIXTURE_DIR / "smiles.csv")  # smiles,t1,t2 with continuous labels
+CLASSIFICATION_CSV = str(FIXTURE_DIR / "smiles_cls.csv")
+FT_REG = str(FIXTURE_DIR / "ckpt_ft_reg.pt")
+FT_CLS = str(FIXTURE_DIR / "ckpt_ft_cls.pt")
+
+
+def error_line(capsys, argv: list[str]) -> str:
+    """The one line a user error prints, last on stderr (the command must fail before Ray starts: no cluster in
+    these tests; progress lines such as "ensemble of 1 model(s)" may come before it)."""
+    assert cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line for line in lines if ": error: " in line] == lines[-1:], lines
+    return lines[-1]
+
+
+def test_metric_lists_cover_every_metric_once():
+    names = [name for group in METRICS_FOR.values() for name in group]
+    assert sorted(names) == sorted(METRICS) and len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("command", ["finetune", "tune"])
+@pytest.mark.parametrize("given", [True, False])
+def test_a_classification_metric_of_regression_labels_is_refused(capsys, tmp_path, command, given):
+    argv = [command, "--data_path", REGRESSION_CSV, "--metric", "auc", "--save_dir", str(tmp_path), "--dry_run"]
+    argv += ["--dataset_type", "regression"] if given else []
+    argv += ["--n_trials", "2"] if command == "tune" else []
+    line = error_line(capsys, argv)
+    origin = "" if given else " (inferred from the labels)"
+    assert line == (f"kermt {command}: error: --metric auc does not apply to dataset_type regression{origin}; "
+                    "for regression choose one of rmse, mae, r2, spearmanr")
+
+
+def test_a_regression_metric_of_inferred_classification_labels_is_refused(capsys, tmp_path):
+    line = error_line(capsys, ["finetune", "--data_path", CLASSIFICATION_CSV, "--metric", "r2",
+                               "--save_dir", str(tmp_path), "--dry_run"])
+    assert line.endswith("--metric r2 does not apply to dataset_type classification (inferred from the labels); "
+                         "for classification choose one of auc, prc-auc, accuracy, recall, sensitivity, "
+                         "specificity, matthews_corrcoef")
+
+
+def test_a_val_file_whose_labels_are_not_0_1_is_refused_when_classification_is_inferred(capsys, tmp_path):
+    (tmp_path / "val.csv").write_text("smiles,y\nCCO,0\nCCC,0.5\n")
+    (tmp_path / "train.csv").write_text("smiles,y\nCCO,0\nCCN,1\nCCCC,1\n")
+    line = error_line(capsys, ["finetune", "--data_path", str(tmp_path / "train.csv"), "--separate_val_path",
+                               str(tmp_path / "val.csv"), "--save_dir", str(tmp_path), "--dry_run"])
+    assert "val.csv: data row 1, column 'y': label 0.5 is not 0 or 1" in line
+
+
+def test_eval_refuses_a_metric_of_the_other_dataset_type(capsys, tmp_path):
+    line = error_line(capsys, ["eval", "--data_path", REGRESSION_CSV, "--checkpoint_path", FT_REG,
+                               "--output_path", str(tmp_path / "out.csv"), "--metric", "accuracy"])
+    assert line == ("kermt eval: error: --metric accuracy does not apply to dataset_type regression (from the "
+                    "checkpoint); for regression choose one of rmse, mae, r2, spearmanr")
