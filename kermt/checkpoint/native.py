@@ -159,6 +159,12 @@ def load_native(directory: str | Path) -> NativeCheckpoint:
     return NativeCheckpoint(directory, CheckpointSpec.from_dict(config), state_dict, passthrough, provenance)
 
 
+def saved_run_id(directory: str | Path) -> str | None:
+    """The id of the run that saved the native checkpoint ``directory`` (its provenance), None without one."""
+    provenance = _read_config(Path(directory) / CONFIG_FILE).get("provenance", {})
+    return provenance.get("run_id") if isinstance(provenance, dict) else None
+
+
 def _read_config(path: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text())
@@ -191,4 +197,4 @@ def _with_aliases(weights: dict[str, torch.Tensor], tied: dict[str, str], direct
     return state_dict
 
 
-__all__ = ["NativeCheckpoint", "is_native_checkpoint", "load_native", "save_native"]
+__all__ = ["NativeCheckpoint", "is_native_checkpoint", "load_native", "save_native", "saved_run_id"]

@@ -58,6 +58,8 @@ class FinetuneConfig(DataParallelSettings):
     model_dir: Optional[str] = Field(None, description="where --pretrained_release stores the model")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of the checkpoint (runs its code)")
     save_dir: str = Field("runs/finetune", description="output directory")
+    overwrite: bool = Field(False, description="start over in save_dir: delete what an earlier run left there "
+                            "(default: resume it if its settings are the same, else move it to save_dir/earlier_runs)")
     tensorboard: bool = Field(False, description="write TensorBoard events")
     # metric and loss
     metric: Optional[Literal[METRICS]] = Field(None, description="default: auc (classification) or rmse")  # type: ignore[valid-type]

@@ -60,7 +60,8 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
     ``save_dir/fold_F/model_M``. ``fold_splits``: one object reference per fold, shared by all trials."""
     kept = frozenset(job for job in jobs if saved_by_run(member_directory(setup.save_dir, *job), setup.run_id))
     if kept:
-        print(f"kept {len(kept)} of {len(jobs)} model(s) finished by the interrupted run", flush=True)
+        print(f"kept {len(kept)} of {len(jobs)} model(s) this run already saved; {len(jobs) - len(kept)} to go",
+              flush=True)
     to_train = [job for job in jobs if job not in kept]
     if not to_train:
         return

@@ -8,27 +8,36 @@ settings) reuses the run id, so
 - the run's Ray Tune experiment (named after the run id, ``ensemble``) is restored: a trial that finished is not
   run again (its files are copied from its checkpoint), one that was training restarts with the same Ray Train run
   name and storage, and Ray Train resumes it from its last reported checkpoint.
-Different settings start a new run in the same directory (its models are replaced), as upstream does.
+Different settings start a new run, which owns the directory: what the earlier run left there is moved to
+``save_dir/earlier_runs/<its run id>/`` first (``--overwrite``: deleted, and the same settings start over too), so
+no stale member is ever averaged into the new run's ensemble (:func:`start_finetune_run`).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from kermt.checkpoint.native import CONFIG_FILE, is_native_checkpoint, load_native
+from kermt.checkpoint.native import is_native_checkpoint, load_native, saved_run_id
+from kermt.inference.members import COMPLETE_MEMBER_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
 from kermt.nn.finetune import KermtFinetuneModel
 from ray_app.common import outputs
 from ray_app.finetune.config import FinetuneConfig
 
-RUN_STATE = "run_state.json"
+RUN_STATE = RUN_STATE_FILE
 # Settings that may change between the interrupted run and its re-run: they do not change what a member computes.
 RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_path", "max_failures",
-                     "tensorboard", "show_individual_scores", "trust_checkpoint")
+                     "tensorboard", "show_individual_scores", "trust_checkpoint", "overwrite")
+EARLIER_RUNS = "earlier_runs"
+# What a finetune writes into save_dir besides run_state.json (and its fold_k/ directories): an earlier run's
+# outputs, which a new run moves aside or deletes. ray_results is the default storage of its Tune experiment.
+RUN_OUTPUTS = ("config.yaml", "splits.json", "invalid_smiles.csv", RUN_RECORD_FILE, "ray_results")
 
 
 def new_run_id() -> str:
@@ -40,32 +49,107 @@ def _settings(config: FinetuneConfig) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in RESUMABLE_CHANGES}
 
 
-def claim_run_id(save_dir: Path, config: FinetuneConfig) -> tuple[str, bool]:
-    """(run id, whether an earlier run with the same settings is resumed); records the run in ``save_dir``."""
+def _read_state(save_dir: Path) -> dict[str, Any] | None:
     path = save_dir / RUN_STATE
-    settings = _settings(config)
-    if path.exists():
-        state = json.loads(path.read_text())
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _changed(settings: dict[str, Any], state: dict[str, Any]) -> list[str]:
+    earlier = state.get("settings", {})
+    return sorted(k for k in set(settings) | set(earlier) if settings.get(k) != earlier.get(k))
+
+
+def _record_new_run(save_dir: Path, settings: dict[str, Any]) -> str:
+    run_id = new_run_id()
+    outputs.atomic_write_text(save_dir / RUN_STATE, json.dumps({"run_id": run_id, "settings": settings}, indent=1)
+                              + "\n")
+    return run_id
+
+
+def claim_run_id(save_dir: Path, config: FinetuneConfig) -> tuple[str, bool]:
+    """(run id, whether an earlier run with the same settings is resumed); records the run in ``save_dir``. A new
+    run leaves the earlier run's files where they are (pretraining replaces them as it saves); a finetune moves
+    them aside first (:func:`start_finetune_run`)."""
+    settings, state = _settings(config), _read_state(save_dir)
+    if state is not None:
         if state.get("settings") == settings:
             print(f"resuming the run in {save_dir}: finished models are kept, unfinished ones resume from their last "
                   f"checkpoint", flush=True)
             return state["run_id"], True
-        changed = sorted(k for k in set(settings) | set(state.get("settings", {}))
-                         if settings.get(k) != state.get("settings", {}).get(k))
-        print(f"{save_dir} holds an earlier run with other settings ({', '.join(changed)}): starting a new run "
-              f"(its models are replaced)", flush=True)
-    run_id = new_run_id()
-    outputs.atomic_write_text(path, json.dumps({"run_id": run_id, "settings": settings}, indent=1) + "\n")
-    return run_id, False
+        print(f"{save_dir} holds an earlier run with other settings ({', '.join(_changed(settings, state))}): "
+              f"starting a new run (its models are replaced)", flush=True)
+    return _record_new_run(save_dir, settings), False
+
+
+def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, bool]:
+    """(run id, whether the earlier run with the same settings is resumed). A new run owns ``save_dir``: what an
+    earlier run left there is moved to ``earlier_runs/<its id>/`` (``--overwrite``: deleted) before the new run
+    is recorded, so none of its members can be taken for the new run's."""
+    settings, state = _settings(config), _read_state(save_dir)
+    if state is not None and state.get("settings") == settings and not config.overwrite:
+        finished = _finished(save_dir, state["run_id"])
+        print(f"the run in {save_dir} finished before with these settings: the models it saved are kept "
+              f"(--overwrite trains anew)" if finished else f"resuming the run in {save_dir}: finished models are "
+              f"kept, unfinished ones resume from their last checkpoint", flush=True)
+        return state["run_id"], True
+    leftovers = _run_outputs(save_dir)
+    earlier_id = state["run_id"] if state else "before-" + new_run_id()
+    if leftovers and config.overwrite:
+        _delete(save_dir, leftovers, earlier_id)
+        print(f"--overwrite: deleted the earlier run's outputs in {save_dir}", flush=True)
+    elif leftovers:
+        why = f"other settings ({', '.join(_changed(settings, state))})" if state else "no run record"
+        moved = _move_aside(save_dir, leftovers, earlier_id)
+        print(f"{save_dir} holds an earlier run with {why}: moved its outputs to {moved} (delete that when you no "
+              f"longer need it; --overwrite deletes instead)", flush=True)
+    return _record_new_run(save_dir, settings), False
+
+
+def _finished(save_dir: Path, run_id: str) -> bool:
+    try:
+        return json.loads((save_dir / RUN_RECORD_FILE).read_text()).get("summary", {}).get("run_id") == run_id
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
+
+
+def _run_outputs(save_dir: Path) -> list[Path]:
+    """The earlier run's entries in ``save_dir``: its fold_k/ directories and :data:`RUN_OUTPUTS`; run_state.json
+    comes last, so an interrupted move is finished by the next run (it still finds the earlier run's id)."""
+    folds = sorted(p for p in save_dir.glob("fold_*") if p.is_dir())
+    named = [save_dir / name for name in RUN_OUTPUTS if (save_dir / name).exists()]
+    state = [save_dir / RUN_STATE] if (save_dir / RUN_STATE).exists() else []
+    return folds + named + state if folds or named else []
+
+
+def _move_aside(save_dir: Path, leftovers: list[Path], earlier_id: str) -> Path:
+    """Rename each entry into a hidden staging directory, then the staging directory into place: every rename is
+    atomic and a crash part-way is completed by the next run, which finds the same staging directory."""
+    staging = save_dir / EARLIER_RUNS / f".{earlier_id}.moving"
+    staging.mkdir(parents=True, exist_ok=True)
+    for entry in leftovers:
+        os.replace(entry, staging / entry.name)
+    target = save_dir / EARLIER_RUNS / earlier_id
+    while target.exists():  # the same earlier run moved twice cannot happen; a name clash keeps both
+        target = target.with_name(target.name + "-1")
+    staging.rename(target)
+    return target
+
+
+def _delete(save_dir: Path, leftovers: list[Path], earlier_id: str) -> None:
+    """Move the entries out of sight first (atomic renames), then delete them: a crash never leaves half a run."""
+    trash = save_dir / f".deleting-{earlier_id}"
+    trash.mkdir(exist_ok=True)
+    for entry in leftovers:
+        os.replace(entry, trash / entry.name)
+    shutil.rmtree(trash)
 
 
 def saved_by_run(directory: Path, run_id: str) -> bool:
     """Whether ``directory`` (fold_k/model_m) holds a member completely written by run ``run_id`` (``metrics.csv``
     is the last file of a member; the model's provenance names the run)."""
-    if not (directory / "metrics.csv").exists() or not is_native_checkpoint(directory / "model"):
+    if not (directory / COMPLETE_MEMBER_FILE).exists() or not is_native_checkpoint(directory / "model"):
         return False
-    config = json.loads((directory / "model" / CONFIG_FILE).read_text())
-    return config.get("provenance", {}).get("run_id") == run_id
+    return saved_run_id(directory / "model") == run_id
 
 
 def finished_member(directory: Path, run_id: str,

@@ -28,7 +28,7 @@ from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.ensemble import member_directory, train_members
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
-from ray_app.finetune.resume import claim_run_id, finished_member
+from ray_app.finetune.resume import finished_member, start_finetune_run
 from ray_app.finetune.setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, initial_state, \
     model_config, resolve_setup
 
@@ -56,9 +56,10 @@ def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
     return value
 
 
-def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelConfig]]:
-    """Split and scale every fold, put each in the object store once and write splits.json; returns each fold's
-    reference and model config."""
+def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelConfig], dict[str, Any]]:
+    """Split and scale every fold and put each in the object store once; returns each fold's reference and model
+    config, and the splits' record (splits.json). Writes nothing: a setting that fails here leaves save_dir as it
+    was."""
     fold_refs, fold_configs, record = [], [], {}
     for fold in range(fold_count(setup.config)):
         split, splits = fold_splits(setup, fold)
@@ -67,8 +68,7 @@ def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelC
         fold_configs.append(model_config(setup, features_width(splits)))
         fold_refs.append(ray.put(splits))  # the one copy of the fold's data, shared by every member and worker
         del splits  # from here on the driver reads the object store's copy (zero-copy)
-    outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(record) + "\n")
-    return fold_refs, fold_configs
+    return fold_refs, fold_configs, record
 
 
 def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: list[FinetuneModelConfig]) \
@@ -104,11 +104,12 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
         print(f"skipping {n_invalid} invalid SMILES (listed in invalid_smiles.csv)", flush=True)
     if config.dry_run:
         return dry_run_report(setup, resources)
+    fold_refs, fold_configs, split_record = put_folds(setup)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
-    setup = replace(setup, run_id=claim_run_id(setup.save_dir, recorded)[0])
+    setup = replace(setup, run_id=start_finetune_run(setup.save_dir, recorded)[0])
     outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(recorded))
     write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
-    fold_refs, fold_configs = put_folds(setup)
+    outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(split_record) + "\n")
     # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
     # graph arrays plus the SMILES) for the rest of the run.
     setup = setup.without_inputs()

@@ -162,7 +162,7 @@ def test_rerun_after_the_driver_died_keeps_finished_models_and_resumes_the_rest(
     assert first / "metrics.csv" in stamps and not (save_dir / "fold_0/model_1/metrics.csv").exists()
 
     out = run_driver(cluster, args).stdout
-    assert "resuming the run in" in out and "kept 1 of 4 model(s) finished by the interrupted run" in out
+    assert "resuming the run in" in out and "kept 1 of 4 model(s) this run already saved; 3 to go" in out
     assert re.search(r"\[fold 0 model 1\] resuming at epoch [1-5]", out), out[-4000:]
     assert {p: p.stat().st_mtime_ns for p in first.rglob("*") if p.is_file()} == stamps
     resumed = json.loads((save_dir / "run.json").read_text())["summary"]

@@ -100,7 +100,7 @@ def test_finetune_reads_and_writes_object_storage(ray_cluster, s3, capsys):
 
     capsys.readouterr()
     assert cli_main(args) == 0  # the same command again: the mirror brings the finished model back, it is kept
-    assert "kept 1 of 1 model(s) finished by the interrupted run" in capsys.readouterr().out
+    assert "kept 1 of 1 model(s) this run already saved; 0 to go" in capsys.readouterr().out
     assert _get(s3, "runs/ft/fold_0/test_result.csv") == first_result
 
 

@@ -209,8 +209,73 @@ def test_rerun_keeps_saved_members_and_takes_finished_ones_from_the_tune_run(seq
     kept = {p: p.stat().st_mtime_ns for p in save_dir.glob("fold_*/model_*/**/*") if p.is_file()}
     assert _ensemble_run(demo_csv, save_dir, 1) == sequential
     out = capsys.readouterr().out
-    assert "resuming the run in" in out and "kept 3 of 4 model(s) finished by the interrupted run" in out
+    assert "finished before with these settings" in out and "kept 3 of 4 model(s) this run already saved" in out
     assert (missing / "model" / "model.safetensors").read_bytes() == weights
     assert (missing / "metrics.csv").exists() and not (missing / "result.json").exists()
     assert {p: p.stat().st_mtime_ns for p in kept} == kept  # the kept members' files were not rewritten
     assert len(_member_trials(save_dir, sequential["run_id"])) == 4  # the restored run added no trial
+
+
+def _copy_run(run_dir: Path, target: Path) -> Path:
+    shutil.copytree(run_dir, target)
+    return target
+
+
+def test_a_runs_members_are_its_own_fold_models_not_tunes_copies(sequential_run, tmp_path):
+    from kermt.inference import find_checkpoints
+
+    save_dir, _ = sequential_run
+    assert list(save_dir.glob("ray_results/**/checkpoint_*/model"))  # Tune's copies of the same models are there
+    members = [p.relative_to(save_dir).as_posix() for p in find_checkpoints(save_dir)]
+    assert members == [f"fold_{f}/model_{m}/model" for f in (0, 1) for m in (0, 1)]
+
+
+def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members(sequential_run, demo_csv,
+                                                                                    tmp_path, capsys):
+    """--ensemble_size 1 --num_folds 1 after 2 x 2 in the same save_dir: the earlier run's files go to
+    earlier_runs/<its id>/ (a run of its own there), the new run holds one member, and a stale member put back by
+    hand is refused by name instead of being averaged in."""
+    from kermt.errors import UserError
+    from kermt.inference import find_checkpoints
+
+    earlier_dir, earlier = sequential_run
+    save_dir = _copy_run(earlier_dir, tmp_path / "run")
+    config, sources = resolve(["--data_path", str(demo_csv), "--checkpoint_path",
+                               str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--save_dir", str(save_dir),
+                               "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8"])
+    capsys.readouterr()
+    summary = run_finetune(config, sources)
+    out = capsys.readouterr().out
+    moved = save_dir / "earlier_runs" / earlier["run_id"]
+    assert f"moved its outputs to {moved}" in out and "other settings (ensemble_size, epochs, num_folds, save_dir)" in out
+    assert sorted(p.name for p in save_dir.iterdir()) == [
+        "config.yaml", "earlier_runs", "fold_0", "invalid_smiles.csv", "ray_results", "run.json", "run_state.json",
+        "splits.json"]
+    assert [p.relative_to(save_dir).as_posix() for p in find_checkpoints(save_dir)] == ["fold_0/model_0/model"]
+    assert [p.relative_to(moved).as_posix() for p in find_checkpoints(moved)] == [
+        f"fold_{f}/model_{m}/model" for f in (0, 1) for m in (0, 1)]
+    assert json.loads((moved / "run.json").read_text())["summary"] == earlier
+
+    shutil.copytree(moved / "fold_0" / "model_1", save_dir / "fold_0" / "model_1")
+    with pytest.raises(UserError, match=f"fold_0/model_1 was saved by run {earlier['run_id']}, not by the run "
+                                        f"this directory holds \\({summary['run_id']}"):
+        find_checkpoints(save_dir)
+
+
+def test_overwrite_deletes_the_earlier_run_and_a_failed_check_keeps_it(sequential_run, demo_csv, tmp_path, capsys):
+    from kermt.checkpoint import ArchitectureConflictError
+
+    earlier_dir, earlier = sequential_run
+    save_dir = _copy_run(earlier_dir, tmp_path / "run")
+    before = sorted(p.relative_to(save_dir) for p in save_dir.rglob("*"))
+    common = ["--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+              "--save_dir", str(save_dir), "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8"]
+    with pytest.raises(ArchitectureConflictError):  # found before the earlier run is touched
+        run_finetune(*resolve([*common, "--hidden_size", "32"]))
+    assert sorted(p.relative_to(save_dir) for p in save_dir.rglob("*")) == before
+    capsys.readouterr()
+    summary = run_finetune(*resolve([*common, "--overwrite", "--max_data_size", "40"]))
+    assert f"--overwrite: deleted the earlier run's outputs in {save_dir}" in capsys.readouterr().out
+    assert not (save_dir / "earlier_runs").exists() and not (save_dir / "fold_1").exists()
+    assert summary["run_id"] != earlier["run_id"]
+    assert sorted(p.name for p in (save_dir / "fold_0").iterdir()) == ["model_0", "test_result.csv"]
