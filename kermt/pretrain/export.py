@@ -4,12 +4,18 @@ Upstream's ``pretrain_ddp.py`` saves ``{args, state_dict, optimizer, scheduler_s
 data_scaler: None, features_scaler: None}``; its ``main.py finetune --checkpoint_path`` and our reader take the
 ``args`` and ``state_dict`` of such a file. :func:`export_pretrain_upstream` writes those entries (no optimizer: a
 ``model.pt`` is for finetuning and embedding; resuming uses the native training checkpoints).
+
+A pretrained model directory is self-contained: :func:`save_model_vocabs` writes the vocabularies the model's heads
+were trained with beside it, named as the released NV-KERMT-70M-v2 names its own (``pretrain_atom_vocab.json``,
+...), so ``kermt reconstruct`` finds the SMILES vocab beside ``model.pt`` (or ``model/``) as it finds the
+release's; :func:`save_corpus_record` names the corpus, for the novelty of generated molecules.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -18,7 +24,10 @@ import torch
 
 from kermt.checkpoint import CheckpointSpec, UnfaithfulExportError, save_native
 from kermt.checkpoint.export import save_torch_file
+from kermt.chem.vocab_context import ContextVocab
+from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.config import EncoderConfig
+from kermt.data.atomic_files import write_text
 from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
 
 # pretrain_ddp.py defaults of the args that describe neither the architecture nor the losses.
@@ -76,4 +85,44 @@ def export_pretrain_upstream(path: str | Path, model: torch.nn.Module, loss: Pre
     return save_torch_file(state, path)
 
 
-__all__ = ["export_pretrain_upstream", "pretrain_spec", "save_pretrain_native", "upstream_pretrain_args"]
+# The release's file names (ray_app/common/release.py); our SMILES vocab is JSON where the release's is a pickle.
+MODEL_VOCAB_FILES = {"atom": "pretrain_atom_vocab.json", "bond": "pretrain_bond_vocab.json",
+                     "smiles": "pretrain_smiles_vocab.json"}
+CORPUS_RECORD_FILE = "pretrain_corpus.json"
+
+
+def save_model_vocabs(directory: str | Path, vocabs: dict[str, ContextVocab | SmilesVocab]) -> list[Path]:
+    """Write {kind: vocab} (kinds of :data:`MODEL_VOCAB_FILES`) into ``directory``, each file atomically."""
+    written = []
+    for kind, vocab in vocabs.items():
+        path = Path(directory) / MODEL_VOCAB_FILES[kind]
+        write_text(str(path), json.dumps(vocab.to_dict()))
+        written.append(path)
+    return written
+
+
+def save_corpus_record(directory: str | Path, corpus_path: str, n_molecules: int) -> Path:
+    """``pretrain_corpus.json``: the corpus the model was pretrained on (local path or URI) and its size."""
+    path = Path(directory) / CORPUS_RECORD_FILE
+    write_text(str(path), json.dumps({"corpus": corpus_path, "n_molecules": n_molecules}, indent=1))
+    return path
+
+
+def places_beside(model_path: str | Path) -> list[Path]:
+    """Where a model's files lie: beside a checkpoint file; inside a native checkpoint directory, else beside it."""
+    path = Path(model_path)
+    return [path, path.parent] if path.is_dir() else [path.parent]
+
+
+def read_corpus_record(model_path: str | Path) -> str | None:
+    """The corpus named beside a checkpoint (see :func:`places_beside`); None when none is."""
+    for place in places_beside(model_path):
+        record = place / CORPUS_RECORD_FILE
+        if record.is_file():
+            return json.loads(record.read_text())["corpus"]
+    return None
+
+
+__all__ = ["CORPUS_RECORD_FILE", "MODEL_VOCAB_FILES", "export_pretrain_upstream", "places_beside",
+           "pretrain_spec", "read_corpus_record", "save_corpus_record", "save_model_vocabs", "save_pretrain_native",
+           "upstream_pretrain_args"]

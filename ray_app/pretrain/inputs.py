@@ -22,6 +22,12 @@ class PretrainInputs:
     vocab_sizes: dict[str, int]  # PretrainHeadsConfig field name -> size
     continue_from: Checkpoint | None
 
+    @property
+    def vocabs(self) -> dict[str, ContextVocab | SmilesVocab]:
+        """The corpus's vocabularies that the mode's heads use: {"atom": ..., "bond": ..., "smiles": ...}."""
+        kinds = [name.removesuffix("_vocab_size") for name in self.vocab_sizes]
+        return {kind: getattr(self.corpus, f"{kind}_vocab") for kind in kinds}
+
 
 def _check_vocab(corpus: Corpus, kind: str, given: str | None, expected: ContextVocab | SmilesVocab) -> None:
     """A vocab given by path must be the corpus's: the corpus's labels and tokens are ids in its own vocab."""

@@ -3,7 +3,9 @@
 Driver flow: check the corpus and vocabularies (before Ray starts) -> connect -> claim the run id (the same command
 re-run after the driver died resumes the run from its last checkpoint) -> one Ray task reads the corpus shards into
 the object store (the driver never holds the corpus; the workers of a node share one copy, zero-copy) -> train ->
-``save_dir/model/`` (native), ``save_dir/model.pt`` (upstream's layout), ``metrics.csv`` (+ TensorBoard).
+``save_dir/model/`` (native), ``save_dir/model.pt`` (upstream's layout), ``metrics.csv`` (+ TensorBoard), and
+beside the model the vocabularies its heads use and a record of the corpus (``kermt.pretrain.export``), so that the
+directory is all ``kermt reconstruct`` / ``finetune`` need.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from kermt.config import EncoderConfig
 from kermt.data.corpus import open_corpus
 from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain_model import KermtPretrainModel
-from kermt.pretrain.export import export_pretrain_upstream, save_pretrain_native
+from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record, save_model_vocabs,
+                                   save_pretrain_native)
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.interrupt import stopping_on_ctrl_c
@@ -152,6 +155,13 @@ def write_outputs(save_dir: Path, result: ray.train.Result, plan: PretrainPlan, 
     return progress
 
 
+def write_model_files(save_dir: Path, corpus_path: str, inputs: PretrainInputs) -> None:
+    """The vocabularies the model's heads were trained with, and the corpus it saw, beside model.pt and model/."""
+    save_model_vocabs(save_dir, inputs.vocabs)
+    located = corpus_path if "://" in corpus_path else str(Path(corpus_path).resolve())  # valid from any cwd
+    save_corpus_record(save_dir, located, len(inputs.corpus))
+
+
 def write_tensorboard(directory: Path, history: list[dict[str, float]]) -> None:
     """Upstream's scalar names: train/<term>, val/<term>, train/lr, at the global step."""
     from torch.utils.tensorboard import SummaryWriter
@@ -184,6 +194,7 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
           f"{sum(p.numel() for p in KermtPretrainModel(plan.encoder, plan.heads).parameters()):,} parameters",
           flush=True)
     progress = write_outputs(save_dir, train(config, plan, run_id, storage), plan, run_id, config.tensorboard)
+    write_model_files(save_dir, recorded.data_path, inputs)
     finished = progress["epoch"] >= config.epochs
     print(f"{'finished' if finished else 'stopped'} at step {progress['global_step']} (epoch {progress['epoch']}); "
           f"model: {save_dir / 'model'}, {save_dir / 'model.pt'}"

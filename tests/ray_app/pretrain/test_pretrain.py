@@ -118,6 +118,29 @@ def test_two_workers_killed_stopped_and_rerun_on_one_equal_the_uninterrupted_run
     _assert_same_weights(expected, _pretrain(corpus, save_dir, "--batch_size", "16", "--num_workers", "1"))
 
 
+def test_the_model_directory_holds_every_vocab_it_was_trained_with(reference, corpus, tmp_path):
+    """Beside model.pt (and model/) lie the corpus's vocabularies under the release's names, and the corpus record;
+    `kermt reconstruct` plans a run on either checkpoint with no --smiles_vocab_path."""
+    from kermt.chem.vocab_context import ContextVocab
+    from kermt.chem.vocab_smiles import SmilesVocab
+    from kermt.data.corpus import open_corpus
+    from kermt.pretrain.export import read_corpus_record
+    from ray_app.screening.config import ReconstructConfig
+    from ray_app.screening.reconstruct import plan_reconstruct
+
+    prepared = open_corpus(str(corpus))
+    assert ContextVocab.load(reference / "pretrain_atom_vocab.json").itos == prepared.atom_vocab.itos
+    assert ContextVocab.load(reference / "pretrain_bond_vocab.json").itos == prepared.bond_vocab.itos
+    assert SmilesVocab.load(reference / "pretrain_smiles_vocab.json").itos == prepared.smiles_vocab.itos
+    assert read_corpus_record(reference / "model.pt") == str(corpus.resolve())
+    (tmp_path / "in.csv").write_text("smiles\nCCO\n")
+    for checkpoint in ("model.pt", "model"):
+        config = ReconstructConfig(data_path=str(tmp_path / "in.csv"), output_path=str(tmp_path / "out.csv"),
+                                   checkpoint_path=str(reference / checkpoint))
+        plan = plan_reconstruct(config)
+        assert plan.vocab.itos == prepared.smiles_vocab.itos
+
+
 def test_finetune_starts_from_the_pretrained_model_pt(reference, tmp_path):
     pretrained = load_native(reference / "model").state_dict
     assert kermt(["finetune", "--data_path", str(FIXTURE_DIR / "smiles.csv"), "--checkpoint_path",
