@@ -63,3 +63,23 @@ def test_eval_refuses_a_metric_of_the_other_dataset_type(capsys, tmp_path):
                                "--output_path", str(tmp_path / "out.csv"), "--metric", "accuracy"])
     assert line == ("kermt eval: error: --metric accuracy does not apply to dataset_type regression (from the "
                     "checkpoint); for regression choose one of rmse, mae, r2, spearmanr")
+
+
+@pytest.mark.parametrize("source", ["both", "bond"])
+def test_bond_fingerprints_of_a_finetuned_model_are_refused(capsys, tmp_path, source):
+    """Finetuning trains the atom-output branches only: the bond half would be the pretrained weights."""
+    line = error_line(capsys, ["fingerprint", "--data_path", REGRESSION_CSV, "--checkpoint_path", FT_REG,
+                               "--output_path", str(tmp_path / "fps.npz"), "--fingerprint_source", source])
+    assert line.startswith(f"kermt fingerprint: error: --fingerprint_source {source} needs bond-output branches, "
+                           f"but {FT_REG} is a finetuned model: finetuning trains only the atom-output branches")
+    assert line.endswith("use --fingerprint_source atom, or the pretrained checkpoint for bond fingerprints")
+    assert not (tmp_path / "fps.npz").exists()
+
+
+def test_fingerprint_source_defaults_to_atom_for_a_finetuned_model_and_both_otherwise():
+    from kermt.checkpoint import read_checkpoint
+    from kermt.inference import Embedder
+
+    assert Embedder(read_checkpoint(FT_CLS)).default_source == "atom"
+    assert Embedder(read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")).default_source == "both"
+

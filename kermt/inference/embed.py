@@ -35,11 +35,12 @@ class Embedder:
     """Encoder (+ cMIM latent head) of any checkpoint; mean readouts of each family, as upstream's fingerprints.
 
     A finetuned model is trained with the atom-output branches only; its bond families exist only when the file
-    still carries the pretrained bond-output branches (upstream files do; ours keep them as passthrough).
+    still carries the pretrained bond-output branches (upstream files do; ours keep them as passthrough), never
+    trained by the finetune, so commands refuse bond fingerprints of it (:meth:`check_source`).
     """
 
     def __init__(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
-        self.path = checkpoint.path
+        self.path, self.kind = checkpoint.path, checkpoint.spec.kind
         self.device = torch.device(device)
         self.latent = None
         if checkpoint.spec.kind in ("cmim", "hybrid"):
@@ -69,13 +70,26 @@ class Embedder:
     def has_latent(self) -> bool:
         return self.latent is not None
 
+    @property
+    def default_source(self) -> FingerprintSource:
+        """``--fingerprint_source`` when not given: upstream's ``both``, ``atom`` for a finetuned model."""
+        return "atom" if self.kind == "finetuned" else "both"
+
     def check_source(self, source: FingerprintSource) -> None:
+        """Refuse a fingerprint source the model cannot honestly give (commands call this; :meth:`outputs` pools
+        whatever families the encoder has, as upstream does, which the parity tests compare)."""
         needed = BRANCHES_BY_OUTPUT_TYPE[source]
+        if self.kind == "finetuned" and set(needed) - set(BRANCHES_BY_OUTPUT_TYPE["atom"]):
+            raise UserError(
+                f"--fingerprint_source {source} needs bond-output branches, but {self.path} is a finetuned model: "
+                "finetuning trains only the atom-output branches, so its bond branches are the pretrained weights "
+                "(or absent) and say nothing about the finetuned model; use --fingerprint_source atom, or the "
+                "pretrained checkpoint for bond fingerprints")
         missing = [f for f in needed if f not in self.families]
         if missing:
             raise UserError(
                 f"--fingerprint_source {source} needs the encoder's {', '.join(missing)} output, but {self.path} has "
-                "no bond-output branches (a finetuned model built without them); use --fingerprint_source atom")
+                "no such output branch; use --fingerprint_source atom")
 
     @property
     def operators(self) -> OperatorSpec:

@@ -89,7 +89,9 @@ class EvalConfig(PredictConfig):
 
 class FingerprintConfig(FeatureFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
-    fingerprint_source: Literal["atom", "bond", "both"] = Field("both", description="embedding families to pool")
+    fingerprint_source: Optional[Literal["atom", "bond", "both"]] = Field(
+        None, description="embedding families to pool (default: both; atom for a finetuned model, which has no "
+        "trained bond-output branches, so bond and both are refused for it)")
 
 
 class EmbedConfig(ScreeningConfig):

@@ -177,7 +177,11 @@ def run_fingerprint(config: FingerprintConfig) -> int:
     started = time.perf_counter()
     checkpoint = _embedding_checkpoint(config)
     with user_input():
-        Embedder(checkpoint).check_source(config.fingerprint_source)  # fail before the cluster starts
+        embedder = Embedder(checkpoint)
+        families = config.fingerprint_source or embedder.default_source
+        embedder.check_source(families)  # fail before the cluster starts
+    if config.fingerprint_source is None:
+        log(f"fingerprint_source {families} (the default for a {checkpoint.spec.kind} checkpoint)")
     file_features = _file_features(config.features_path)
     if config.features_generator is None and file_features is None:
         generator: tuple[str, ...] = ()  # upstream appends molecule features only when asked
@@ -185,8 +189,8 @@ def run_fingerprint(config: FingerprintConfig) -> int:
         generator = tuple(config.features_generator or ())
     source = _source(config)
     spec = InputSpec(source.smiles_column, (), generator, file_features=file_features is not None)
-    ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source":
-                                            config.fingerprint_source}, file_features)
+    ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": families},
+                 file_features)
     output = Path(config.output_path)
     spools: dict[str, ArraySpool] = {}
 

@@ -194,7 +194,7 @@ def test_finetuned_model_without_bond_branches_offers_atom_fingerprints_only(tmp
     embedder = Embedder(read_checkpoint(tmp_path / "model"))
     assert embedder.families == ("atom_from_atom", "atom_from_bond")
     embedder.check_source("atom")
-    with pytest.raises(ValueError, match="no bond-output branches.*--fingerprint_source atom"):
+    with pytest.raises(ValueError, match="is a finetuned model: .*--fingerprint_source atom"):
         embedder.check_source("both")
     full = Embedder(checkpoint).fingerprints(featurized(), "atom")
     np.testing.assert_array_equal(embedder.fingerprints(featurized(), "atom"), full)
