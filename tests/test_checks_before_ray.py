@@ -83,3 +83,17 @@ def test_fingerprint_source_defaults_to_atom_for_a_finetuned_model_and_both_othe
     assert Embedder(read_checkpoint(FT_CLS)).default_source == "atom"
     assert Embedder(read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")).default_source == "both"
 
+
+def test_uncertainty_of_one_model_warns_that_a_spread_needs_an_ensemble(capsys, tmp_path):
+    from ray_app.screening.config import PredictConfig
+    from ray_app.screening.run import plan_predict
+
+    warning = ("warning: --uncertainty with one model writes <task>_std = 0: a spread needs an ensemble of two or "
+               "more members (--checkpoint_dir)")
+    common = dict(data_path=REGRESSION_CSV, output_path=str(tmp_path / "p.csv"), uncertainty=True)
+    plan_predict(PredictConfig(checkpoint_path=FT_REG, **common))
+    assert warning in capsys.readouterr().err.splitlines()
+    for name in ("a.pt", "b.pt"):
+        (tmp_path / name).write_bytes(open(FT_REG, "rb").read())
+    assert len(plan_predict(PredictConfig(checkpoint_dir=str(tmp_path), **common)).members) == 2
+    assert "warning" not in capsys.readouterr().err

@@ -126,6 +126,9 @@ def plan_predict(config: PredictConfig) -> PredictPlan:
     """Everything predict checks before Ray starts; a ValueError here is about the input (a UserError)."""
     with user_input():
         members = _members(config)
+        if config.uncertainty and len(members) == 1:
+            log("warning: --uncertainty with one model writes <task>_std = 0: a spread needs an ensemble of two or "
+                "more members (--checkpoint_dir)")
         plan, file_features = _feature_plan(config, [m.spec for m in members])
         scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
         if config.no_features_scaling and scaled:
