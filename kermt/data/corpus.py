@@ -332,6 +332,19 @@ class Corpus:
             raise ValueError("no shards selected")
         return CorpusArrays.concat(parts)
 
+    def smiles(self) -> list[str]:
+        """The stored SMILES of every molecule, in shard order (only that column is read)."""
+        strings: list[str] = []
+        for info in self.manifest.shards:
+            fs, inner = filesystem(join(self.path, info.path))
+            strings += pq.read_table(inner, columns=["smiles"], filesystem=fs).column("smiles").to_pylist()
+        return strings
+
+    @property
+    def canonical(self) -> bool:
+        """Whether the stored SMILES are RDKit canonical (``kermt corpus``'s default)."""
+        return bool(self.manifest.settings.get("canonicalize", True))
+
 
 def open_corpus(path: str) -> Corpus:
     """Open ``path`` (local or URI). UserError when it is no complete corpus (no manifest: never finished)."""

@@ -3,7 +3,8 @@
 Each molecule is encoded (eval mode) to q(z|x); the decoder is conditioned on the latent mean (``use_mean``) or on
 a draw z = mean + exp(log_scale)·ε per sample, and generates SMILES with :mod:`kermt.nn.generate`. A generated
 string is scored as upstream scores it: does RDKit parse it, is it the input molecule (canonical SMILES equal), and
-its edit distance to the canonical input (for parsable ones).
+its edit distance to the canonical input (for parsable ones). A run's validity, uniqueness and novelty are
+computed by :mod:`kermt.pretrain.generation_metrics`.
 
 Randomness: every draw is a pure function of (seed, molecule row, sample number): ε and the per-step token
 uniforms come from the counter-based hashes of :mod:`kermt.pretrain.draws`. So sample k of row r is the same
@@ -25,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rdkit import Chem, rdBase
 
 from kermt.checkpoint import Checkpoint, load_pretrain_model
 from kermt.chem.vocab_smiles import SmilesVocab
@@ -33,6 +33,8 @@ from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
 from kermt.nn.generate import SamplingConfig, generate
 from kermt.pretrain.draws import hashed_uniform, latent_noise
+from kermt.pretrain.export import places_beside
+from kermt.pretrain.generation_metrics import canonical_smiles
 
 TOKEN_DRAWS = 11  # hash stream of the token uniforms (kermt.pretrain.draws uses 1-3 for training draws)
 VOCAB_PATTERNS = ("*smiles_vocab.json", "*smiles_vocab.pkl")
@@ -61,8 +63,7 @@ def find_smiles_vocab(checkpoint_path: str | Path) -> Path:
     """The one ``*smiles_vocab.json`` / ``*smiles_vocab.pkl`` next to the checkpoint (for a native checkpoint
     directory: inside it, else beside it)."""
     path = Path(checkpoint_path)
-    places = [path, path.parent] if path.is_dir() else [path.parent]
-    for place in places:
+    for place in places_beside(path):
         found = sorted({f for pattern in VOCAB_PATTERNS for f in place.glob(pattern) if f.is_file()})
         if len(found) > 1:
             raise UserError(f"several SMILES vocabs next to {path}: {', '.join(f.name for f in found)}; choose one "
@@ -122,6 +123,7 @@ class Scored:
     parses: bool
     exact_match: bool
     edit_distance: int | None
+    canonical: str | None = None  # RDKit's canonical SMILES of a parsable string
 
 
 def edit_distance(a: str, b: str) -> int:
@@ -136,11 +138,10 @@ def edit_distance(a: str, b: str) -> int:
 
 
 def score(canonical_input: str, generated: str) -> Scored:
-    with rdBase.BlockLogs():
-        mol = Chem.MolFromSmiles(generated) if generated else None
-    if mol is None:
+    canonical = canonical_smiles(generated)
+    if canonical is None:
         return Scored(generated, False, False, None)
-    return Scored(generated, True, Chem.MolToSmiles(mol) == canonical_input, edit_distance(canonical_input, generated))
+    return Scored(generated, True, canonical == canonical_input, edit_distance(canonical_input, generated), canonical)
 
 
 class Reconstructor:

@@ -14,19 +14,23 @@ id columns are read into the object store first, their blocks counted and number
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kermt.checkpoint import Checkpoint, read_checkpoint
+from kermt.data.corpus import open_corpus
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.errors import UserError, user_input
 from kermt.inference import batch_starts
 from kermt.inputs import check_checkpoint_file
 from kermt.nn.generate import SamplingConfig
+from kermt.pretrain.export import read_corpus_record
+from kermt.pretrain.generation_metrics import INPUTS_REFERENCE, GenerationTally, reference_keys
 from kermt.pretrain.reconstruct import (ReconstructSettings, Reconstructor, check_reconstruct_checkpoint,
                                         find_smiles_vocab, read_smiles_vocab, score)
 from ray_app.common.featurize import molecules_from_table
@@ -38,7 +42,9 @@ from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _d
                                       featurize_block)
 
 ROW = "row::input"  # the input row number travelling with each row (prefixed: never a user column)
-SAMPLE_COLUMNS = ("generated_smiles", "generated_valid", "exact_match", "edit_distance")
+SAMPLE_COLUMNS = ("generated_smiles", "generated_canonical_smiles", "generated_valid", "exact_match", "edit_distance")
+SAMPLE_TYPES = (pa.string(), pa.string(), pa.bool_(), pa.bool_(), pa.int64())
+SCORED_FIELDS = {"generated_smiles": "smiles", "generated_canonical_smiles": "canonical", "generated_valid": "parses"}
 OUTPUT_COLUMNS = ("canonical_smiles", "sample", *SAMPLE_COLUMNS, "valid", "error")
 # Generating costs far more per molecule than predicting (seconds per batch on a CPU): blocks of a few batches keep
 # every actor busy and the output moving.
@@ -108,8 +114,8 @@ class ReconstructStage:
         scored = [[score(c, s) for s in samples] if samples is not None else None
                   for c, samples in zip(canonical, self._generate(table, molecules))]
         columns = {"smiles": table.column("smiles"), "canonical_smiles": table.column("canonical_smiles")}
-        for name, kind in zip(SAMPLE_COLUMNS, (pa.string(), pa.bool_(), pa.bool_(), pa.int64())):
-            attribute = {"generated_smiles": "smiles", "generated_valid": "parses"}.get(name, name)
+        for name, kind in zip(SAMPLE_COLUMNS, SAMPLE_TYPES):
+            attribute = SCORED_FIELDS.get(name, name)
             values = [[getattr(s, attribute) for s in row] if row is not None else [None] * per for row in scored]
             columns[name] = pa.array(values, pa.list_(kind))
         return pa.table({**columns, **carried_columns(table, molecules)})
@@ -130,27 +136,40 @@ def one_row_per_sample(block: pa.Table, per: int, smiles_column: str) -> pa.Tabl
 
 @dataclass
 class Quality:
-    """What upstream's summary reports: generated strings that parse, reconstruct the input, their edit distance."""
+    """The run's summary: validity, uniqueness and novelty of the generated molecules
+    (:mod:`kermt.pretrain.generation_metrics`), then upstream's: share that reconstructs the input, edit distance."""
 
-    generated: int = 0
-    parses: int = 0
     exact: int = 0
     edit_distance_sum: int = 0
+    tally: GenerationTally = field(default_factory=GenerationTally)
 
     def add(self, table: pa.Table) -> None:
-        valid = table.column("valid").to_numpy(zero_copy_only=False)
-        self.generated += int(valid.sum())
-        self.parses += int(pc.sum(table.column("generated_valid")).as_py() or 0)
+        table = table.filter(table.column("valid"))  # an invalid input row generates nothing
+        self.tally.add(table.column("generated_canonical_smiles").to_pylist(),
+                       pc.unique(table.column("canonical_smiles")).to_pylist())
         self.exact += int(pc.sum(table.column("exact_match")).as_py() or 0)
         self.edit_distance_sum += int(pc.sum(table.column("edit_distance")).as_py() or 0)
 
-    def _share(self, count: int) -> str:
-        return f"{100 * count / max(self.generated, 1):.1f} %"
+    def line(self, checkpoint_path: Path) -> str:
+        metrics = self.tally.metrics(*training_reference(checkpoint_path))
+        exact = 100 * self.exact / max(metrics.generated, 1)
+        return (f"{metrics.generated} SMILES generated: {metrics.line()}; {exact:.1f} % are the input molecule, mean "
+                f"edit distance {self.edit_distance_sum / max(metrics.valid, 1):.2f} (parsable ones)")
 
-    def line(self) -> str:
-        return (f"{self.generated} SMILES generated: {self._share(self.parses)} parse, {self._share(self.exact)} are "
-                f"the input molecule, mean edit distance {self.edit_distance_sum / max(self.parses, 1):.2f} "
-                "(parsable ones)")
+
+def training_reference(checkpoint_path: Path) -> tuple[np.ndarray | None, str]:
+    """The keys of the corpus the model was pretrained on, when the record beside it names one that can be read;
+    else (None, ...): novelty is measured against the input's molecules."""
+    corpus_path = read_corpus_record(checkpoint_path)
+    if corpus_path is None:
+        return None, INPUTS_REFERENCE
+    try:
+        corpus = open_corpus(corpus_path)
+        keys = reference_keys(corpus.smiles(), corpus.canonical)
+    except (UserError, OSError) as error:
+        log(f"novelty against {INPUTS_REFERENCE}: the pretraining corpus {corpus_path} cannot be read ({error})")
+        return None, INPUTS_REFERENCE
+    return keys, f"the pretraining corpus {corpus_path} ({len(keys)} molecules)"
 
 
 def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
@@ -213,7 +232,7 @@ def run_reconstruct(config: ReconstructConfig) -> int:
 
     stats = drain(reconstruct_stream(config, plan), write)
     _finish(stats, config, started, writer)
-    log(quality.line())
+    log(quality.line(plan.checkpoint.path))
     return 0
 
 
@@ -228,5 +247,5 @@ def _finish(stats: StreamStats, config: ReconstructConfig, started: float, write
         f"({stats.valid / max(seconds, 1e-9):.1f} molecules/s)")
 
 
-__all__ = ["ReconstructPlan", "ReconstructStage", "one_row_per_sample", "plan_reconstruct", "reconstruct_stream",
-           "run_reconstruct"]
+__all__ = ["Quality", "ReconstructPlan", "ReconstructStage", "one_row_per_sample", "plan_reconstruct",
+           "reconstruct_stream", "run_reconstruct", "training_reference"]

@@ -20,8 +20,8 @@ CHECKPOINT = FIXTURE_DIR / "ckpt_pretrain_hybrid.pt"
 BATCH, SAMPLES = 4, 2
 FLAGS = ["--checkpoint_path", str(CHECKPOINT), "--num_samples", str(SAMPLES), "--temperature", "1.0", "--top_k", "12",
          "--max_len", "32", "--seed", "3", "--batch_size", str(BATCH), "--id_columns", "compound"]
-COLUMNS = ["smiles", "canonical_smiles", "sample", "generated_smiles", "generated_valid", "exact_match",
-           "edit_distance", "compound", "valid", "error"]
+COLUMNS = ["smiles", "canonical_smiles", "sample", "generated_smiles", "generated_canonical_smiles", "generated_valid",
+           "exact_match", "edit_distance", "compound", "valid", "error"]
 
 
 def _input(path) -> pd.DataFrame:
@@ -63,10 +63,11 @@ def _in_process(smiles: list[str]) -> list[list[str] | None]:
     return out
 
 
-def test_one_row_per_input_row_and_sample_in_order_for_any_concurrency(ray_cluster, tmp_path):
+def test_one_row_per_input_row_and_sample_in_order_for_any_concurrency(ray_cluster, tmp_path, capsys):
     data = _input(tmp_path / "in.csv")
     common = ["--data_path", str(tmp_path / "in.csv"), *FLAGS]
     assert main_reconstruct([*common, "--output_path", str(tmp_path / "a.parquet"), "--concurrency", "1"]) == 0
+    summary = capsys.readouterr().err
     assert main_reconstruct([*common, "--output_path", str(tmp_path / "b.csv"), "--concurrency", "2"]) == 0
     one, two = pd.read_parquet(tmp_path / "a.parquet"), pd.read_csv(tmp_path / "b.csv")
     assert list(one.columns) == list(two.columns) == COLUMNS
@@ -87,8 +88,22 @@ def test_one_row_per_input_row_and_sample_in_order_for_any_concurrency(ray_clust
     for _, row in one[~invalid].iterrows():
         scored = score(row["canonical_smiles"], row["generated_smiles"])
         assert (row["generated_valid"], row["exact_match"]) == (scored.parses, scored.exact_match)
+        assert (None if pd.isna(row["generated_canonical_smiles"]) else row["generated_canonical_smiles"]) == \
+            scored.canonical
         assert pd.isna(row["edit_distance"]) if scored.edit_distance is None else \
             row["edit_distance"] == scored.edit_distance
+    _assert_summary_counts(one[~invalid], summary)
+
+
+def _assert_summary_counts(rows: pd.DataFrame, summary: str) -> None:
+    """The summary's figures, counted from the output file (the fixture has no corpus record: novelty is against
+    the input's molecules)."""
+    valid = rows["generated_canonical_smiles"].dropna()
+    unique = set(valid)
+    novel = unique - set(rows["canonical_smiles"])
+    assert f"({len(valid)} of {len(rows)} parse)" in summary
+    assert f"uniqueness {100 * len(unique) / len(valid):.1f} % ({len(unique)} distinct molecules)" in summary
+    assert f"novelty {100 * len(novel) / len(unique):.1f} % ({len(novel)} not in the input's molecules)" in summary
 
 
 def test_vocab_mode_checkpoint_is_refused_before_ray_starts(tmp_path, capsys):
