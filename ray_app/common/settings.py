@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from kermt.cli import ArgumentParser
 from kermt.errors import UserError
@@ -59,6 +60,23 @@ def ordered_fields(schema: type[BaseModel]) -> list[str]:
     return names
 
 
+def _help_text(field: FieldInfo) -> str:
+    """The field's description plus its default, as argparse's "(default: %(default)s)" would show it; the
+    parser's own defaults are SUPPRESS (see :func:`build_parser`), so the default comes from the field. Unset
+    (None) and off (False) defaults are left out, as is what the description already says."""
+    text = field.description or ""
+    if field.is_required():
+        shown = "" if "required" in text.lower() else "required"
+    elif field.default is None or field.default is False or "default" in text.lower():
+        shown = ""
+    elif isinstance(field.default, (list, tuple)):
+        shown = "default: " + " ".join(str(v) for v in field.default)
+    else:
+        shown = f"default: {field.default}"
+    text = f"{text} ({shown})".strip() if shown else text
+    return text.replace("%", "%%")  # argparse %-formats help strings
+
+
 def build_parser(prog: str, schema: type[BaseModel]) -> argparse.ArgumentParser:
     """One flag per field of ``schema``. Defaults are argparse.SUPPRESS so we can tell what the user typed."""
     parser = ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
@@ -66,7 +84,7 @@ def build_parser(prog: str, schema: type[BaseModel]) -> argparse.ArgumentParser:
     for name in ordered_fields(schema):
         field = schema.model_fields[name]
         base = _base_type(field.annotation)
-        help_text = field.description or ""
+        help_text = _help_text(field)
         origin = typing.get_origin(base)
         if base is bool:
             parser.add_argument(f"--{name}", action="store_true", help=help_text)

@@ -1,0 +1,51 @@
+"""`kermt <command> --help` shows each setting's default (from the typed config, since the parser's defaults are
+left unset to tell what the user typed); `kermt --version` prints the installed package's version."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pytest
+
+from ray_app import cli
+from ray_app.common.settings import resolve
+from ray_app.finetune.config import FinetuneConfig
+from tests.conftest import FIXTURE_DIR
+
+
+def help_text(capsys, argv: list[str]) -> str:
+    assert cli.main(argv) == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal width
+
+
+def test_finetune_help_shows_defaults(capsys):
+    text = help_text(capsys, ["finetune", "--help"])
+    assert "--seed SEED seed of splits, initialisation, shuffling and dynamic depth (default: 0)" in text
+    assert "--split_sizes SPLIT_SIZES SPLIT_SIZES SPLIT_SIZES train/val/test fractions (default: 0.8 0.1 0.1)" in text
+    assert "--epochs EPOCHS (default: 30)" in text and "--dropout DROPOUT (default: 0.0)" in text
+    assert "--data_path DATA_PATH CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets " \
+           "(required)" in text
+    # a default the description explains, an unset one and an off switch add nothing
+    assert "--smiles_column SMILES_COLUMN SMILES column (default: the first column) --target_columns" in text
+    assert "--tensorboard write TensorBoard events --metric" in text
+
+
+def test_screening_and_tune_help_show_defaults(capsys):
+    assert "--batch_size BATCH_SIZE molecules per model batch (results depend on it, see README) (default: 32)" \
+        in help_text(capsys, ["predict", "--help"])
+    assert "--n_trials N_TRIALS trials to run (as upstream, required) --hpo_mode" in (
+        text := help_text(capsys, ["tune", "--help"]))
+    assert "--search {optuna,random} Optuna TPE or random sampling (seeded) (default: optuna)" in text
+
+
+def test_given_settings_are_still_told_from_defaults():
+    config, sources = resolve(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--epochs", "30"], FinetuneConfig,
+                              "kermt finetune")
+    assert config.epochs == 30 and sources["epochs"] == "user" and sources["seed"] == "default"
+
+
+def test_version_is_the_installed_package_metadata(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kermt {metadata.version('kermt-ray')} (kermt-ray)"
