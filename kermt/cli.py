@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from kermt import DISTRIBUTION, __version__
 from kermt.errors import UserError, run_reporting_user_errors, user_input
 from kermt.inputs import check_checkpoint_file
 
@@ -75,6 +76,7 @@ COMMANDS: list[Command] = [
 
 def build_parser(commands: Sequence[Command] = tuple(COMMANDS)) -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="kermt", description="KERMT molecular property prediction")
+    parser.add_argument("--version", action="version", version=f"kermt {__version__} ({DISTRIBUTION})")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands:
         sub = subparsers.add_parser(command.name, help=command.help, description=command.help)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from kermt import DISTRIBUTION
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +84,7 @@ def _git_sha() -> str | None:
 
 
 def _versions() -> dict[str, str | None]:
-    names = ("kermt-ray", "torch", "ray", "rdkit", "descriptastorus", "numpy", "pandas", "scikit-learn")
+    names = (DISTRIBUTION, "torch", "ray", "rdkit", "descriptastorus", "numpy", "pandas", "scikit-learn")
     found: dict[str, str | None] = {"python": platform.python_version()}
     for name in names:
         try:
