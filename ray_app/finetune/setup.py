@@ -20,6 +20,7 @@ from kermt.data.splits import Split
 from kermt.errors import UserError
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
+from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.settings import Source
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
 from ray_app.finetune.config import FinetuneConfig
@@ -109,12 +110,15 @@ def member_seed(fold_seed: int, member: int) -> int:
     return int(np.random.default_rng([fold_seed, member]).integers(2**31 - 1))
 
 
-def resolve_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetup:
+def resolve_setup(config: FinetuneConfig, sources: dict[str, Source],
+                  workers_flag: str = "--num_workers") -> RunSetup:
     """Check the storage, read the checkpoint and every data file (featurised on the cluster), settle dataset type
-    and metric."""
+    and metric. ``workers_flag``: how the command spells the workers of one run, for the message when they cannot
+    fit."""
     save_dir = Path(config.save_dir).resolve()
     storage = resolve_storage(config.storage_path, save_dir / "ray_results")  # refused before any work starts
     check_gpus(config.use_gpu)
+    check_workers_fit(config.min_workers, config.use_gpu, workers_flag, dry_run=config.dry_run)
     checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint,
                                  dataset_type=config.dataset_type) if (
         config.checkpoint_path or config.pretrained_release) else None

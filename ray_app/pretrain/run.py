@@ -28,6 +28,7 @@ from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record,
                                    save_pretrain_native)
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
+from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source, to_yaml
@@ -186,6 +187,7 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     save_dir = Path(config.save_dir).resolve()
     storage = resolve_storage(config.storage_path, save_dir / "ray_results")
     check_gpus(config.use_gpu)
+    check_workers_fit(config.min_workers, config.use_gpu)
     save_dir.mkdir(parents=True, exist_ok=True)
     run_id, _ = claim_run_id(save_dir, run_identity(recorded))
     outputs.atomic_write_text(save_dir / "config.yaml", to_yaml(recorded))

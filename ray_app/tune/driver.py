@@ -65,7 +65,8 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     """Run (or resume) the sweep; write its outputs; returns the summary (also in sweep.json)."""
     connect(config.address)
     base = config.finetune_base()
-    setup = resolve_setup(base, finetune_sources(config, sources))
+    workers_flag = "--num_workers_per_trial" if config.num_workers_per_trial else "--num_workers"
+    setup = resolve_setup(base, finetune_sources(config, sources), workers_flag)
     objective = Objective.of(setup)
     concurrency = concurrent_runs(config.max_concurrent_trials, base.min_workers, base.use_gpu, config.n_trials)
     print(f"dataset_type={setup.dataset_type} metric={setup.metric} objective={objective.key} ({objective.mode})\n"
