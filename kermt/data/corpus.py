@@ -252,6 +252,7 @@ class InputInfo:
     path: str  # as given to ``kermt corpus``
     rows: int  # data rows read
     invalid: int  # of which rejected (listed in invalid.csv)
+    duplicates: int = 0  # of which dropped: a molecule an earlier row holds (corpora before 0 counted none)
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,7 @@ class CorpusManifest:
     bond_vocab_size: int
     smiles_vocab_size: int
     settings: dict = field(default_factory=dict)
+    n_duplicates: int = 0  # valid rows dropped as later copies of a molecule (settings["deduplicate"])
     atom_vocab: str = ATOM_VOCAB_FILE
     bond_vocab: str = BOND_VOCAB_FILE
     smiles_vocab: str = SMILES_VOCAB_FILE

@@ -6,10 +6,12 @@ process (a notebook, the tests' reference, the single-process benchmark). Both p
 Upstream prepares pretraining data as ``clean_smiles.py`` (drop rows RDKit cannot parse, rewrite the rest as RDKit
 canonical SMILES) and then ``build_vocab.py`` on the cleaned file. Here the same happens in one go: a row is kept
 when it parses, has a heavy atom and can be featurised; its stored SMILES is the canonical one (``canonicalize``,
-the default) or the input text; the vocabularies count the stored SMILES of the kept rows. So the vocabs equal
-``build_vocab.py``'s output on upstream's cleaned file. Upstream's counts would differ only by rows it keeps and
-we reject (no heavy atom, an unencodable formal charge), and for the SMILES vocab by tokens of lines it cannot
-parse, which it counts anyway.
+the default) or the input text. A molecule that an earlier row already holds (same canonical SMILES, whatever
+the spelling: ``OCC`` and ``CCO``) is dropped and counted (``deduplicate``, the default; upstream keeps it); the
+first occurrence in input order (file, then row) stays. The vocabularies count the stored SMILES of the kept rows.
+So, with ``deduplicate=False``, the vocabs equal ``build_vocab.py``'s output on upstream's cleaned file.
+Upstream's counts would differ only by rows it keeps and we reject (no heavy atom, an unencodable formal charge),
+and for the SMILES vocab by tokens of lines it cannot parse, which it counts anyway.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class VocabSettings:
     smiles_min_freq: int = 1
     smiles_max_size: int | None = None
     canonicalize: bool = True
+    deduplicate: bool = True  # drop later copies of a molecule (same canonical SMILES)
 
 
 def clean_one(raw: object, canonicalize: bool = True) -> tuple[str, str | None]:
@@ -81,6 +84,25 @@ def clean_smiles(raw: Sequence[object], canonicalize: bool = True) -> tuple[list
     """Per row: the SMILES to store ('' when rejected) and the reason it was rejected (None when kept)."""
     cleaned = [clean_one(r, canonicalize) for r in raw]
     return [s for s, _ in cleaned], [r for _, r in cleaned]
+
+
+def duplicate_keys(stored: Sequence[str], canonicalize: bool) -> list[str]:
+    """What makes two kept rows the same molecule: the canonical SMILES (the stored text itself when the corpus
+    stores canonical SMILES; else computed here)."""
+    if canonicalize:
+        return list(stored)
+    with rdBase.BlockLogs():
+        return [Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in stored]
+
+
+def first_occurrences(keys: Sequence[str]) -> list[bool]:
+    """Per key: True when no earlier key is the same (the copy a deduplicated corpus keeps)."""
+    seen: set[str] = set()
+    first = []
+    for key in keys:
+        first.append(key not in seen)
+        seen.add(key)
+    return first
 
 
 def count_vocab_tokens(smiles: Iterable[str]) -> dict[str, Counter]:
@@ -153,10 +175,14 @@ def prepare_corpus(sources: Mapping[str, Sequence[object]], corpus_dir: str, set
                    given: Sequence[ContextVocab | SmilesVocab | None] = NO_VOCABS) -> CorpusManifest:
     """Build a corpus in this process from {source name: raw SMILES}; the manifest is written last."""
     cleaned = {name: clean_smiles(raw, settings.canonicalize) for name, raw in sources.items()}
-    kept = [s for stored, reasons in cleaned.values() for s, r in zip(stored, reasons) if r is None]
+    valid = [(name, s) for name, (stored, reasons) in cleaned.items() for s, r in zip(stored, reasons) if r is None]
     rejected = [(name, row, str(sources[name][row]), r) for name, (_, reasons) in cleaned.items()
                 for row, r in enumerate(reasons) if r is not None]
-    check_not_empty(sum(len(v) for v in sources.values()), len(kept), list(sources), Counter(r[3] for r in rejected))
+    check_not_empty(sum(len(v) for v in sources.values()), len(valid), list(sources), Counter(r[3] for r in rejected))
+    first = (first_occurrences(duplicate_keys([s for _, s in valid], settings.canonicalize)) if settings.deduplicate
+             else [True] * len(valid))
+    kept = [s for (_, s), keep in zip(valid, first) if keep]
+    duplicates = Counter(name for (name, _), keep in zip(valid, first) if not keep)
     atom, bond, smiles_vocab = vocabs_from_counts(count_vocab_tokens(kept), settings, given)
     shards, max_tokens = [], 0
     for index, start in enumerate(range(0, len(kept), rows_per_shard)):
@@ -166,7 +192,7 @@ def prepare_corpus(sources: Mapping[str, Sequence[object]], corpus_dir: str, set
         max_tokens = max(max_tokens, int(arrays.token_lengths.max()))
     write_vocabs(corpus_dir, atom, bond, smiles_vocab)
     write_text(join(corpus_dir, INVALID_FILE), invalid_report(rejected))
-    inputs = tuple(InputInfo(name, len(raw), sum(r is not None for r in cleaned[name][1]))
+    inputs = tuple(InputInfo(name, len(raw), sum(r is not None for r in cleaned[name][1]), duplicates[name])
                    for name, raw in sources.items())
     manifest = manifest_for(shards, inputs, max_tokens, (atom, bond, smiles_vocab), settings, rows_per_shard)
     write_manifest(corpus_dir, manifest)
@@ -181,6 +207,7 @@ def manifest_for(shards: Sequence[ShardInfo], inputs: Sequence[InputInfo], max_t
         shards=tuple(shards),
         inputs=tuple(inputs),
         n_invalid=sum(i.invalid for i in inputs),
+        n_duplicates=sum(i.duplicates for i in inputs),
         max_token_length=max_token_length,
         atom_vocab_size=len(vocabs[0]),
         bond_vocab_size=len(vocabs[1]),
@@ -190,4 +217,5 @@ def manifest_for(shards: Sequence[ShardInfo], inputs: Sequence[InputInfo], max_t
 
 
 __all__ = ["INVALID_COLUMNS", "NOT_ROUND_TRIPPING", "VocabSettings", "check_not_empty", "clean_one", "clean_smiles",
-           "count_vocab_tokens", "invalid_report", "load_vocab", "manifest_for", "prepare_corpus", "vocabs_from_counts"]
+           "count_vocab_tokens", "duplicate_keys", "first_occurrences", "invalid_report", "load_vocab", "manifest_for",
+           "prepare_corpus", "vocabs_from_counts"]

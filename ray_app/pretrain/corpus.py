@@ -1,6 +1,7 @@
 """`kermt corpus`: a pretraining corpus (format: ``kermt.data.corpus``) prepared with Ray Data.
 
     read (one task per file, rows numbered)  ->  clean: parse, canonicalise, validate (CPU tasks)  ->  materialise
+      -> mark later copies of a molecule, across blocks (``corpus_dedupe``; unless --keep_duplicates)
       pass 1: count atom / bond contexts, SMILES tokens, rows and rejects per block -> summed in one task
               -> vocabs on the driver (a few thousand counts, exactly as upstream's build_vocab.py orders them),
                  or the vocab files given with --atom/bond/smiles_vocab_path (to continue a released model)
@@ -51,24 +52,33 @@ from kermt.data.corpus_prep import (
     vocabs_from_counts,
 )
 from ray_app.pretrain.corpus_config import CorpusConfig
+from ray_app.pretrain.corpus_dedupe import mark_duplicates
 
 STAGED_PREFIX = "shards/.staged-"
-ROWS, INVALID = "rows", "invalid"  # count kinds besides the vocab kinds: per-source row and reject counts
+# count kinds besides the vocab kinds: per-source rows, rejects and dropped copies
+ROWS, INVALID, DUPLICATES = "rows", "invalid", "duplicates"
 
 
 def clean_block(batch: pa.Table, canonicalize: bool) -> pa.Table:
-    """(source, row, raw) -> (source, row, smiles, reason, raw); ``raw`` kept only for rejected rows."""
+    """(source, row, raw) -> (source, row, smiles, reason, raw, duplicate); ``raw`` kept only for rejected rows,
+    ``duplicate`` False until :func:`ray_app.pretrain.corpus_dedupe.mark_duplicates` sets it."""
     raw = batch.column("raw").to_pylist()
     smiles, reasons = clean_smiles(raw, canonicalize)
     return pa.table({
         "source": batch.column("source"), "row": batch.column("row"),
         "smiles": pa.array(smiles, pa.string()), "reason": pa.array(reasons, pa.string()),
         "raw": pa.array([r if reason else None for r, reason in zip(raw, reasons)], pa.string()),
+        "duplicate": pa.array(np.zeros(len(raw), dtype=bool)),
     })
 
 
 def _valid(batch: pa.Table) -> pa.Table:
-    return batch.filter(pc.is_null(batch.column("reason")))
+    """The rows the corpus keeps: not rejected, not a later copy of a molecule."""
+    return batch.filter(pc.and_(pc.is_null(batch.column("reason")), pc.invert(batch.column("duplicate"))))
+
+
+def _per_source(sources: np.ndarray) -> Counter:
+    return Counter({str(s): int(n) for s, n in zip(*np.unique(sources, return_counts=True))})
 
 
 def count_block(batch: pa.Table) -> pa.Table:
@@ -76,8 +86,8 @@ def count_block(batch: pa.Table) -> pa.Table:
     counts = count_vocab_tokens(_valid(batch).column("smiles").to_pylist())
     sources = batch.column("source").to_numpy()
     rejected = batch.column("reason").is_null().to_numpy(zero_copy_only=False) == 0
-    counts[ROWS] = Counter({str(s): int(n) for s, n in zip(*np.unique(sources, return_counts=True))})
-    counts[INVALID] = Counter({str(s): int(n) for s, n in zip(*np.unique(sources[rejected], return_counts=True))})
+    counts[ROWS], counts[INVALID] = _per_source(sources), _per_source(sources[rejected])
+    counts[DUPLICATES] = _per_source(sources[batch.column("duplicate").to_numpy(zero_copy_only=False)])
     kinds = [kind for kind, counter in counts.items() for _ in counter]
     return pa.table({"kind": pa.array(kinds, pa.string()),
                      "key": pa.array([k for c in counts.values() for k in c], pa.string()),
@@ -172,20 +182,22 @@ def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, 
     raw = read_inputs(paths, columns)
     cleaned = raw.map_batches(clean_block, fn_kwargs={"canonicalize": settings.canonicalize},
                               batch_format="pyarrow", batch_size=rows_per_task).materialize()
+    if settings.deduplicate:
+        cleaned = mark_duplicates(cleaned, settings.canonicalize)
     counts = _reduce_counts(cleaned, rows_per_task)
-    rows, invalid = counts.get(ROWS, Counter()), counts.get(INVALID, Counter())
-    n_rows, n_invalid = sum(rows.values()), sum(invalid.values())
+    rows, invalid, copies = (counts.get(kind, Counter()) for kind in (ROWS, INVALID, DUPLICATES))
+    n_rows, n_invalid, n_copies = sum(rows.values()), sum(invalid.values()), sum(copies.values())
     rejected = _rejected_rows(cleaned, paths) if n_invalid else []
     check_not_empty(n_rows, n_rows - n_invalid, list(paths), Counter(r[3] for r in rejected))
     vocabs = vocabs_from_counts({kind: counts.get(kind, Counter()) for kind in ("atom", "bond", "smiles")},
                                 settings, given)
     _start_rewrite(corpus_dir)
     shards, max_tokens = _write_shards(cleaned, corpus_dir, vocabs, rows_per_shard, rows_per_task)
-    if sum(s.rows for s in shards) != n_rows - n_invalid:
-        raise RuntimeError(f"wrote {sum(s.rows for s in shards)} molecules, expected {n_rows - n_invalid}")
+    if sum(s.rows for s in shards) != n_rows - n_invalid - n_copies:
+        raise RuntimeError(f"wrote {sum(s.rows for s in shards)} molecules, expected {n_rows - n_invalid - n_copies}")
     write_vocabs(corpus_dir, *vocabs)
     write_text(join(corpus_dir, INVALID_FILE), invalid_report(rejected))
-    inputs = [InputInfo(path, rows[str(i)], invalid[str(i)]) for i, path in enumerate(paths)]
+    inputs = [InputInfo(path, rows[str(i)], invalid[str(i)], copies[str(i)]) for i, path in enumerate(paths)]
     manifest = manifest_for(shards, inputs, max_tokens, vocabs, settings, rows_per_shard, smiles_columns=list(columns),
                             **recorded)
     write_manifest(corpus_dir, manifest)
@@ -210,9 +222,16 @@ def run_corpus(config: CorpusConfig) -> None:
                             config.rows_per_task, given, vocab_paths={k: p for k, p in paths.items() if p})
     seconds = time.perf_counter() - start
     print(f"kermt corpus: {manifest.n_molecules} molecules in {len(manifest.shards)} shard(s), "
-          f"{manifest.n_invalid} invalid row(s) (see {INVALID_FILE}); vocab sizes atom {manifest.atom_vocab_size}, "
-          f"bond {manifest.bond_vocab_size}, smiles {manifest.smiles_vocab_size}; {seconds:.1f} s "
+          f"{manifest.n_invalid} invalid row(s) (see {INVALID_FILE}), {_duplicates_note(manifest)}; vocab sizes "
+          f"atom {manifest.atom_vocab_size}, bond {manifest.bond_vocab_size}, smiles {manifest.smiles_vocab_size}; "
+          f"{seconds:.1f} s "
           f"({manifest.n_molecules / seconds:.0f} molecules/s) -> {corpus_dir}", flush=True)
+
+
+def _duplicates_note(manifest) -> str:
+    if not manifest.settings.get("deduplicate", True):
+        return "duplicates kept (--keep_duplicates)"
+    return f"{manifest.n_duplicates} duplicate molecule(s) dropped"
 
 
 def main(argv: list[str]) -> int:

@@ -22,6 +22,8 @@ class CorpusConfig(BaseModel):
     smiles_column: Optional[str] = Field(None, description="SMILES column (default: each file's first column)")
     canonicalize: bool = Field(True, description="store RDKit canonical SMILES, as upstream's clean_smiles.py "
                                "(--no-canonicalize keeps the input text)")
+    keep_duplicates: bool = Field(False, description="keep every copy of a molecule (default: later rows with the "
+                                  "canonical SMILES of an earlier one are dropped and counted in the manifest)")
     vocab_min_freq: int = Field(1, ge=1, description="atom/bond contexts seen fewer times map to <other>")
     vocab_max_size: Optional[int] = Field(None, ge=1, description="most atom/bond contexts kept (besides specials)")
     smiles_vocab_min_freq: int = Field(1, ge=1, description="SMILES tokens seen fewer times map to <unk>")
@@ -44,4 +46,4 @@ class CorpusConfig(BaseModel):
     def vocab_settings(self) -> VocabSettings:
         return VocabSettings(min_freq=self.vocab_min_freq, max_size=self.vocab_max_size,
                              smiles_min_freq=self.smiles_vocab_min_freq, smiles_max_size=self.smiles_vocab_max_size,
-                             canonicalize=self.canonicalize)
+                             canonicalize=self.canonicalize, deduplicate=not self.keep_duplicates)
