@@ -1,12 +1,24 @@
 """Connecting to Ray: a cluster address (flag or RAY_ADDRESS) or, with none, a local cluster started here.
 
 The same command therefore runs on a laptop, in CI and on a cluster (where ``ray job submit`` sets RAY_ADDRESS).
+
+A cluster started here is addressed explicitly by every process it runs. Ray's state API (``ray.util.state``, which
+Ray Train's PlacementGroupCleaner and state actor and Ray Data's hang detector call with no address) finds "its"
+cluster from RAY_ADDRESS, else from the GCS processes running on the machine
+(``ray._private.services.canonicalize_bootstrap_address_or_die``): with a second Ray instance on the machine (a
+user's ``ray start``, a notebook, another sweep) it raises "Found multiple active Ray instances" or, after a
+``ray start``, silently talks to that other cluster. The cleaner then never frees the placement group of a trial
+that Tune stopped, and the next trial waits for it forever. So the local cluster's GCS port is chosen before it
+starts and RAY_ADDRESS names it in the environment the raylet (and so every worker it spawns) inherits. The
+driver's own environment is restored (only Ray Data's hang detector asks the state API from there, and it only
+logs), so a process the driver starts later still starts a cluster of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +33,7 @@ _LOCAL_ENV = {
 # Only for a cluster started here: one machine has no spot preemption to watch for. On a real cluster the watcher
 # stays on, so Ray Train counts a preempted node apart from --max_failures (FailureConfig.max_preemption_failures).
 _LOCAL_ONLY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+_GCS_PORT_VARIABLE = "RAY_GCS_SERVER_PORT"  # read by ray._private.node when it starts a head node
 
 
 def connect(address: str | None = None, num_cpus: int | None = None, object_store_mb: int | None = None) -> dict:
@@ -31,20 +44,43 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
         address = address or os.environ.get("RAY_ADDRESS")
         kwargs: dict[str, Any] = {"log_to_driver": True, "configure_logging": True, "logging_level": "WARNING"}
         if address:
-            kwargs["address"] = address
+            ray.init(address=address, **kwargs)
         else:
             # "local": always a new cluster here. A bare ray.init() would attach to any cluster that `ray start`
             # left running on this machine; `--address auto` asks for that explicitly.
-            kwargs["address"] = "local"
             for key, value in _LOCAL_ONLY_ENV.items():
                 os.environ.setdefault(key, value)
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
             if object_store_mb is not None:
                 kwargs["object_store_memory"] = object_store_mb * 2**20
-        ray.init(**kwargs)
+            _start_local_cluster(kwargs)
     _quiet_ray_data()
     return ray.cluster_resources()
+
+
+def _start_local_cluster(kwargs: dict[str, Any]) -> None:
+    """ray.init(address="local") with the GCS on a port chosen here and RAY_ADDRESS naming it in the environment the
+    cluster's processes start with; the driver's environment is left as it was."""
+    port = os.environ.get(_GCS_PORT_VARIABLE) or str(_free_port())
+    cluster_env = {"RAY_ADDRESS": f"{ray.util.get_node_ip_address()}:{port}", _GCS_PORT_VARIABLE: port}
+    saved = {key: os.environ.get(key) for key in cluster_env}
+    os.environ.update(cluster_env)  # the GCS and the raylet copy it; every worker the raylet spawns inherits it
+    try:
+        ray.init(address="local", **kwargs)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _free_port() -> int:
+    # Another process may take the port before the GCS binds it; ray.init then fails loudly, never silently.
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def _quiet_ray_data() -> None:
