@@ -55,6 +55,13 @@ def one_line(message: str) -> str:
     return out
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (its type when it has none): enough to name it in a one-line message,
+    where the whole text may be a remote traceback."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def wrapped_causes(error: BaseException) -> list[BaseException]:
     """The exceptions ``error`` reports as its cause: ``raise ... from cause``, and a context hidden with
     ``raise ... from None`` (a wrapper that replaced the original). A context that was not hidden is a new error
@@ -117,4 +124,4 @@ def run_reporting_user_errors(
 
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "INPUT_ERRORS", "Interrupted", "UserError", "find_cause", "find_user_error",
-           "one_line", "run_reporting_user_errors", "user_input", "wrapped_causes"]
+           "first_line", "one_line", "run_reporting_user_errors", "user_input", "wrapped_causes"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kermt.errors import UserError
+from kermt.errors import UserError, first_line
 from ray_app.common.storage import is_uri
 
 # Settings that name files or directories to read, and those that name outputs (every subcommand's schema uses
@@ -52,19 +53,14 @@ def _filesystem(uri: str, flag: str) -> tuple[Any, str]:
     try:
         return pafs.FileSystem.from_uri(uri)
     except Exception as error:  # ArrowInvalid for an unknown scheme, OSError for bad endpoint options
-        raise UserError(f"{flag} {uri}: not a URI this machine can open ({_first_line(error)})") from None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+        raise UserError(f"{flag} {uri}: not a URI this machine can open ({first_line(error)})") from None
 
 
 def _info(filesystem: Any, path: str, uri: str, flag: str) -> Any:
     try:
         return filesystem.get_file_info(path)
     except Exception as error:
-        raise UserError(f"{flag} {uri} cannot be read ({_first_line(error)}); check the URI, the credentials "
+        raise UserError(f"{flag} {uri} cannot be read ({first_line(error)}); check the URI, the credentials "
                         "(e.g. AWS_* variables) and the endpoint") from None
 
 
@@ -104,14 +100,18 @@ def _ensure(directory: Path) -> Path:
 
 
 def mirror_directory(uri: str, flag: str) -> Path:
-    """A local directory holding what is at ``uri`` now (empty for a new prefix)."""
+    """A new local directory holding what is at ``uri`` now (empty for a new prefix).
+
+    Each command gets its own: the URI is the truth, so files an earlier run left on this disk (its mirror kept
+    after a failed upload, a killed process) are neither resumed from nor uploaded again."""
     import pyarrow.fs as pafs
 
     filesystem, path = _filesystem(uri, flag)
-    local = _ensure(cache_root() / "mirrors" / hashlib.sha256(uri.encode()).hexdigest()[:24])
     info = _info(filesystem, path, uri, flag)
     if info.type == pafs.FileType.File:
         raise UserError(f"{flag} {uri} is a file; give a directory (prefix)")
+    key = hashlib.sha256(uri.encode()).hexdigest()[:24]
+    local = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=_ensure(cache_root() / "mirrors")))
     if info.type == pafs.FileType.Directory:
         pafs.copy_files(path, str(local), source_filesystem=filesystem,
                         destination_filesystem=pafs.LocalFileSystem())
@@ -126,7 +126,7 @@ def upload(local: Path, uri: str, flag: str) -> None:
     try:
         pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
     except Exception as error:
-        raise UserError(f"{flag} {uri}: the upload failed ({_first_line(error)}); the results are kept in "
+        raise UserError(f"{flag} {uri}: the upload failed ({first_line(error)}); the results are kept in "
                         f"{local}") from None
 
 
@@ -152,30 +152,62 @@ def local_files(config: BaseModel, keep_remote: Sequence[str] = ()) -> Iterator[
     docstring for when). ``keep_remote``: input settings the command reads from URIs itself (screening streams
     ``--data_path`` with Ray Data)."""
     changes = _localized_inputs(config, keep_remote)
-    mirrors = {name: getattr(config, name) for name in OUTPUT_DIR_SETTINGS
-               if isinstance(getattr(config, name, None), str) and is_uri(getattr(config, name))}
-    staged = {name: getattr(config, name) for name in OUTPUT_FILE_SETTINGS
-              if isinstance(getattr(config, name, None), str) and is_uri(getattr(config, name))}
-    for name, uri in mirrors.items():
-        changes[name] = str(mirror_directory(uri, f"--{name}"))
+    mirrors = _uri_settings(config, OUTPUT_DIR_SETTINGS)
+    staged = _uri_settings(config, OUTPUT_FILE_SETTINGS)
     staging = Path(tempfile.mkdtemp(prefix="kermt-out-")) if staged else None
-    for name, uri in staged.items():
-        _filesystem(uri, f"--{name}")  # an unusable URI fails now, not after the whole run
-        changes[name] = str(staging / name / Path(uri.split("?", 1)[0]).name)  # type: ignore[operator]
-        Path(changes[name]).parent.mkdir(parents=True)
-    succeeded = False
+    try:
+        for name, uri in mirrors.items():
+            changes[name] = str(mirror_directory(uri, f"--{name}"))
+        for name, uri in staged.items():
+            _filesystem(uri, f"--{name}")  # an unusable URI fails now, not after the whole run
+            changes[name] = str(staging / name / Path(uri.split("?", 1)[0]).name)  # type: ignore[operator]
+            Path(changes[name]).parent.mkdir(parents=True)
+    except BaseException:
+        _remove([staging, *(Path(changes[name]) for name in mirrors if name in changes)])
+        raise
     try:
         yield config.model_copy(update=changes) if changes else config
-        succeeded = True
-    finally:
-        for name, uri in mirrors.items():
+    except BaseException as error:  # the run's error is the story; a failed upload of its mirror is a note on it
+        for failure in _upload_all(mirrors, changes).values():
+            print(failure, file=sys.stderr, flush=True)
+            error.add_note(str(failure))
+        _remove([staging])  # half-written outputs of a failed run are never uploaded
+        raise
+    failures = _upload_all({**mirrors, **staged}, changes)
+    if not any(name in staged for name in failures):
+        _remove([staging])
+    if failures:  # the first, with the others noted; what was not uploaded stays on disk (each message says where)
+        first, *others = failures.values()
+        for other in others:
+            first.add_note(str(other))
+        raise first
+
+
+def _uri_settings(config: BaseModel, names: Sequence[str]) -> dict[str, str]:
+    return {name: getattr(config, name) for name in names
+            if isinstance(getattr(config, name, None), str) and is_uri(getattr(config, name))}
+
+
+def _upload_all(outputs: dict[str, str], changes: dict[str, Any]) -> dict[str, UserError]:
+    """Upload every local output to its URI; the failures by setting, each naming the local copy that is kept. A
+    mirror that was uploaded is removed: the next command starts from what the URI holds (:func:`mirror_directory`)."""
+    failures = {}
+    for name, uri in outputs.items():
+        try:
             upload(Path(changes[name]), uri, f"--{name}")
-            print(f"--{name}: uploaded {changes[name]} to {uri}", flush=True)
-        if succeeded:
-            for name, uri in staged.items():
-                upload(Path(changes[name]), uri, f"--{name}")
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        except UserError as failure:
+            failures[name] = failure
+            continue
+        print(f"--{name}: uploaded {changes[name]} to {uri}", flush=True)
+        if name in OUTPUT_DIR_SETTINGS:
+            _remove([Path(changes[name])])
+    return failures
+
+
+def _remove(directories: Sequence[Path | None]) -> None:
+    for directory in directories:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 __all__ = ["cache_root", "fetch_input", "local_files", "mirror_directory", "upload"]

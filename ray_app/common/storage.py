@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kermt.errors import UserError
+from kermt.errors import UserError, first_line
 from ray_app.common.cluster import ClusterLayout
 
 
@@ -83,6 +83,5 @@ def check_reachable(uri: str, flag: str = "--storage_path") -> None:
     except UserError:
         raise
     except Exception as error:  # pyarrow raises OSError/ArrowInvalid/ValueError depending on the scheme
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"{flag} {uri} cannot be reached ({first_line}); check the URI, the credentials "
+        raise UserError(f"{flag} {uri} cannot be reached ({first_line(error)}); check the URI, the credentials "
                         f"(e.g. AWS_* variables) and the endpoint") from None

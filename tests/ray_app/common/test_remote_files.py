@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
+import pyarrow.fs as pafs
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from kermt.errors import UserError
 from ray_app.cli import main as cli_main
@@ -114,3 +118,58 @@ def test_predict_with_checkpoint_and_output_in_the_bucket(ray_cluster, s3, tmp_p
     remote = tmp_path / "remote.csv"
     remote.write_bytes(_get(s3, "preds/p.csv"))
     pd.testing.assert_frame_equal(pd.read_csv(remote), pd.read_csv(local))
+
+
+class Outputs(BaseModel):
+    """The output settings local_files handles, as every subcommand's schema names them."""
+
+    save_dir: Optional[str] = None
+    output_path: Optional[str] = None
+
+
+def _doomed_bucket(s3: MotoS3) -> tuple[Outputs, Callable[[], None]]:
+    """Outputs in a bucket of their own, and a way to delete that bucket so that their upload fails."""
+    s3.make_bucket("doomed")
+    config = Outputs(save_dir="s3://doomed/run", output_path="s3://doomed/out.csv")
+    filesystem = pafs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing", secret_key="testing",
+                                   region="us-east-1", allow_bucket_deletion=True)
+    return config, lambda: filesystem.delete_dir("doomed")
+
+
+def test_a_failed_run_keeps_its_error_when_the_upload_fails_too(s3, capsys):
+    config, delete_bucket = _doomed_bucket(s3)
+    with pytest.raises(RuntimeError, match="the run failed") as raised, local_files(config) as local:
+        (Path(local.save_dir) / "epoch_1.pt").write_text("state\n")
+        Path(local.output_path).write_text("half\n")
+        delete_bucket()
+        raise RuntimeError("the run failed")
+    upload_failure = "--save_dir s3://doomed/run: the upload failed"
+    assert any(note.startswith(upload_failure) and local.save_dir in note for note in raised.value.__notes__)
+    assert upload_failure in capsys.readouterr().err  # also said when the run's error is a one-line user error
+    assert (Path(local.save_dir) / "epoch_1.pt").read_text() == "state\n"  # kept, as the message says
+    assert not Path(local.output_path).parents[1].exists()  # the staging directory of the half-written output
+
+
+def test_a_finished_run_whose_uploads_fail_raises_the_first_and_keeps_every_file(s3):
+    config, delete_bucket = _doomed_bucket(s3)
+    with pytest.raises(UserError, match="--save_dir s3://doomed/run: the upload failed") as raised:
+        with local_files(config) as local:
+            (Path(local.save_dir) / "model.pt").write_text("model\n")
+            Path(local.output_path).write_text("done\n")
+            delete_bucket()
+    assert [note.split(": the")[0] for note in raised.value.__notes__] == ["--output_path s3://doomed/out.csv"]
+    assert (Path(local.save_dir) / "model.pt").read_text() == "model\n" and Path(local.output_path).read_text() == "done\n"
+
+
+def test_the_mirror_starts_from_what_the_uri_holds_now(s3):
+    """A re-run resumes from the URI, not from files an earlier run left on this disk (nor uploads those again)."""
+    config = Outputs(save_dir=f"s3://{BUCKET}/runs/fresh")
+    with local_files(config) as first:
+        (Path(first.save_dir) / "run_state.json").write_text("{}\n")
+        (Path(first.save_dir) / "old_model.pt").write_text("old\n")
+    assert not Path(first.save_dir).exists()  # uploaded, so not kept
+    s3.filesystem().delete_file(f"{BUCKET}/runs/fresh/old_model.pt")  # the URI changed since
+    with local_files(config) as second:
+        assert sorted(p.name for p in Path(second.save_dir).iterdir()) == ["run_state.json"]
+        assert second.save_dir != first.save_dir
+    assert s3.listing(f"{BUCKET}/runs/fresh") == [f"{BUCKET}/runs/fresh/run_state.json"]
