@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kermt.errors import Interrupted
+from kermt.errors import Interrupted, first_line
 
 _TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"
 
@@ -63,9 +63,14 @@ def stopping_on_ctrl_c(advice: str, tune: bool = True) -> Iterator[None]:
         # Ray Train's fit() replaces our handler with its own, which aborts the run gracefully and then calls
         # sys.exit(): nothing else in a Train fit() exits the process
         raise Interrupted(advice) from None
-    except (KeyboardInterrupt, Exception):
-        if hit.is_set():  # whatever the stop made fail is not the story: the user stopped the run
+    except KeyboardInterrupt:
+        if hit.is_set():  # the stop itself: the user stopped the run, no traceback
             raise Interrupted(advice) from None
+        raise
+    except Exception as error:
+        if hit.is_set():  # the user stopped the run, but this may be a real bug: named, its traceback is the cause
+            raise Interrupted(f"{advice} (while stopping, the run raised {type(error).__name__}: "
+                              f"{first_line(error)})") from error
         raise
     finally:
         tune_logger.removeFilter(_not_tunes_restore_advice)

@@ -78,6 +78,17 @@ def test_a_run_that_finishes_or_fails_on_its_own_is_not_an_interrupt():
             raise RuntimeError("a bug")
 
 
+def test_a_real_error_after_ctrl_c_is_named_and_kept_as_the_cause():
+    """The stop is still the story (one line, exit 130), but a bug that surfaced while stopping is not dropped."""
+    stop = threading.Event()
+    with pytest.raises(Interrupted) as raised:
+        with stopping_on_ctrl_c(ADVICE):
+            _tune_like_loop(stop, interrupts=1)
+            raise ValueError("a real bug\n  with a second line")
+    assert str(raised.value) == f"{ADVICE} (while stopping, the run raised ValueError: a real bug)"
+    assert isinstance(raised.value.__cause__, ValueError) and raised.value.__cause__.__traceback__ is not None
+
+
 def test_the_entry_point_prints_one_line_and_exits_130(capsys):
     def run() -> int:
         raise Interrupted(ADVICE)
