@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kermt.checkpoint.upstream import file_sha256
 from kermt.errors import UserError
+from ray_app.common.outputs import atomic_write_text
 
 RELEASE_REPO = "nvidia/NV-KERMT-70M-v2"
 RELEASE_REVISION = "7df5eb3179235fdea1e8124db73215da33d77dce"
@@ -65,7 +66,8 @@ def fetch_release(model_dir: str | Path | None = None) -> Path:
         hashes[name] = file_sha256(directory / name)
     _verify(directory / CHECKPOINT_FILE)
     manifest = {"repo": RELEASE_REPO, "revision": RELEASE_REVISION, "sha256": hashes}
-    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    # whole or not at all: is_complete trusts a manifest, so a half-written one must never be read
+    atomic_write_text(directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return directory / CHECKPOINT_FILE
 
 

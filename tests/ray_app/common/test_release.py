@@ -3,6 +3,7 @@ here (HF_HUB_OFFLINE: nothing reaches the network)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -71,6 +72,20 @@ def test_a_corrupted_file_is_fetched_again(offline_hub, tmp_path):
     assert not release.is_complete(model_dir)
     release.fetch_release(model_dir)
     assert release.is_complete(model_dir)
+
+
+def test_the_manifest_is_replaced_whole_never_rewritten_in_place(offline_hub, tmp_path):
+    """A reader that opened release.json before a re-fetch keeps reading the old, complete manifest: the new one is
+    a new file moved into place (rewriting it in place would truncate what the reader sees)."""
+    model_dir = tmp_path / "model"
+    release.fetch_release(model_dir)
+    older = {"repo": release.RELEASE_REPO, "revision": "0" * 40, "sha256": {}}  # as an earlier release left it
+    (model_dir / release.MANIFEST).write_text(json.dumps(older))
+    with open(model_dir / release.MANIFEST) as reader:
+        release.fetch_release(model_dir)  # not our revision: fetched again, and the manifest written anew
+        assert json.loads(reader.read()) == older
+    assert json.loads((model_dir / release.MANIFEST).read_text())["revision"] == release.RELEASE_REVISION
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted([*release.RELEASE_FILES, release.MANIFEST])
 
 
 def test_a_download_that_is_not_the_hybrid_model_is_refused(offline_hub, tmp_path):
