@@ -20,8 +20,13 @@ def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), str(pafs.LocalFileSystem().normalize_path(str(Path(path).absolute())))
 
 
-def join(base: str, relative: str) -> str:
-    return base.rstrip("/") + "/" + relative
+def join(base: str, *parts: str) -> str:
+    """``base`` extended by ``parts`` on its path part. A URI's query stays last: pyarrow reads options there
+    (``s3://bucket/run?endpoint_override=host:9000&scheme=http`` for MinIO, Ceph and other S3-compatible stores), so
+    ``s3://bucket/run?...`` joined with ``name`` is ``s3://bucket/run/name?...``, not a path inside the query."""
+    path, query = base.split("?", 1) if "://" in base and "?" in base else (base, None)
+    joined = "/".join([path.rstrip("/"), *(part.strip("/") for part in parts)])
+    return joined if query is None else f"{joined}?{query}"
 
 
 def write_atomically(path: str, write: Callable[[pafs.FileSystem, str], None]) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import ray
 from ray import tune
 
+from kermt.data import atomic_files
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.finetune.members import member_concurrency
 from ray_app.finetune.resume import saved_by_run
@@ -89,7 +90,7 @@ def _tuner(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], to_train: list
     trainable = tune.with_resources(tune.with_parameters(
         train_member, setup=setup.without_inputs(), fold_splits=list(fold_splits), trial=MemberTrial(kept)),
         TRIAL_ACTOR_RESOURCES)
-    experiment = f"{setup.storage.rstrip('/')}/{experiment_name(setup)}"
+    experiment = atomic_files.join(setup.storage, experiment_name(setup))  # keeps a URI's ?endpoint_override=...
     if tune.Tuner.can_restore(experiment):  # its grid, concurrency and callbacks are the interrupted run's
         print(f"resuming the Tune run in {experiment}: finished trials are kept, unfinished ones restart", flush=True)
         return tune.Tuner.restore(experiment, trainable, resume_unfinished=True, resume_errored=True)

@@ -15,6 +15,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 
+from kermt.data import atomic_files
 from kermt.errors import Interrupted
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
@@ -115,11 +116,11 @@ def _sweep(tuner: tune.Tuner, setup: RunSetup) -> Interrupted | None:
 
 def experiment_root(setup: RunSetup) -> str:
     """Where Tune keeps the experiment: ``--storage_path`` (checked reachable by every node), else ``save_dir``."""
-    return setup.config.storage_path.rstrip("/") if setup.config.storage_path else str(setup.save_dir)
+    return setup.config.storage_path or str(setup.save_dir)
 
 
 def experiment_path(setup: RunSetup) -> str:
-    return f"{experiment_root(setup)}/{EXPERIMENT}"
+    return atomic_files.join(experiment_root(setup), EXPERIMENT)  # keeps a URI's ?endpoint_override=...
 
 
 def _tuner(config: TuneConfig, setup: RunSetup, fold_zero: ray.ObjectRef, space: SearchSpace,
