@@ -32,11 +32,12 @@ from ray_app.tune.results import (
     all_trials_csv,
     best_row,
     download_trial,
+    outcome,
     summary_table,
     trial_rows,
     write_best,
 )
-from ray_app.tune.trial import COMPLETED, OBJECTIVE, Objective, TuneTrial
+from ray_app.tune.trial import OBJECTIVE, Objective, TuneTrial
 
 class TrialLines(tune.Callback):
     """One line per finished trial (instead of Tune's tables, which repeat every few seconds); a completed
@@ -48,8 +49,7 @@ class TrialLines(tune.Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         download_trial(self.save_dir, trial)
         last = trial.last_result or {}
-        how = "completed" if last.get(COMPLETED) else f"stopped early after epoch {last.get('epoch', '?')}"
-        print(f"trial {trial.trial_id} {how}: {self.key}={last.get(OBJECTIVE, float('nan')):.6f} "
+        print(f"trial {trial.trial_id} {outcome(last)}: {self.key}={last.get(OBJECTIVE, float('nan')):.6f} "
               f"{self._finished(trials, trial)}", flush=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:

@@ -56,11 +56,30 @@ def trial_rows(trials: Sequence[Any], base: FinetuneConfig, metric: str) -> list
             status = COMPLETED_STATUS if last.get(COMPLETED) else STOPPED
         else:
             status = UNFINISHED
-        epochs = last.get("epochs_run", last["epoch"] + 1 if "epoch" in last else None)
         rows.append(TrialRow(
             trial.trial_id, status, float(last.get(OBJECTIVE, math.nan)), float(last.get(f"test_{metric}", math.nan)),
-            last.get("best_epoch"), epochs, {**trial.config, **trial_settings(trial.config, base)}, error))
+            last.get("best_epoch"), epochs_run(last), {**trial.config, **trial_settings(trial.config, base)}, error))
     return rows
+
+
+def epochs_run(last: dict[str, Any]) -> int | None:
+    """How many epochs a trial had trained when Tune last heard from it. A completed trial says so itself; a
+    stopped one's last result is its last epoch's, whose ``epoch`` is an index from 0 (as the training log
+    prints it): ASHA's first rung, at ``epoch`` 1, stops a trial after 2 epochs (Tune's ``training_iteration``).
+    Its training worker does not wait for Tune's verdict, so its log may show epochs after that one."""
+    if "epochs_run" in last:
+        return int(last["epochs_run"])
+    return int(last["epoch"]) + 1 if "epoch" in last else last.get("training_iteration")
+
+
+def outcome(last: dict[str, Any]) -> str:
+    """A finished trial in words: "completed", or when the scheduler stopped it, after how many epochs."""
+    if last.get(COMPLETED):
+        return COMPLETED_STATUS
+    epochs = epochs_run(last)
+    if epochs is None:
+        return STOPPED
+    return f"{STOPPED} after {epochs} epoch{'s' if epochs != 1 else ''} (last: epoch {epochs - 1})"
 
 
 def _error_text(path: str | None) -> str:
