@@ -5,9 +5,11 @@ The library reads and writes local files, so a subcommand's URIs are resolved at
 - an input file or directory (data, features, split files, checkpoints) is downloaded once into a cache keyed by
   its URI and its size and modification time (``$KERMT_CACHE``, default ``~/.cache/kermt``), so re-running a
   command does not download it again while a changed object is fetched anew;
-- an output directory (``--save_dir``) is mirrored: its current contents are downloaded first (so that an
-  interrupted run resumes and finished models are kept), the run works in the mirror, and everything is uploaded
-  when the command ends, also when it fails, so a re-run can pick up where it stopped;
+- an output directory (``--save_dir``) is mirrored: its current contents are downloaded first, into a new local
+  directory (so that an interrupted run resumes and finished models are kept, from what the URI holds, never from
+  files an earlier run left on this disk), the run works in the mirror, and everything is uploaded when the command
+  ends, also when it fails (a failed upload is then a note on the run's own error), so a re-run can pick up where
+  it stopped;
 - an output file (``--output_path``) is written to a private staging directory and uploaded when the command
   succeeded, so no half-written result ever appears at the URI.
 
