@@ -5,8 +5,9 @@ Flags are upstream's (``main.py predict`` / ``main.py fingerprint``) plus the Ra
 from the checkpoint; a feature flag that contradicts it is an error naming what the checkpoint expects.
 
 Outputs keep one row per input row, in input order: predictions (CSV in upstream's layout, SMILES then task
-columns, or Parquet) with the id columns and ``valid``/``error`` appended; fingerprints as ``.npz`` (key ``fps``
-as upstream, plus ``valid``); embeddings as Parquet or a directory of ``.npy`` files + ``metadata.json``.
+columns, or Parquet) with the id columns (by default the input's other columns) and ``valid``/``error`` appended;
+fingerprints as ``.npz`` (key ``fps`` as upstream, plus ``valid``); embeddings as Parquet or a directory of
+``.npy`` files + ``metadata.json``.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class ScreeningConfig(BaseModel):
                            "SMILES then a name) (local path or URI)")
     output_path: str = Field(description="output file (suffix decides the format)")
     smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")
-    id_columns: Optional[list[str]] = Field(None, description="columns copied to the output unchanged (default: "
-                                            "a SMILES file's name column)")
+    id_columns: Optional[list[str]] = Field(None, description="columns copied to the output (as text; default: "
+                                            "kermt predict every other column, else a SMILES file's name column)")
     batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it, see README)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
     dataset_type: Optional[Literal["regression", "classification"]] = Field(
@@ -62,7 +63,9 @@ class FeatureFlags(BaseModel):
         return self
 
 
-class PredictConfig(FeatureFlags, ScreeningConfig):
+class ModelScreeningConfig(FeatureFlags, ScreeningConfig):
+    """`kermt predict` and `kermt eval`: a finetuned model or an ensemble of them."""
+
     checkpoint_dir: Optional[str] = Field(None, description="ensemble: every best model under this directory")
     checkpoint_path: Optional[str] = Field(None, description="one model (.pt or native directory)")
     uncertainty: bool = Field(False, description="add <task>_std columns: standard deviation over the members")
@@ -70,13 +73,18 @@ class PredictConfig(FeatureFlags, ScreeningConfig):
                                       "checkpoint decides; an error if a member was trained with feature scaling")
 
     @model_validator(mode="after")
-    def _one_source(self) -> "PredictConfig":
+    def _one_source(self) -> "ModelScreeningConfig":
         if (self.checkpoint_dir is None) == (self.checkpoint_path is None):
             raise ValueError("give exactly one of checkpoint_dir and checkpoint_path")
         return self
 
 
-class EvalConfig(PredictConfig):
+class PredictConfig(ModelScreeningConfig):
+    drop_extra_columns: bool = Field(False, description="write only the SMILES, predictions, valid and error "
+                                     "(and --id_columns); by default every other input column is carried too")
+
+
+class EvalConfig(ModelScreeningConfig):
     """`kermt eval`: PredictConfig plus the labels and the metric; ``output_path`` is upstream's test_result.csv."""
 
     output_path: str = Field(description="test_result.csv in upstream's layout: SMILES, preds per task, targets")
@@ -126,5 +134,5 @@ def elapsed_line(rows: int, valid: int, started: float, output: str | Path) -> s
             f"({rows / max(seconds, 1e-9):.0f} molecules/s)")
 
 
-__all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "PredictConfig", "ReconstructConfig", "ScreeningConfig",
-           "elapsed_line", "log"]
+__all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "ModelScreeningConfig", "PredictConfig",
+           "ReconstructConfig", "ScreeningConfig", "elapsed_line", "log"]

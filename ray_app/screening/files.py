@@ -76,6 +76,18 @@ def column_names(path: str) -> list[str]:
     return header
 
 
+def untextual_columns(path: str) -> list[str]:
+    """Columns whose values have no text form to carry into a prediction file: a Parquet file's nested or binary
+    columns (a stored fingerprint, an image); CSV and SMILES files have none."""
+    if input_format(path).kind != "parquet":
+        return []
+    filesystem, inner = _filesystem(path)
+    with filesystem.open_input_file(inner) as handle:
+        schema = pq.read_schema(handle)
+    return [f.name for f in schema if pa.types.is_nested(f.type) or pa.types.is_binary(f.type)
+            or pa.types.is_large_binary(f.type) or pa.types.is_fixed_size_binary(f.type)]
+
+
 def default_id_columns(path: str) -> tuple[str, ...]:
     """The name column of a SMILES file (written back next to the predictions); none for other formats."""
     return (column_names(path)[1],) if input_format(path).kind == "smi" else ()
@@ -251,5 +263,5 @@ def write_metadata_json(path: Path, header: dict, lists: dict[str, JsonListSpool
 
 __all__ = [
     "ArraySpool", "JsonListSpool", "TableWriter", "column_names", "default_id_columns", "pick_columns",
-    "read_table_lazily", "split_smi_lines", "write_metadata_json", "write_npy", "write_npz",
+    "read_table_lazily", "split_smi_lines", "untextual_columns", "write_metadata_json", "write_npy", "write_npz",
 ]

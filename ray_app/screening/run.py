@@ -20,8 +20,9 @@ from kermt.errors import UserError, user_input
 from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_features,
                              read_members, task_names)
 from kermt.inputs import check_checkpoint_file
-from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
-from ray_app.screening.stream import EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain
+from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScreeningConfig, PredictConfig,
+                                      ScreeningConfig, elapsed_line, log)
+from ray_app.screening.stream import STD_SUFFIX, EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain
 from ray_app.screening.files import (
     ArraySpool,
     JsonListSpool,
@@ -29,6 +30,7 @@ from ray_app.screening.files import (
     column_names,
     default_id_columns,
     pick_columns,
+    untextual_columns,
     write_metadata_json,
     write_npy,
     write_npz,
@@ -43,10 +45,33 @@ class Source:
     id_columns: tuple[str, ...]
 
 
-def _source(config: ScreeningConfig) -> Source:
-    """The SMILES and id columns (by default a SMILES file's name column is an id column)."""
-    ids = tuple(config.id_columns) if config.id_columns is not None else default_id_columns(config.data_path)
-    return Source(pick_columns(column_names(config.data_path), config.smiles_column, ids), ids)
+def _source(config: ScreeningConfig, output_columns: set[str] | None = None) -> Source:
+    """The SMILES and id columns: ``--id_columns``; else, for a prediction file (``output_columns``: the names of
+    its own columns), every other input column, as chemprop carries them; else a SMILES file's name column."""
+    names = column_names(config.data_path)
+    if config.id_columns is not None:
+        ids = tuple(config.id_columns)
+    elif output_columns is not None:
+        ids = _other_columns(config.data_path, names, pick_columns(names, config.smiles_column, ()), output_columns)
+    else:
+        ids = default_id_columns(config.data_path)
+    return Source(pick_columns(names, config.smiles_column, ids), ids)
+
+
+def _other_columns(path: str, names: list[str], smiles: str, output_columns: set[str]) -> tuple[str, ...]:
+    """The input's columns besides SMILES, less those the output names itself (a label column named like its
+    task: the prediction takes the name) and those with no text form; a log line names what is left out."""
+    untextual = set(untextual_columns(path))
+    left_out = [f"{n} ({'an output column' if n in output_columns else 'not text'})" for n in names
+                if n != smiles and (n in output_columns or n in untextual)]
+    if left_out:
+        log(f"input columns not carried to the output: {', '.join(left_out)}")
+    return tuple(n for n in names if n != smiles and n not in output_columns and n not in untextual)
+
+
+def _prediction_columns(tasks: tuple[str, ...] | list[str], uncertainty: bool) -> set[str]:
+    """The columns a prediction file names itself (besides its SMILES column, which takes the input's name)."""
+    return {"smiles", *tasks, *(t + STD_SUFFIX for t in tasks if uncertainty), "valid", "error"}
 
 
 def _connect(config: ScreeningConfig) -> int:
@@ -96,7 +121,7 @@ def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit,
 # ---------------------------------------------------------------------------------------------------- predict
 
 
-def _members(config: PredictConfig) -> list[Checkpoint]:
+def _members(config: ModelScreeningConfig) -> list[Checkpoint]:
     paths = find_checkpoints(config.checkpoint_dir) if config.checkpoint_dir else [Path(config.checkpoint_path)]
     for path in paths:
         check_checkpoint_file(path, "--checkpoint_dir member" if config.checkpoint_dir else "--checkpoint_path")
@@ -122,8 +147,9 @@ class PredictPlan:
     source: Source
 
 
-def plan_predict(config: PredictConfig) -> PredictPlan:
-    """Everything predict checks before Ray starts; a ValueError here is about the input (a UserError)."""
+def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False) -> PredictPlan:
+    """Everything predict checks before Ray starts; a ValueError here is about the input (a UserError).
+    ``carry_other_columns``: without ``--id_columns``, every other input column is an id column."""
     with user_input():
         members = _members(config)
         if config.uncertainty and len(members) == 1:
@@ -134,15 +160,15 @@ def plan_predict(config: PredictConfig) -> PredictPlan:
         if config.no_features_scaling and scaled:
             raise UserError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
                             "(its scaler is applied); drop the flag")
-        source = _source(config)
         names = task_names(members[0].spec)
+        source = _source(config, _prediction_columns(names, config.uncertainty) if carry_other_columns else None)
         clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
         if clash:
             raise UserError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
     return PredictPlan(members, plan, file_features, source)
 
 
-def predict_stream(config: PredictConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
+def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
     """The lazy dataset of prediction blocks (starts Ray); ``label_columns`` travel along as ``label::<name>``."""
     plan, source = checked.features, checked.source
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
@@ -153,7 +179,7 @@ def predict_stream(config: PredictConfig, checked: PredictPlan, label_columns: t
 
 def run_predict(config: PredictConfig) -> int:
     started = time.perf_counter()
-    checked = plan_predict(config)
+    checked = plan_predict(config, carry_other_columns=not config.drop_extra_columns)
     writer = TableWriter(config.output_path)
     ds = predict_stream(config, checked)
 

@@ -39,6 +39,7 @@ from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
+STD_SUFFIX = "_std"  # --uncertainty: <task>_std, the members' standard deviation
 FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
 NO_FILE_FEATURES = "no features for this row in --features_path"
 TARGET_ROWS_PER_BLOCK = 1024
@@ -142,7 +143,7 @@ class PredictStage:
             columns[name] = _float_column(prediction.mean[:, t], valid)
         if self.uncertainty:
             for t, name in enumerate(self.ensemble.task_names):
-                columns[f"{name}_std"] = _float_column(prediction.std[:, t], valid)
+                columns[name + STD_SUFFIX] = _float_column(prediction.std[:, t], valid)
         return pa.table({**columns, **carried_columns(table, molecules)})
 
 
