@@ -97,3 +97,18 @@ def test_uncertainty_of_one_model_warns_that_a_spread_needs_an_ensemble(capsys, 
         (tmp_path / name).write_bytes(open(FT_REG, "rb").read())
     assert len(plan_predict(PredictConfig(checkpoint_dir=str(tmp_path), **common)).members) == 2
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--target_columns", "c1", "--use_mtl_loss"],
+     f"--use_mtl_loss weighs each task's loss against the others', so it needs at least 2 tasks; {CLASSIFICATION_CSV} "
+     "has 1 (c1): drop the flag or add --target_columns"),
+    (["--ffn_num_task_specific_layers", "2"],
+     "--ffn_num_task_specific_layers 2 needs --ffn_task_specific_hidden_size (the width the shared FFN hands each "
+     "task's layers)"),
+])
+def test_model_settings_the_worker_would_refuse_are_refused_first(capsys, tmp_path, flags, message):
+    """The model checks these only when it is built, in each member's training worker."""
+    line = error_line(capsys, ["finetune", "--data_path", CLASSIFICATION_CSV, "--save_dir", str(tmp_path),
+                               "--dry_run", *flags])
+    assert line == f"kermt finetune: error: {message}"

@@ -74,10 +74,25 @@ def check_inputs(config: FinetuneConfig) -> None:
     for flag, path in _optional_files(config):
         if not Path(path).exists():
             raise UserError(f"--{flag} {path} does not exist")
+    kind = None
     if config.checkpoint_path:
         from kermt.checkpoint import read_checkpoint
 
         check_checkpoint_file(config.checkpoint_path, "--checkpoint_path")
         with user_input(f"--checkpoint_path {config.checkpoint_path}"):
-            read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
-                            dataset_type=config.dataset_type)
+            kind = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
+                                   dataset_type=config.dataset_type).spec.kind
+    check_model_settings(config, data.target_names, kind)
+
+
+def check_model_settings(config: FinetuneConfig, task_names: list[str], checkpoint_kind: str | None) -> None:
+    """Settings the model refuses only when it is built, inside each member's training worker (after Ray started
+    and the data was featurised); ``checkpoint_kind``: None without a checkpoint."""
+    if config.use_mtl_loss and len(task_names) < 2:
+        raise UserError(f"--use_mtl_loss weighs each task's loss against the others', so it needs at least 2 tasks; "
+                        f"{config.data_path} has 1 ({task_names[0]}): drop the flag or add --target_columns")
+    # a finetuned checkpoint's head decides these; otherwise the head is built from the flags
+    if checkpoint_kind != "finetuned" and config.ffn_num_task_specific_layers > 0 \
+            and config.ffn_task_specific_hidden_size is None:
+        raise UserError(f"--ffn_num_task_specific_layers {config.ffn_num_task_specific_layers} needs "
+                        "--ffn_task_specific_hidden_size (the width the shared FFN hands each task's layers)")
