@@ -32,9 +32,10 @@ from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source, to_yaml
-from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
+from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, resolve_storage
 from ray_app.finetune.resume import claim_run_id
 from ray_app.pretrain.config import PretrainConfig
+from ray_app.pretrain.corpus_read import read_remote_args
 from ray_app.pretrain.inputs import PretrainInputs, check_inputs
 from ray_app.pretrain.train_loop import MODEL_DIR, STATE_FILE, PretrainPlan, train_loop_per_worker
 
@@ -105,8 +106,17 @@ def split_rows(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.n
 
 @ray.remote(num_cpus=1)
 def read_corpus(path: str):
-    """The corpus arrays, read once into the object store by whichever node runs this."""
+    """The corpus arrays, read once into the object store (on the driver's node for a local corpus: see
+    :func:`read_corpus_once`)."""
     return open_corpus(path).load()
+
+
+def read_corpus_once(path: str) -> ray.ObjectRef:
+    # A local corpus is only on the driver's disk: behind a 0-CPU head an unpinned task would run on a worker node
+    # that does not have it. Pinned there as `kermt corpus` pins its reads (and absolute: a Ray worker's working
+    # directory is not the driver's); a URI is read by any node.
+    local = path if is_uri(path) else str(Path(path).resolve())
+    return read_corpus.options(**read_remote_args([path])).remote(local)
 
 
 def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: PretrainInputs) -> PretrainPlan:
@@ -123,7 +133,7 @@ def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str)
     low, high = config.worker_range
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"plan": ray.put(plan), "corpus": read_corpus.remote(config.data_path)},
+        train_loop_config={"plan": ray.put(plan), "corpus": read_corpus_once(config.data_path)},
         scaling_config=ScalingConfig(num_workers=(low, high) if low != high else low, use_gpu=config.use_gpu),
         run_config=RunConfig(
             name=f"{run_id}-pretrain",

@@ -17,11 +17,11 @@ from tests.multinode.conftest import ROOT, run_driver, s3
 
 pytestmark = pytest.mark.multinode
 
-# A tiny hybrid model, no dropout anywhere, 6 epochs of 59 training molecules (global batch 16: 4 steps per
+# A tiny hybrid model, no dropout anywhere, 6 epochs (by default) of 59 training molecules (global batch 16: 4 steps per
 # epoch), a checkpoint every 2 steps: the kill lands after the first of a dozen checkpoints.
 TINY = ["--pretrain_mode", "hybrid", "--hidden_size", "16", "--depth", "2", "--num_attn_head", "2", "--latent_dim",
         "16", "--decoder_num_layers", "1", "--decoder_num_attention_heads", "2", "--decoder_ffn_hidden_size", "32",
-        "--decoder_dropout", "0", "--epochs", "6", "--save_interval", "2", "--train_interval", "2", "--seed", "5",
+        "--decoder_dropout", "0", "--save_interval", "2", "--train_interval", "2", "--seed", "5",
         "--batch_size", "8", "--num_workers", "2"]
 # Tensors with an exactly-zero or tiny gradient where Adam turns float noise into lr-sized steps (as in
 # tests/ray_app/pretrain/test_pretrain.py); every other tensor is compared at 1e-5.
@@ -41,15 +41,28 @@ def corpus_uri(cluster) -> str:
     return corpus
 
 
-def _pretrain_args(cluster, corpus: str, name: str) -> list[str]:
+def _pretrain_args(cluster, corpus: str, name: str, epochs: int = 6) -> list[str]:
     return ["pretrain", "--data_path", corpus, "--save_dir", str(cluster.head_dir / name),
-            "--storage_path", s3(name), *TINY]
+            "--storage_path", s3(name), "--epochs", str(epochs), *TINY]
 
 
 def test_corpus_is_prepared_from_and_into_the_bucket(cluster, corpus_uri):
     keys = cluster.s3_listing("kermt-test/pretrain-corpus")
     assert any(key.endswith("manifest.json") for key in keys), keys
     assert any(key.endswith(".parquet") for key in keys), keys
+
+
+def test_a_corpus_on_the_heads_disk_is_read_on_the_head(cluster, corpus_uri):
+    """--data_path a local corpus: only the head (0 CPUs) has it, so its one read is pinned to the driver's node;
+    the training workers on the other nodes get the arrays from the object store."""
+    import pyarrow.fs as pafs
+
+    local = cluster.head_dir / "local-corpus"
+    pafs.copy_files(corpus_uri.removeprefix("s3://"), str(local), source_filesystem=cluster.s3.filesystem(),
+                    destination_filesystem=pafs.LocalFileSystem())
+    out = run_driver(cluster, _pretrain_args(cluster, str(local), "pt-local", epochs=1))
+    assert "2 worker(s) on 2 node(s)" in out.stdout, out.stdout[-3000:]
+    assert (cluster.head_dir / "pt-local" / "model").is_dir()
 
 
 def test_losing_a_pretraining_node_mid_run_changes_no_weight(cluster, corpus_uri):
