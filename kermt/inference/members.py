@@ -11,13 +11,9 @@ from pathlib import Path
 from kermt.checkpoint import Checkpoint, read_checkpoint
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.errors import UserError
+from kermt.run_layout import COMPLETE_MEMBER_FILE, RUN_RECORD_FILE, RUN_STATE_FILE, SWEEP_FILE
 
 SKIPPED_FILES = ("last_checkpoint.pt", "training_state.pt")  # resumable training state, not a best model
-# A finetune run's own directory: its run id and settings (written by `kermt finetune` when the run starts), and
-# the file written last of each member, so a member without it is incomplete.
-RUN_STATE_FILE = "run_state.json"
-RUN_RECORD_FILE = "run.json"  # written when the run has finished
-COMPLETE_MEMBER_FILE = "metrics.csv"
 
 def _natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
@@ -36,6 +32,10 @@ def find_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
     if not root.is_dir():
         raise UserError(f"--checkpoint_dir {root} is not a directory" + ("" if root.exists() else " (it does not "
                         "exist)") + "; pass the directory a finetune run saved to, or --checkpoint_path for one model")
+    if (root / SWEEP_FILE).is_file():
+        raise UserError(f"--checkpoint_dir {root} is a `kermt tune` sweep: its trials are candidates, not an "
+                        f"ensemble; pass --checkpoint_path {root / 'best_model'} (the best trial), or finetune an "
+                        f"ensemble with `kermt finetune --config {root / 'best_config.yaml'} --ensemble_size N`")
     found = run_members(root) if _is_finetune_run(root) else _searched_members(root)
     if not found:
         raise UserError(f"--checkpoint_dir {root}: no checkpoint under it (looked for native model directories and "

@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from kermt.checkpoint.native import is_native_checkpoint, load_native, saved_run_id
-from kermt.inference.members import COMPLETE_MEMBER_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
 from kermt.nn.finetune import KermtFinetuneModel
+from kermt.run_layout import COMPLETE_MEMBER_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
 from ray_app.common import outputs
 from ray_app.finetune.config import FinetuneConfig
 
-RUN_STATE = RUN_STATE_FILE
 # Settings that may change between the interrupted run and its re-run: they do not change what a member computes.
 RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_path", "max_failures",
                      "tensorboard", "show_individual_scores", "trust_checkpoint", "overwrite")
@@ -50,7 +49,7 @@ def _settings(config: FinetuneConfig) -> dict[str, Any]:
 
 
 def _read_state(save_dir: Path) -> dict[str, Any] | None:
-    path = save_dir / RUN_STATE
+    path = save_dir / RUN_STATE_FILE
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -61,7 +60,7 @@ def _changed(settings: dict[str, Any], state: dict[str, Any]) -> list[str]:
 
 def _record_new_run(save_dir: Path, settings: dict[str, Any]) -> str:
     run_id = new_run_id()
-    outputs.atomic_write_text(save_dir / RUN_STATE, json.dumps({"run_id": run_id, "settings": settings}, indent=1)
+    outputs.atomic_write_text(save_dir / RUN_STATE_FILE, json.dumps({"run_id": run_id, "settings": settings}, indent=1)
                               + "\n")
     return run_id
 
@@ -117,7 +116,7 @@ def _run_outputs(save_dir: Path) -> list[Path]:
     comes last, so an interrupted move is finished by the next run (it still finds the earlier run's id)."""
     folds = sorted(p for p in save_dir.glob("fold_*") if p.is_dir())
     named = [save_dir / name for name in RUN_OUTPUTS if (save_dir / name).exists()]
-    state = [save_dir / RUN_STATE] if (save_dir / RUN_STATE).exists() else []
+    state = [save_dir / RUN_STATE_FILE] if (save_dir / RUN_STATE_FILE).exists() else []
     return folds + named + state if folds or named else []
 
 

@@ -20,12 +20,13 @@ import yaml
 from pydantic import Field, model_validator
 
 from kermt.errors import UserError
+from kermt.run_layout import SWEEP_FILE
 from ray_app.common.settings import Source
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.tune.search_space import SearchSpace, load_space, preset
 
 EXPERIMENT = "tune"  # Tune's experiment folder inside --save_dir
-SWEEP_FILE = "tune_config.yaml"  # the sweep's settings, to refuse resuming with different ones
+# SWEEP_FILE: the sweep's settings, to refuse resuming with different ones (predict refuses a sweep's directory by it)
 # Settings that may change when a sweep is resumed: they do not change what a trial computes.
 RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_path", "max_failures")
 
@@ -51,6 +52,9 @@ class TuneConfig(FinetuneConfig):
         if self.num_folds > 1 or self.ensemble_size > 1:
             raise ValueError("a trial trains one model on the split of fold 0 (as upstream's HPO): num_folds and "
                              "ensemble_size apply to `kermt finetune --config best_config.yaml`")
+        if self.overwrite:
+            raise ValueError("overwrite is a `kermt finetune` setting: a sweep re-run in the same save_dir resumes "
+                             "it; to start a sweep over, give another --save_dir or remove that one")
         return self
 
     def finetune_base(self) -> FinetuneConfig:

@@ -101,6 +101,21 @@ def test_find_checkpoints_natural_order_and_errors(tmp_path):
         find_checkpoints(_empty(tmp_path))
 
 
+def test_find_checkpoints_refuses_a_sweep_and_an_unfinished_run(tmp_path):
+    sweep = tmp_path / "sweep"
+    (sweep / "trials" / "a").mkdir(parents=True)
+    (sweep / "trials" / "a" / "model.pt").write_bytes(b"")
+    (sweep / "tune_config.yaml").write_text("n_trials: 2\n")
+    with pytest.raises(UserError, match="is a `kermt tune` sweep: .* --checkpoint_path .*best_model"):
+        find_checkpoints(sweep)
+    run = tmp_path / "run"
+    (run / "fold_0" / "model_0").mkdir(parents=True)
+    (run / "run_state.json").write_text('{"run_id": "r2", "settings": {}}')
+    (run / "run.json").write_text('{"summary": {"run_id": "r1"}}')  # the earlier run's record
+    with pytest.raises(UserError, match="its run r2 has not finished"):
+        find_checkpoints(run)
+
+
 def _empty(root: Path) -> Path:
     (root / "empty").mkdir()
     return root / "empty"

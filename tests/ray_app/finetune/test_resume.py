@@ -8,15 +8,16 @@ import json
 import torch
 
 from kermt.checkpoint import load_finetune_model, read_checkpoint, save_native
+from kermt.run_layout import RUN_STATE_FILE
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.resume import RUN_STATE, claim_run_id, finished_member
+from ray_app.finetune.resume import claim_run_id, finished_member
 from tests.conftest import FIXTURE_DIR
 
 
 def test_same_settings_resume_the_run_and_other_settings_start_a_new_one(tmp_path, capsys):
     config = FinetuneConfig(data_path="d.csv", save_dir=str(tmp_path))
     first, resumed = claim_run_id(tmp_path, config)
-    assert not resumed and json.loads((tmp_path / RUN_STATE).read_text())["run_id"] == first
+    assert not resumed and json.loads((tmp_path / RUN_STATE_FILE).read_text())["run_id"] == first
     # settings that do not change what is computed may differ
     again, resumed = claim_run_id(tmp_path, config.model_copy(update={"max_concurrent_trials": 3,
                                                                       "storage_path": "s3://b/p"}))
@@ -24,7 +25,7 @@ def test_same_settings_resume_the_run_and_other_settings_start_a_new_one(tmp_pat
     other, resumed = claim_run_id(tmp_path, config.model_copy(update={"epochs": 7}))
     assert other != first and not resumed
     assert "other settings (epochs)" in capsys.readouterr().out
-    assert json.loads((tmp_path / RUN_STATE).read_text())["run_id"] == other
+    assert json.loads((tmp_path / RUN_STATE_FILE).read_text())["run_id"] == other
 
 
 def test_a_member_counts_as_finished_only_when_complete_and_from_this_run(tmp_path):

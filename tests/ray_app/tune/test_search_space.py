@@ -122,6 +122,8 @@ def test_tune_settings_validate_the_sweep():
                 TuneConfig, "kermt tune")
     with pytest.raises(ValueError, match="num_folds and ensemble_size apply to `kermt finetune"):
         resolve(["--data_path", "d", "--n_trials", "1", "--num_folds", "3"], TuneConfig, "kermt tune")
+    with pytest.raises(ValueError, match="overwrite is a `kermt finetune` setting: a sweep re-run .* resumes it"):
+        resolve(["--data_path", "d", "--n_trials", "1", "--overwrite"], TuneConfig, "kermt tune")
 
 
 def _tune_error(argv: list[str], capsys) -> str:

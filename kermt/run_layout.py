@@ -1,0 +1,8 @@
+"""The files that tell what a run's output directory is, shared by the commands that write them (``ray_app``) and
+the readers that must tell a run's own models from anything else under it (:mod:`kermt.inference.members`).
+Plain names only, so that reading them costs no import."""
+
+RUN_STATE_FILE = "run_state.json"  # a run's id and settings, written when the run starts
+RUN_RECORD_FILE = "run.json"  # written when the run has finished (a finetune's summary names its run id)
+COMPLETE_MEMBER_FILE = "metrics.csv"  # the file a finetune member writes last: a member without it is incomplete
+SWEEP_FILE = "tune_config.yaml"  # a `kermt tune` save_dir: its trials are candidates, not an ensemble
