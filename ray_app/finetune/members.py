@@ -23,7 +23,7 @@ from kermt.training import predict
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.finetune.prepare import ScaledSplits, fold_count
-from ray_app.finetune.setup import RunSetup, features_width, initial_state, member_seed, model_config
+from ray_app.finetune.setup import RunSetup, StartingWeights, features_width, member_seed, model_config
 from ray_app.finetune.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
 
 
@@ -38,12 +38,14 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
     c = setup.config
     config = model_config(setup, features_width(splits))
     seed = member_seed(c.seed + fold, member)
-    state, load_summary = initial_state(setup, config, seed)
-    print(f"{label}: {load_summary}", flush=True)
-    plan = MemberPlan(config, state, None, None, splits.target_scaler, seed, c.epochs, c.step_batch_size,
-                      c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs, c.weight_decay, c.fine_tune_coff,
-                      c.dist_coff, c.bond_drop_rate, setup.metric, c.select_by_loss, c.early_stop_epoch,
-                      label=label, precision=c.precision, dropout_draws=c.dropout_draws)
+    # the workers build the starting model from the shared checkpoint: this process never holds one before the end
+    plan = MemberPlan(
+        model_config=config, initial_state=StartingWeights(setup.without_inputs(), seed), train=None, val=None,
+        target_scaler=splits.target_scaler, seed=seed, epochs=c.epochs, global_batch_size=c.step_batch_size,
+        init_lr=c.init_lr, max_lr=c.max_lr, final_lr=c.final_lr, warmup_epochs=c.warmup_epochs,
+        weight_decay=c.weight_decay, fine_tune_coff=c.fine_tune_coff, dist_coff=c.dist_coff,
+        bond_drop_rate=c.bond_drop_rate, metric=setup.metric, select_by_loss=c.select_by_loss,
+        early_stop_epoch=c.early_stop_epoch, label=label, precision=c.precision, dropout_draws=c.dropout_draws)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"plan": ray.put(plan), "splits": splits_ref},
@@ -58,11 +60,14 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
         ),
     )
     result = trainer.fit()
-    with result.checkpoint.as_directory() as directory:
-        saved = torch.load(Path(directory) / STATE_FILE, weights_only=True, map_location="cpu")
     model = KermtFinetuneModel(config)
-    model.load_state_dict(saved["best_state"] if saved["best_state"] is not None else saved["model"])
-    return model, saved["progress"]["history"]
+    with result.checkpoint.as_directory() as directory:
+        # mapped, not read: of the training state (model, best model, Adam's two moments) only the tensors loaded
+        # here are paged in, so a coordinator holds one model at the end, not four
+        saved = torch.load(Path(directory) / STATE_FILE, weights_only=True, map_location="cpu", mmap=True)
+        model.load_state_dict(saved["best_state"] if saved["best_state"] is not None else saved["model"])
+        history = saved["progress"]["history"]
+    return model, history
 
 
 def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits, directory: Path,
@@ -73,7 +78,7 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
                                None, False)
     spec = CheckpointSpec.for_finetune_model(model.config, task_names=tuple(setup.task_names), features=features,
                                              data_scaler=splits.target_scaler, features_scaler=splits.features_scaler)
-    passthrough = unbuilt_encoder_tensors(setup.checkpoint) if setup.checkpoint else None
+    passthrough = unbuilt_encoder_tensors(setup.source_checkpoint()) if setup.checkpoint else None
     provenance = {"run_id": setup.run_id, "checkpoint_path": str(setup.checkpoint.path) if setup.checkpoint else None}
     save_native(directory / "model", model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
     if model.config.encoder.padding == "upstream":  # upstream has no other padding: model.pt would predict otherwise

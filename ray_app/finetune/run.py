@@ -77,7 +77,7 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
     returns each fold's task-averaged test score."""
     c = setup.config
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
-                                     for member in range(c.ensemble_size)])
+                                     for member in range(c.ensemble_size)], fold_configs)
     scores = []
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)

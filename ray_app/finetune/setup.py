@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import ray
 import torch
 
 from kermt.checkpoint import Checkpoint, load_into_model, merge_finetune_config, read_checkpoint
@@ -22,6 +23,7 @@ from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
 from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.settings import Source
+from ray_app.common.shared_tensors import get_tensors, put_tensors
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.inputs import settle_task
@@ -53,11 +55,35 @@ class RunSetup:
     test: SourceData | None
     storage: str  # Ray Train storage: --storage_path, or save_dir/ray_results on a single-node cluster
     max_failures: int  # --max_failures, or the cluster's default (storage.resolve_max_failures)
+    checkpoint_tensors: ray.ObjectRef | None = None  # ``checkpoint``'s tensors, once shared (see with_shared_checkpoint)
 
     def without_inputs(self) -> "RunSetup":
         """This setup without the featurised input files: what a member's trial gets. It reads its fold's splits
         from the object store instead, so the molecules are not shipped twice."""
         return replace(self, data=None, val=None, test=None)  # type: ignore[arg-type]
+
+    def with_shared_checkpoint(self) -> "RunSetup":
+        """This setup with the checkpoint's tensors put in the object store once: every member coordinator, trial
+        and worker then carries a reference and reads one copy per node (``source_checkpoint``), instead of each
+        unpickling its own copy of the source weights (25 members of the 70M release: 25 copies on the head)."""
+        ckpt = self.checkpoint
+        if ckpt is None or self.checkpoint_tensors is not None:
+            return self
+        tensors = put_tensors({**{f"state_dict/{k}": t for k, t in ckpt.state_dict.items()},
+                               **{f"passthrough/{k}": t for k, t in ckpt.passthrough.items()}})
+        # training_state (upstream's optimizer state, as large as the weights) is only ever named, never used
+        header = replace(ckpt, state_dict={}, passthrough={}, training_state=dict.fromkeys(ckpt.training_state))
+        return replace(self, checkpoint=header, checkpoint_tensors=tensors)
+
+    def source_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint with its tensors (read-only views of the shared copy once shared)."""
+        if self.checkpoint is None or self.checkpoint_tensors is None:
+            return self.checkpoint
+        parts: dict[str, dict[str, torch.Tensor]] = {"state_dict": {}, "passthrough": {}}
+        for key, tensor in get_tensors(self.checkpoint_tensors).items():
+            part, name = key.split("/", 1)
+            parts[part][name] = tensor
+        return replace(self.checkpoint, **parts)
 
 
 def _user_set(setup_sources: dict[str, Source], key: str) -> bool:
@@ -89,6 +115,18 @@ def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
                                  use_mtl_loss=c.use_mtl_loss, source=str(ckpt.path))
 
 
+@dataclass(frozen=True)
+class StartingWeights:
+    """How a member's starting weights are made, without holding them: its training workers build them (each on
+    its own node, from the shared checkpoint), so a coordinator never holds a model before training ends."""
+
+    setup: RunSetup  # without inputs; its checkpoint shared
+    seed: int
+
+    def build(self, config: FinetuneModelConfig) -> tuple[dict[str, torch.Tensor], str]:
+        return initial_state(self.setup, config, self.seed)
+
+
 def initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int) -> tuple[dict[str, torch.Tensor], str]:
     """The member's starting weights: head initialised as upstream (seeded), encoder from the checkpoint."""
     torch.manual_seed(seed)
@@ -100,7 +138,7 @@ def initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int) -> tu
             initialize_weights(module)
     if setup.checkpoint is None:
         return model.state_dict(), "trained from scratch (no checkpoint)"
-    ckpt = setup.checkpoint
+    ckpt = setup.source_checkpoint()
     fresh = FRESH_HEAD_PREFIXES if ckpt.spec.kind != "finetuned" else ("mtl_log_sigma",)
     report = load_into_model(model, ckpt.state_dict, fresh, ckpt.ignored_entries())
     return model.state_dict(), report.summary()
@@ -132,7 +170,8 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source],
     dataset_type, metric = settle_task(config, data.targets, labelled, task_names)
     run_id = new_run_id()  # a fresh run; run_finetune reuses an interrupted run's id (ray_app/finetune/resume.py)
     return RunSetup(config, sources, save_dir, run_id, dataset_type, metric, task_names,
-                    checkpoint, data, val, test, storage, resolve_max_failures(config.max_failures))
+                    checkpoint, data, val, test, storage, resolve_max_failures(config.max_failures)
+                    ).with_shared_checkpoint()
 
 
 def checkpoint_path(config: FinetuneConfig) -> str:

@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -44,10 +44,13 @@ from kermt.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.training import StepSettings, predict, score, snapshot, train_step, validation_loss
 from ray_app.common.train_worker import all_gather, all_reduce, print_placement, quiet_report_logs
 
+if TYPE_CHECKING:
+    from ray_app.finetune.setup import StartingWeights
+
 STATE_FILE = "training_state.pt"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # by name: eight floats in a row must not be swappable by position
 class MemberPlan:
     """Everything a worker needs to train one member; shipped once through the object store.
 
@@ -55,7 +58,7 @@ class MemberPlan:
     object per fold, shared by every member of the fold and read zero-copy by each worker)."""
 
     model_config: FinetuneModelConfig
-    initial_state: dict[str, torch.Tensor]
+    initial_state: dict[str, torch.Tensor] | StartingWeights  # StartingWeights: built by the workers themselves
     train: MoleculeSet | None
     val: MoleculeSet | None
     target_scaler: StandardScaler | None
@@ -98,13 +101,25 @@ def _improved(value: float, best: float, direction: str) -> bool:
 
 def _build(plan: MemberPlan) -> tuple[KermtFinetuneModel, torch.optim.Optimizer, NoamLR]:
     model = KermtFinetuneModel(plan.model_config)
-    model.load_state_dict(plan.initial_state)
+    if ray.train.get_checkpoint() is None:  # a restarted group takes everything from its checkpoint (_restore)
+        model.load_state_dict(_starting_state(plan))
     # On the device before the optimizer exists, so restored Adam state lands next to its parameters.
     model.to(ray.train.torch.get_device())
     optimizer = build_optimizer(model, plan.init_lr, plan.weight_decay, plan.fine_tune_coff)
     schedule = NoamSchedule(plan.warmup_epochs, plan.epochs, len(plan.train) // plan.global_batch_size,
                             plan.init_lr, plan.max_lr, plan.final_lr)
     return model, optimizer, NoamLR(optimizer, schedule, plan.fine_tune_coff)
+
+
+def _starting_state(plan: MemberPlan) -> dict[str, torch.Tensor]:
+    """The given state dict, or the one a :class:`StartingWeights` builds here from the shared checkpoint (every
+    rank builds the same one; rank 0 says what was loaded)."""
+    if isinstance(plan.initial_state, dict):
+        return plan.initial_state
+    state, summary = plan.initial_state.build(plan.model_config)
+    if ray.train.get_context().get_world_rank() == 0:
+        print("\n".join(f"{plan.label}: {line}" for line in summary.splitlines()), flush=True)  # each line its own
+    return state
 
 
 def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progress:

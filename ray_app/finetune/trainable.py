@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import ray
+import torch
 from ray import tune
 
+from kermt.config import FinetuneModelConfig
+from kermt.nn.finetune import KermtFinetuneModel
 from ray_app.common import outputs
 from ray_app.finetune.members import run_member, save_member
 from ray_app.finetune.prepare import ScaledSplits
@@ -31,10 +34,25 @@ from ray_app.finetune.setup import RunSetup
 
 RESULT_FILE = "result.json"  # the trial's final result; also marks its checkpoint as complete
 # A trial only coordinates its TorchTrainer, so it asks for no CPU (a fraction of one would keep a 1-CPU training
-# worker off that node; Tune refuses an empty request, so it asks for a little memory instead). It runs on the head,
-# beside the driver: a lost or preempted worker node takes training workers with it, which Ray Train recovers,
-# never a trial.
-TRIAL_ACTOR_RESOURCES = {"CPU": 0, "memory": 256 * 2**20, "node:__internal_head__": 0.001}
+# worker off that node). It runs on the head, beside the driver: a lost or preempted worker node takes training
+# workers with it, which Ray Train recovers, never a trial.
+TRIAL_PLACEMENT = {"CPU": 0, "node:__internal_head__": 0.001}
+# A coordinator process with torch, Ray and kermt imported, measured by bench/head_memory.py (~330 MB), with room.
+COORDINATOR_BASE_BYTES = 400 * 2**20
+
+
+def trial_actor_resources(*model_configs: FinetuneModelConfig) -> dict[str, float]:
+    """What one coordinator asks of the head: no CPU, and the memory it holds. It never holds the source weights
+    (they stay in the object store, ``RunSetup.with_shared_checkpoint``) nor builds the starting model (its
+    workers do); at the end it loads the best model once, from mapped pages of the training state (members.py).
+    So: its process, plus twice the largest model's weights (the model, and the pages it was loaded from)."""
+    return {**TRIAL_PLACEMENT, "memory": COORDINATOR_BASE_BYTES + 2 * max(map(weight_bytes, model_configs))}
+
+
+def weight_bytes(config: FinetuneModelConfig) -> int:
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = KermtFinetuneModel(config)
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 
 @dataclass(frozen=True)

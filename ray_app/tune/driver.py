@@ -22,8 +22,8 @@ from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.settings import Source
-from ray_app.finetune.setup import RunSetup, fold_splits, resolve_setup
-from ray_app.finetune.trainable import TRIAL_ACTOR_RESOURCES, train_member
+from ray_app.finetune.setup import RunSetup, features_width, fold_splits, model_config, resolve_setup
+from ray_app.finetune.trainable import train_member, trial_actor_resources
 from ray_app.tune.config import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
 from ray_app.tune.search_space import SearchSpace
 from ray_app.tune.results import (
@@ -82,9 +82,13 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     started = time.perf_counter()
     # Every trial trains on fold 0's split: put in the object store once, its reference shared by every trial; the
     # driver then lets go of the featurised files for the rest of the sweep.
-    fold_zero = ray.put(fold_splits(setup, 0)[1])
+    splits = fold_splits(setup, 0)[1]
+    # sized by the base settings' model: a sweep's heads change it little beside the checkpoint's encoder
+    resources = trial_actor_resources(model_config(setup, features_width(splits)))
+    fold_zero = ray.put(splits)
+    del splits
     setup = setup.without_inputs()
-    interrupted = _sweep(_tuner(config, setup, fold_zero, space, objective, concurrency), setup)
+    interrupted = _sweep(_tuner(config, setup, fold_zero, space, objective, concurrency, resources), setup)
     trials = tune.ExperimentAnalysis(experiment_path(setup)).trials
     for trial in trials:  # trials that finished in an earlier, interrupted session
         download_trial(setup.save_dir, trial)
@@ -124,11 +128,11 @@ def experiment_path(setup: RunSetup) -> str:
 
 
 def _tuner(config: TuneConfig, setup: RunSetup, fold_zero: ray.ObjectRef, space: SearchSpace,
-           objective: Objective, concurrency: int) -> tune.Tuner:
+           objective: Objective, concurrency: int, resources: dict[str, float]) -> tune.Tuner:
     # A trial may run on any node: it writes only to the experiment storage (see ray_app.finetune.trainable).
     trainable = tune.with_resources(tune.with_parameters(
         train_member, setup=setup, fold_splits=[fold_zero], trial=TuneTrial(objective)),
-        TRIAL_ACTOR_RESOURCES)
+        resources)
     experiment = experiment_path(setup)
     if tune.Tuner.can_restore(experiment):
         # The restored Tuner keeps its searcher (Optuna's study included), scheduler and concurrency.
