@@ -75,7 +75,7 @@ def check_workers_fit(num_workers: int, use_gpu: bool, flag: str = "--num_worker
         return None
     if ClusterLayout.current().multi_node:
         print(waiting_line(demand, missing), flush=True)
-        return repeat_waiting_line(demand)
+        return repeat_waiting_line(demand, WAIT_NOTICE_S)  # read now, not at import: a script may shorten it
     fits = int(min(math.floor(have) for have in missing.values()))
     message = (f"{flag} {num_workers}: a run starts its {num_workers} worker(s) at once and needs "
                f"{_resources(demand)}, but this one-machine Ray cluster has {_resources(missing)} and nothing will "
@@ -92,21 +92,24 @@ def waiting_line(demand: Mapping[str, float], missing: Mapping[str, float]) -> s
             f"{_resources(missing)} (the autoscaler adds nodes for pending runs)")
 
 
-def repeat_waiting_line(demand: Mapping[str, float], interval_s: float = WAIT_NOTICE_S) -> threading.Thread:
+def repeat_waiting_line(demand: Mapping[str, float], interval_s: float = WAIT_NOTICE_S,
+                        stop: threading.Event | None = None) -> threading.Thread:
     """A daemon thread that prints ``waiting_line`` every ``interval_s`` while the cluster cannot hold ``demand``,
-    and one line when it can; it ends then, or when Ray shuts down. ``thread.stop`` (an Event) ends it early."""
-    stop = threading.Event()
+    and one line when it can; it ends then, when Ray shuts down, or when ``stop`` is set."""
+    stop = stop or threading.Event()
 
     def repeat() -> None:
         while not stop.wait(interval_s) and ray.is_initialized():
-            missing = shortfall(demand, ray.cluster_resources())
+            try:
+                missing = shortfall(demand, ray.cluster_resources())
+            except Exception:  # Ray shut down meanwhile: nobody waits any more
+                return
             if not missing:
                 print(f"the cluster now holds a run's workers ({_resources(demand)})", flush=True)
                 return
             print(waiting_line(demand, missing), flush=True)
 
     thread = threading.Thread(target=repeat, name="kermt-waiting-for-workers", daemon=True)
-    thread.stop = stop  # type: ignore[attr-defined]
     thread.start()
     return thread
 

@@ -5,6 +5,10 @@ what a run waits for and repeats while it waits."""
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -89,9 +93,10 @@ def test_pretrain_is_refused_before_any_work(too_many, tmp_path, capsys):
 
 def test_the_waiting_line_repeats_while_the_cluster_is_too_small(too_many, capsys):
     workers, cpus = too_many
-    waiting = repeat_waiting_line(worker_demand(workers, use_gpu=False), interval_s=0.2)
+    stop = threading.Event()
+    waiting = repeat_waiting_line(worker_demand(workers, use_gpu=False), interval_s=0.2, stop=stop)
     time.sleep(1.5)
-    waiting.stop.set()
+    stop.set()
     waiting.join(timeout=10)
     assert not waiting.is_alive()
     lines = capsys.readouterr().out.splitlines()
@@ -106,3 +111,27 @@ def test_the_waiting_line_ends_once_the_cluster_holds_the_run(too_many, capsys):
     waiting.join(timeout=10)
     assert not waiting.is_alive()
     assert capsys.readouterr().out.splitlines() == [f"the cluster now holds a run's workers ({cpus} CPU)"]
+
+
+WAITING_SCRIPT = """
+import time
+from ray_app.common import concurrency
+from ray_app.common.cluster import connect
+
+connect(num_cpus=0, object_store_mb=100)  # a head without CPUs: every worker would run on a node yet to come
+concurrency.WAIT_NOTICE_S = 0.3
+waiting = concurrency.check_workers_fit(2, use_gpu=False)
+time.sleep(2)
+print("still waiting:", waiting.is_alive())
+"""
+
+
+def test_a_cluster_that_may_grow_gets_a_waiting_line_that_repeats(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", WAITING_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    expected = ("waiting for the cluster to grow: a run needs 2 CPU for its workers, the cluster has 0 CPU (the "
+                "autoscaler adds nodes for pending runs)")
+    assert lines.count(expected) >= 4 and "still waiting: True" in lines, done.stdout
