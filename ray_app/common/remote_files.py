@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from kermt.data import atomic_files
 from kermt.errors import UserError, first_line
 from ray_app.common.storage import is_uri
 
@@ -157,9 +158,11 @@ def local_files(config: BaseModel, keep_remote: Sequence[str] = ()) -> Iterator[
     mirrors = _uri_settings(config, OUTPUT_DIR_SETTINGS)
     staged = _uri_settings(config, OUTPUT_FILE_SETTINGS)
     staging = Path(tempfile.mkdtemp(prefix="kermt-out-")) if staged else None
+    downloaded: dict[str, set[str]] = {}  # each mirror's files as downloaded: what the run removes is removed there
     try:
         for name, uri in mirrors.items():
             changes[name] = str(mirror_directory(uri, f"--{name}"))
+            downloaded[name] = _files_under(Path(changes[name]))
         for name, uri in staged.items():
             _filesystem(uri, f"--{name}")  # an unusable URI fails now, not after the whole run
             changes[name] = str(staging / name / Path(uri.split("?", 1)[0]).name)  # type: ignore[operator]
@@ -170,12 +173,12 @@ def local_files(config: BaseModel, keep_remote: Sequence[str] = ()) -> Iterator[
     try:
         yield config.model_copy(update=changes) if changes else config
     except BaseException as error:  # the run's error is the story; a failed upload of its mirror is a note on it
-        for failure in _upload_all(mirrors, changes).values():
+        for failure in _upload_all(mirrors, changes, downloaded).values():
             print(failure, file=sys.stderr, flush=True)
             error.add_note(str(failure))
         _remove([staging])  # half-written outputs of a failed run are never uploaded
         raise
-    failures = _upload_all({**mirrors, **staged}, changes)
+    failures = _upload_all({**mirrors, **staged}, changes, downloaded)
     if not any(name in staged for name in failures):
         _remove([staging])
     if failures:  # the first, with the others noted; what was not uploaded stays on disk (each message says where)
@@ -190,13 +193,18 @@ def _uri_settings(config: BaseModel, names: Sequence[str]) -> dict[str, str]:
             if isinstance(getattr(config, name, None), str) and is_uri(getattr(config, name))}
 
 
-def _upload_all(outputs: dict[str, str], changes: dict[str, Any]) -> dict[str, UserError]:
+def _upload_all(outputs: dict[str, str], changes: dict[str, Any],
+                downloaded: dict[str, set[str]]) -> dict[str, UserError]:
     """Upload every local output to its URI; the failures by setting, each naming the local copy that is kept. A
-    mirror that was uploaded is removed: the next command starts from what the URI holds (:func:`mirror_directory`)."""
+    mirror that was uploaded is removed: the next command starts from what the URI holds (:func:`mirror_directory`).
+    Files the run removed from a mirror (an earlier run moved aside, ``--overwrite``) are deleted at the URI, after
+    the upload, so nothing is ever only in neither place."""
     failures = {}
     for name, uri in outputs.items():
         try:
             upload(Path(changes[name]), uri, f"--{name}")
+            if name in downloaded:
+                _delete_at(uri, downloaded[name] - _files_under(Path(changes[name])), f"--{name}")
         except UserError as failure:
             failures[name] = failure
             continue
@@ -206,10 +214,51 @@ def _upload_all(outputs: dict[str, str], changes: dict[str, Any]) -> dict[str, U
     return failures
 
 
+def _files_under(directory: Path) -> set[str]:
+    return {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+
+
+def _delete_at(uri: str, relative_paths: set[str], flag: str) -> None:
+    """Delete these files under the directory ``uri``; only files the mirror brought down are ever named, so what
+    other processes wrote there meanwhile (Tune's storage under the same prefix) is never touched."""
+    if not relative_paths:
+        return
+    filesystem, path = _filesystem(uri, flag)
+    try:
+        for relative in sorted(relative_paths):
+            filesystem.delete_file(f"{path.rstrip('/')}/{relative}")
+    except Exception as error:
+        raise UserError(f"{flag} {uri}: deleting the files this run removed from it failed ({first_line(error)}); "
+                        "some of them are still there") from None
+
+
+def publish(local_file: Path, directory_uri: str, flag: str) -> None:
+    """Upload one file of a mirrored directory now rather than when the command ends: what a re-run needs even if
+    this driver is killed (a run's id, which names its Tune experiment in the run's storage)."""
+    upload(local_file, atomic_files.join(directory_uri, local_file.name), flag)
+
+
 def _remove(directories: Sequence[Path | None]) -> None:
     for directory in directories:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["cache_root", "fetch_input", "local_files", "mirror_directory", "upload"]
+def with_absolute_paths(config: BaseModel) -> BaseModel:
+    """``config`` with every local path setting made absolute (URIs stay as they are), so that the config.yaml and
+    run.json a run writes replay from any directory, and a re-run from elsewhere is not taken for the same run."""
+    updates: dict[str, Any] = {}
+    for name in (*INPUT_SETTINGS, *OUTPUT_DIR_SETTINGS, *OUTPUT_FILE_SETTINGS):
+        value = getattr(config, name, None)
+        if isinstance(value, str):
+            updates[name] = _absolute(value)
+        elif isinstance(value, list):
+            updates[name] = [_absolute(v) for v in value]
+    return config.model_copy(update=updates)
+
+
+def _absolute(path: str) -> str:
+    return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))  # the user's symlinks kept
+
+
+__all__ = ["cache_root", "fetch_input", "local_files", "mirror_directory", "publish", "upload", "with_absolute_paths"]

@@ -19,11 +19,14 @@ from kermt.config import FinetuneModelConfig
 from kermt.data.splits import Split
 from kermt.metrics import nanmean, unscored_note
 from kermt.nn.finetune import KermtFinetuneModel
+from kermt.run_layout import RUN_STATE_FILE
 from kermt.training import score
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
+from ray_app.common.remote_files import publish
 from ray_app.common.settings import Source, to_yaml
+from ray_app.common.storage import is_uri
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.ensemble import member_directory, train_members
 from ray_app.finetune.members import member_test_predictions
@@ -107,6 +110,8 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     fold_refs, fold_configs, split_record = put_folds(setup)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     setup = replace(setup, run_id=start_finetune_run(setup.save_dir, recorded)[0])
+    if is_uri(recorded.save_dir):  # a killed driver uploads nothing; a re-run must still find this run's id
+        publish(setup.save_dir / RUN_STATE_FILE, recorded.save_dir, "--save_dir")
     outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(recorded))
     write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
     outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(split_record) + "\n")

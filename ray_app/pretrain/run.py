@@ -26,11 +26,12 @@ from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain_model import KermtPretrainModel
 from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record, save_model_vocabs,
                                    save_pretrain_native)
+from kermt.run_layout import RUN_STATE_FILE
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.interrupt import stopping_on_ctrl_c
-from ray_app.common.remote_files import local_files
+from ray_app.common.remote_files import local_files, publish, with_absolute_paths
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, resolve_storage
 from ray_app.finetune.resume import claim_run_id
@@ -200,6 +201,8 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     check_workers_fit(config.min_workers, config.use_gpu)
     save_dir.mkdir(parents=True, exist_ok=True)
     run_id, _ = claim_run_id(save_dir, run_identity(recorded))
+    if is_uri(recorded.save_dir):  # a killed driver uploads nothing; a re-run must still find this run's id
+        publish(save_dir / RUN_STATE_FILE, recorded.save_dir, "--save_dir")
     outputs.atomic_write_text(save_dir / "config.yaml", to_yaml(recorded))
     print(f"pretraining {config.pretrain_mode}: {len(plan.train_rows)} train / {len(plan.val_rows)} validation "
           f"molecules, global batch {plan.global_batch_size}, {config.num_workers} worker(s); "
@@ -224,6 +227,7 @@ def main(argv: list[str]) -> int:
         build_parser().print_help()
         return 0
     config, sources = resolve(argv)
+    config = with_absolute_paths(config)  # what config.yaml and run.json replay, from any directory
     # URIs: --continue_from and vocab files downloaded, --save_dir mirrored (ray_app/common/remote_files); the
     # corpus is read from its URI by the corpus task itself.
     with local_files(config, keep_remote=("data_path",)) as local:

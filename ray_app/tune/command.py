@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ray_app.common.remote_files import local_files
+from ray_app.common.remote_files import local_files, with_absolute_paths
 from ray_app.finetune.config import build_parser, resolve
 from ray_app.finetune.inputs import check_inputs
 from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
@@ -17,6 +17,7 @@ def main(argv: list[str]) -> int:
         build_parser("kermt tune", TuneConfig).print_help()
         return 0
     config, sources = resolve(argv, TuneConfig, "kermt tune")
+    config = with_absolute_paths(config)  # best_config.yaml and each trial's config.yaml replay from any directory
     space = config.space()
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
         check_inputs(local)  # the same input checks as finetune, before Ray starts

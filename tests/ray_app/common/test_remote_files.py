@@ -173,3 +173,41 @@ def test_the_mirror_starts_from_what_the_uri_holds_now(s3):
         assert sorted(p.name for p in Path(second.save_dir).iterdir()) == ["run_state.json"]
         assert second.save_dir != first.save_dir
     assert s3.listing(f"{BUCKET}/runs/fresh") == [f"{BUCKET}/runs/fresh/run_state.json"]
+
+
+def test_recorded_settings_name_absolute_paths_and_keep_uris(tmp_path, monkeypatch):
+    """config.yaml / run.json replay from any directory: local paths become absolute, URIs stay."""
+    from ray_app.common.remote_files import with_absolute_paths
+    from ray_app.finetune.config import FinetuneConfig
+
+    monkeypatch.chdir(tmp_path)
+    config = FinetuneConfig(data_path="data/train.csv", features_path=["f.npz", "s3://b/g.npz"],
+                            checkpoint_path="hf://nvidia/NV-KERMT-70M-v2", save_dir="runs/a", folds_file="~/folds.json")
+    absolute = with_absolute_paths(config)
+    assert absolute.data_path == str(tmp_path / "data/train.csv") and absolute.save_dir == str(tmp_path / "runs/a")
+    assert absolute.features_path == [str(tmp_path / "f.npz"), "s3://b/g.npz"]
+    assert absolute.checkpoint_path == "hf://nvidia/NV-KERMT-70M-v2"
+    assert absolute.folds_file == str(Path.home() / "folds.json") and absolute.separate_val_path is None
+    assert with_absolute_paths(absolute) == absolute
+
+
+def test_what_the_run_removed_from_its_mirror_is_removed_at_the_uri_and_a_published_file_is_there_at_once(s3):
+    """A new run moves the earlier one aside in the mirror: the URI then holds the same, not a stale copy of the
+    earlier run's members beside the new ones; files others wrote under the prefix meanwhile are kept."""
+    from ray_app.common.remote_files import publish
+
+    for key in ("fold_0/model_1/metrics.csv", "run.json"):
+        _put(s3, f"runs/moved/{key}", b"earlier run\n")
+    config = Outputs(save_dir=f"s3://{BUCKET}/runs/moved")
+    with local_files(config) as local:
+        mirror = Path(local.save_dir)
+        (mirror / "earlier_runs" / "r1").mkdir(parents=True)
+        for name in ("fold_0", "run.json"):
+            os.replace(mirror / name, mirror / "earlier_runs" / "r1" / name)
+        (mirror / "run_state.json").write_text('{"run_id": "r2"}\n')
+        publish(mirror / "run_state.json", config.save_dir, "--save_dir")
+        assert _get(s3, "runs/moved/run_state.json") == b'{"run_id": "r2"}\n'  # before the command ends
+        _put(s3, "runs/moved/ray_results/experiment_state.json", b"written by Tune meanwhile\n")
+    assert s3.listing(f"{BUCKET}/runs/moved") == [f"{BUCKET}/runs/moved/{key}" for key in (
+        "earlier_runs/r1/fold_0/model_1/metrics.csv", "earlier_runs/r1/run.json", "ray_results/experiment_state.json",
+        "run_state.json")]
