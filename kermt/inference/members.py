@@ -21,9 +21,9 @@ def _natural_key(path: Path) -> list:
 def find_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
     """Every member's best model under ``checkpoint_dir``, in natural order (fold_2 before fold_10).
 
-    A directory a ``kermt finetune`` run owns (it holds :data:`RUN_STATE_FILE` and ``fold_k/``) has exactly its ``fold_k/model_m``
-    members, each saved by that run (:func:`run_members`); nothing else under it (Ray Tune's copies of the same
-    models in ``ray_results/``, an earlier run in ``earlier_runs/``) is a member. Any other directory (upstream's
+    A directory a ``kermt finetune`` run owns (it holds :data:`RUN_STATE_FILE` and ``fold_k/``) has exactly its
+    ``fold_k/model_m`` members, each saved by that run (:func:`run_members`); nothing else under it (Ray Tune's
+    copies of the same models in ``ray_results/``, an earlier run in ``earlier_runs/``) is a member. Any other directory (upstream's
     save_dir, a folder of models) is searched: a native checkpoint directory is a member, and so is a ``.pt`` file
     unless it sits next to a native directory (``model_m/model/`` and its export ``model_m/model.pt`` are one
     member, read natively) or is resumable training state. Hidden entries (atomic-write staging) are skipped.
@@ -53,7 +53,7 @@ def run_members(root: Path) -> list[Path]:
     from kermt.checkpoint.native import is_native_checkpoint, saved_run_id
 
     run_id = json.loads((root / RUN_STATE_FILE).read_text()).get("run_id")
-    if _finished_run_id(root) != run_id:
+    if finished_run_id(root) != run_id:
         raise UserError(f"--checkpoint_dir {root}: its run {run_id} has not finished (no {RUN_RECORD_FILE} of it "
                         "yet: it is still training, or was interrupted); re-run the same `kermt finetune` command to "
                         "finish it")
@@ -71,7 +71,7 @@ def run_members(root: Path) -> list[Path]:
     return [member / "model" for member in members]
 
 
-def _finished_run_id(root: Path) -> str | None:
+def finished_run_id(root: Path) -> str | None:
     """The run id in ``run.json``'s summary, which a finetune writes once all its members are trained and scored."""
     try:
         record = json.loads((root / RUN_RECORD_FILE).read_text())

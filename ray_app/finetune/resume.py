@@ -26,6 +26,7 @@ from typing import Any
 
 from kermt.checkpoint.native import is_native_checkpoint, load_native, saved_run_id
 from kermt.nn.finetune import KermtFinetuneModel
+from kermt.inference.members import finished_run_id
 from kermt.run_layout import COMPLETE_MEMBER_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
 from ray_app.common import outputs
 from ray_app.finetune.config import FinetuneConfig
@@ -58,6 +59,11 @@ def _changed(settings: dict[str, Any], state: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(settings) | set(earlier) if settings.get(k) != earlier.get(k))
 
 
+def _resuming(save_dir: Path) -> str:
+    return (f"resuming the run in {save_dir}: finished models are kept, unfinished ones resume from their last "
+            f"checkpoint")
+
+
 def _record_new_run(save_dir: Path, settings: dict[str, Any]) -> str:
     run_id = new_run_id()
     outputs.atomic_write_text(save_dir / RUN_STATE_FILE, json.dumps({"run_id": run_id, "settings": settings}, indent=1)
@@ -72,8 +78,7 @@ def claim_run_id(save_dir: Path, config: FinetuneConfig) -> tuple[str, bool]:
     settings, state = _settings(config), _read_state(save_dir)
     if state is not None:
         if state.get("settings") == settings:
-            print(f"resuming the run in {save_dir}: finished models are kept, unfinished ones resume from their last "
-                  f"checkpoint", flush=True)
+            print(_resuming(save_dir), flush=True)
             return state["run_id"], True
         print(f"{save_dir} holds an earlier run with other settings ({', '.join(_changed(settings, state))}): "
               f"starting a new run (its models are replaced)", flush=True)
@@ -86,10 +91,9 @@ def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, boo
     is recorded, so none of its members can be taken for the new run's."""
     settings, state = _settings(config), _read_state(save_dir)
     if state is not None and state.get("settings") == settings and not config.overwrite:
-        finished = _finished(save_dir, state["run_id"])
+        finished = finished_run_id(save_dir) == state["run_id"]
         print(f"the run in {save_dir} finished before with these settings: the models it saved are kept "
-              f"(--overwrite trains anew)" if finished else f"resuming the run in {save_dir}: finished models are "
-              f"kept, unfinished ones resume from their last checkpoint", flush=True)
+              f"(--overwrite trains anew)" if finished else _resuming(save_dir), flush=True)
         return state["run_id"], True
     leftovers = _run_outputs(save_dir)
     earlier_id = state["run_id"] if state else "before-" + new_run_id()
@@ -102,13 +106,6 @@ def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, boo
         print(f"{save_dir} holds an earlier run with {why}: moved its outputs to {moved} (delete that when you no "
               f"longer need it; --overwrite deletes instead)", flush=True)
     return _record_new_run(save_dir, settings), False
-
-
-def _finished(save_dir: Path, run_id: str) -> bool:
-    try:
-        return json.loads((save_dir / RUN_RECORD_FILE).read_text()).get("summary", {}).get("run_id") == run_id
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return False
 
 
 def _run_outputs(save_dir: Path) -> list[Path]:

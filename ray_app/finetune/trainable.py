@@ -37,8 +37,8 @@ RESULT_FILE = "result.json"  # the trial's final result; also marks its checkpoi
 # worker off that node). It runs on the head, beside the driver: a lost or preempted worker node takes training
 # workers with it, which Ray Train recovers, never a trial.
 TRIAL_PLACEMENT = {"CPU": 0, "node:__internal_head__": 0.001}
-# A coordinator process with torch, Ray and kermt imported: bench/head_memory.py measured 350 MB PSS (560 MB RSS)
-# with the release-size model loaded.
+# A coordinator process with torch, Ray and kermt imported, without a model: bench/head_memory.py measured 560 MB
+# RSS (350 MB PSS) with the release-size model (188 MB) loaded, so about 370 MB without it.
 COORDINATOR_BASE_BYTES = 400 * 2**20
 
 
