@@ -9,7 +9,7 @@ rdkit_2d_normalized features, 1 task, dropout 0). Molecules: the finetune fixtur
 Batches are collated before timing (ours with the model's neighbour-sum operators, as the data loader builds them);
 what is timed is what runs per batch on the training or predicting process: the host-to-device copy (ours from
 pinned memory, as the finetune workers' prefetch; upstream moves its batch inside its forward), forward, and for a
-train step the loss, backward and Adam step (ours: kermt.optim.build_optimizer, fused on CUDA; upstream: torch's
+train step the loss, backward and Adam step (ours: kermt.train.optim.build_optimizer, fused on CUDA; upstream: torch's
 default Adam), for predict the copy of the predictions back to the host. The loss is the same for both (the mean
 square of both views), so the two models do the same work. bf16: ours under kermt.nn.precision.autocast; upstream
 has no bf16 option, so it runs under plain torch.autocast. Rates are medians over alternating rounds.
@@ -39,7 +39,7 @@ from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.precision import autocast
-from kermt.optim import build_optimizer
+from kermt.train.optim import build_optimizer
 
 MODES = ("train", "predict")
 PRECISIONS = ("fp32", "bf16")

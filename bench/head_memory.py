@@ -42,8 +42,8 @@ def release_shaped_checkpoint(directory: Path) -> Path:
     import torch
 
     from kermt.checkpoint import read_checkpoint
-    from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
-    from kermt.nn.pretrain_model import KermtPretrainModel
+    from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
+    from kermt.nn.pretrain.model import KermtPretrainModel
     from kermt.pretrain.export import save_pretrain_native
 
     spec = read_checkpoint(FIXTURE).spec

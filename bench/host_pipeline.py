@@ -12,7 +12,7 @@ side, both ways in the same run:
 * pretraining (vocab mode, the runner's loop: seed, build this step's batch, step): molecules/s when each batch is
   built inline without operators (the encoder then derives them from the index arrays in its forward) and when the
   batches come from ``prefetch`` with their operators; the host time of building one batch each way; the ops one
-  step dispatches and its host synchronisations (``kermt.nn.dispatch_audit``; on CUDA with fused Adam).
+  step dispatches and its host synchronisations (``bench/dispatch_audit.py``; on CUDA with fused Adam).
 * screening (``Ensemble.predict`` of a finetuned fixture member): molecules/s of the old loop (one batch at a time,
   collated inline without operators, read back before the next) and of ``Ensemble.predict`` (``run_batches``).
 
@@ -39,10 +39,10 @@ from kermt.data.featurize import featurize_smiles
 from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches
 from kermt.inference import Ensemble, plan_features, read_members, scale_features, valid_batches
-from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
-from kermt.nn.pretrain_config import PretrainHeadsConfig
-from kermt.optim import build_optimizer
-from kermt.nn.pretrain_model import KermtPretrainModel
+from dispatch_audit import DispatchAudit, optimizer_host_tensors
+from kermt.nn.pretrain.config import PretrainHeadsConfig
+from kermt.train.optim import build_optimizer
+from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.batch import PretrainData, build_step_batch
 from kermt.pretrain.step import PretrainStep, StepSettings
 

@@ -233,7 +233,8 @@ def sgemm_flops_per_cpu_second(rows: int, hidden: int, threads: int) -> float:
 
 
 LIBRARY_MODULES = ("kermt.config", "kermt.chem.molgraph", "kermt.data.collate", "kermt.data.dataset",
-                   "kermt.nn.finetune", "kermt.training", "kermt.optim", "kermt.nn.dispatch_audit")
+                   "kermt.nn.finetune", "kermt.train.step", "kermt.train.optim")
+FORMER_NAMES = {"kermt.train.step": "kermt.training", "kermt.train.optim": "kermt.optim"}  # before kermt/train/
 
 
 def load_library(revision: str | None, scratch: Path) -> dict[str, types.ModuleType]:
@@ -242,16 +243,16 @@ def load_library(revision: str | None, scratch: Path) -> dict[str, types.ModuleT
         return {name: importlib.import_module(name) for name in LIBRARY_MODULES}
     archive = subprocess.run(["git", "archive", revision, "kermt"], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
-    # the baseline may predate the audit module: ours counts for both (it only observes the dispatcher)
-    names = [n for n in LIBRARY_MODULES if (scratch / (n.replace(".", "/") + ".py")).exists()]
-    library = dict(zip(names, import_from_checkout(scratch, names)))
-    library.setdefault("kermt.nn.dispatch_audit", importlib.import_module("kermt.nn.dispatch_audit"))
-    return library
+    at_revision = {}
+    for name in LIBRARY_MODULES:
+        found = [n for n in (name, FORMER_NAMES.get(name, name)) if (scratch / (n.replace(".", "/") + ".py")).exists()]
+        at_revision[name] = found[0]
+    return dict(zip(at_revision, import_from_checkout(scratch, list(at_revision.values()))))
 
 
 def _audited(run, host_tensors=()) -> tuple[int, int, int, str]:
     """(dispatched ops, of which not views, host synchronisations, the synchronising ops by name) of ``run()``."""
-    from kermt.nn.dispatch_audit import DispatchAudit  # noqa: PLC0415  (ours counts every implementation)
+    from dispatch_audit import DispatchAudit  # noqa: PLC0415  (bench/ is on sys.path; it observes any implementation)
 
     with DispatchAudit(host_tensors) as audit:
         run()
@@ -284,9 +285,9 @@ def audit_library(lib: dict, state: dict, mols: list, features: torch.Tensor, ta
         (out.atom_view.square().mean() + out.bond_view.square().mean()).backward()
 
     results["forward + backward"] = _audited(forward_backward)
-    optim, training = lib["kermt.optim"], lib["kermt.training"]
+    optim, training = lib["kermt.train.optim"], lib["kermt.train.step"]
     optimizer = optim.build_optimizer(model, 1e-4, 0.0, 1.0)
-    # the Adam each library runs on CUDA: ours picks the fused one there (kermt.optim.adam_implementation), a
+    # the Adam each library runs on CUDA: ours picks the fused one there (kermt.train.optim.adam_implementation), a
     # library without that choice gets torch's CUDA default, foreach (on CPU: one op chain per tensor)
     on_cuda = {"fused": True, "foreach": False} if hasattr(optim, "adam_implementation") else {"foreach": True}
     for group in optimizer.param_groups:
@@ -304,7 +305,9 @@ def audit_library(lib: dict, state: dict, mols: list, features: torch.Tensor, ta
 
     step()
     collectives.clear()
-    results["train step"] = _audited(step, lib["kermt.nn.dispatch_audit"].optimizer_host_tensors(optimizer))
+    from dispatch_audit import optimizer_host_tensors  # noqa: PLC0415  (bench/ is on sys.path)
+
+    results["train step"] = _audited(step, optimizer_host_tensors(optimizer))
     results["train step collectives"] = len(collectives)
     return results
 

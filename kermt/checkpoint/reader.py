@@ -72,8 +72,8 @@ def load_pretrain_model(checkpoint: Checkpoint) -> tuple[nn.Module, LoadReport]:
     """Rebuild a vocab/cmim/hybrid pretraining model (e.g. to resume pretraining) and load it strictly."""
     import dataclasses
 
-    from kermt.nn.pretrain_config import PretrainHeadsConfig
-    from kermt.nn.pretrain_model import KermtPretrainModel
+    from kermt.nn.pretrain.config import PretrainHeadsConfig
+    from kermt.nn.pretrain.model import KermtPretrainModel
 
     if checkpoint.spec.kind not in ("vocab", "cmim", "hybrid"):
         raise UserError(f"{checkpoint.path} is a {checkpoint.spec.kind} checkpoint, not a pretraining one; pass a "

@@ -23,9 +23,9 @@ from kermt.data.corpus import CorpusArrays
 from kermt.data.operators import OperatorSpec
 from kermt.data.prefetch import transfer_fields
 from kermt.data.sampling import worker_share
-from kermt.nn.pretrain_config import PretrainHeadsConfig
-from kermt.nn.pretrain_model import PretrainBatch
-from kermt.nn.pretrain_vocab import VocabTargets
+from kermt.nn.pretrain.config import PretrainHeadsConfig
+from kermt.nn.pretrain.model import PretrainBatch
+from kermt.nn.pretrain.vocab_heads import VocabTargets
 from kermt.pretrain.draws import ATOM_LABELS, BOND_LABELS, labelled_positions, latent_noise
 from kermt.pretrain.loss import COUNT_NAMES
 

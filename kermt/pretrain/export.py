@@ -28,7 +28,7 @@ from kermt.chem.vocab_context import ContextVocab
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.config import EncoderConfig
 from kermt.data.atomic_files import write_text
-from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
 
 # pretrain_ddp.py defaults of the args that describe neither the architecture nor the losses.
 _UPSTREAM_PRETRAIN_DEFAULTS: dict[str, Any] = {

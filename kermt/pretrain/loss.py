@@ -2,7 +2,7 @@
 
 Every term is returned as this rank's SHARE of the global batch's term: a sum over the rank's molecules (atoms,
 bonds, tokens) divided by the global count. Summed over ranks, a share is exactly the term one process computes on
-the whole global batch with upstream's batch means (kermt.nn.pretrain_loss), which a single process reproduces:
+the whole global batch with upstream's batch means (tests.kermt.loss_oracles), which a single process reproduces:
 
     av, bv        Σ NLL over labelled atoms / bonds ÷ global labelled count (both families of the pair summed)
     fg            Σ BCE over [molecule, fg label] ÷ (global molecules · fg_size) (four families summed)
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from kermt.nn.decoder import reconstruction_terms
-from kermt.nn.pretrain_cmim import gaussian_log_densities, without_own_column
-from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
-from kermt.nn.pretrain_model import PretrainOutput
-from kermt.nn.pretrain_vocab import VocabPredictions, VocabTargets
+from kermt.nn.pretrain.decoder import reconstruction_terms
+from kermt.nn.pretrain.cmim import gaussian_log_densities, without_own_column
+from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.nn.pretrain.model import PretrainOutput
+from kermt.nn.pretrain.vocab_heads import VocabPredictions, VocabTargets
 
 # Layout of the counts vector a rank contributes and the all-reduce sums.
 COUNT_NAMES = ("molecules", "atoms", "bonds", "labelled_atoms", "labelled_bonds")
@@ -79,7 +79,7 @@ def vocab_shares(preds: VocabPredictions, targets: VocabTargets, view: GlobalVie
 
 def contrastive_log_prob_global(z: torch.Tensor, all_z: torch.Tensor, offset: int, temperature: float) -> torch.Tensor:
     """log p(k=1 | z, x) [m] of this rank's molecules ``z`` [m, latent] against the global batch ``all_z``
-    [M, latent] (rows offset..offset+m are ``z`` themselves): kermt.nn.pretrain_cmim.contrastive_log_prob with
+    [M, latent] (rows offset..offset+m are ``z`` themselves): kermt.nn.pretrain.cmim.contrastive_log_prob with
     negatives from every rank."""
     count, mine = all_z.shape[0], z.shape[0]
     if count < 2 or mine == 0:

@@ -1,7 +1,7 @@
 """SMILES reconstruction from a cMIM or hybrid pretraining checkpoint (upstream's ``task/reconstruct.py``).
 
 Each molecule is encoded (eval mode) to q(z|x); the decoder is conditioned on the latent mean (``use_mean``) or on
-a draw z = mean + exp(log_scale)·ε per sample, and generates SMILES with :mod:`kermt.nn.generate`. A generated
+a draw z = mean + exp(log_scale)·ε per sample, and generates SMILES with :mod:`kermt.nn.pretrain.generate`. A generated
 string is scored as upstream scores it: does RDKit parse it, is it the input molecule (canonical SMILES equal), and
 its edit distance to the canonical input (for parsable ones). A run's validity, uniqueness and novelty are
 computed by :mod:`kermt.pretrain.generation_metrics`.
@@ -31,7 +31,7 @@ from kermt.checkpoint import Checkpoint, load_pretrain_model
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
-from kermt.nn.generate import SamplingConfig, generate
+from kermt.nn.pretrain.generate import SamplingConfig, generate
 from kermt.pretrain.draws import hashed_uniform, latent_noise
 from kermt.pretrain.export import places_beside
 from kermt.pretrain.generation_metrics import canonical_smiles

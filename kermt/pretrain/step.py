@@ -1,6 +1,6 @@
 """One pretraining optimizer step (and its no-grad evaluation twin), exact under data parallelism.
 
-Distribution is injected (:class:`Distribution`), as in :mod:`kermt.training`: a single process uses the identity,
+Distribution is injected (:class:`Distribution`), as in :mod:`kermt.train.step`: a single process uses the identity,
 a data-parallel runner passes an autograd-aware all-gather (the cMIM negatives); the global batch's counts come with
 the batch, counted on the host, so the step itself runs no other collective. Each rank's loss is
 ``world_size ×`` its share of the global batch's loss (:mod:`kermt.pretrain.loss`), so DDP's gradient average equals
@@ -24,8 +24,8 @@ from kermt.nn.depth import depth_rng
 from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.precision import PRECISIONS, autocast
-from kermt.nn.pretrain_config import PretrainLossConfig
-from kermt.nn.pretrain_model import PretrainOutput
+from kermt.nn.pretrain.config import PretrainLossConfig
+from kermt.nn.pretrain.model import PretrainOutput
 from kermt.nn.reached import touch_unreached
 from kermt.pretrain.batch import StepBatch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
@@ -130,7 +130,7 @@ class PretrainStep:
         heads = self.core.heads_config
         if self.settings.per_rank_means:  # the rank's own means ÷ world: DDP's average of world × share is their mean
             output = self._forward(step, global_step)
-            # an empty share scores nothing, not its padding row alone (as kermt.nn.pretrain_vocab.vocab_loss)
+            # an empty share scores nothing, not its padding row alone (as kermt.nn.pretrain.vocab_heads.vocab_loss)
             view = GlobalView(step.counts.to(torch.float32), step.share_sizes[dist.rank] > 0, output.z, 0)
             shares = pretrain_shares(output, step.batch.vocab_targets, view, heads, self.settings.loss)
             return {name: value / dist.world_size for name, value in shares.items()}

@@ -19,7 +19,7 @@ from ray.train.torch import TorchTrainer
 
 from kermt.checkpoint import CheckpointSpec, FeatureSettings, export_upstream, save_native, unbuilt_encoder_tensors
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.training import predict
+from kermt.train.step import predict
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.finetune.prepare import ScaledSplits, fold_count

@@ -20,7 +20,7 @@ from kermt.data.splits import Split
 from kermt.metrics import nanmean, unscored_note
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import RUN_STATE_FILE
-from kermt.training import score
+from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs

@@ -40,8 +40,8 @@ from kermt.data.scalers import StandardScaler
 from kermt.metrics import metric_direction
 from kermt.nn.depth import depth_rng
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.training import StepSettings, predict, score, snapshot, train_step, validation_loss
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.step import StepSettings, predict, score, snapshot, train_step, validation_loss
 from ray_app.common.train_worker import all_gather, all_reduce, print_placement, quiet_report_logs
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ from ray.train.torch import TorchTrainer
 from kermt.checkpoint import load_into_model, load_native, merge_encoder
 from kermt.config import EncoderConfig
 from kermt.data.corpus import open_corpus
-from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
-from kermt.nn.pretrain_model import KermtPretrainModel
+from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record, save_model_vocabs,
                                    save_pretrain_native)
 from kermt.run_layout import RUN_STATE_FILE

@@ -36,9 +36,9 @@ from kermt.config import EncoderConfig
 from kermt.data.operators import OperatorSpec
 from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches
-from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
-from kermt.nn.pretrain_model import KermtPretrainModel
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.nn.pretrain.model import KermtPretrainModel
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.pretrain.batch import PretrainData, StepBatch, build_step_batch
 from kermt.pretrain.export import save_pretrain_native
 from kermt.pretrain.step import Distribution, PretrainStep, StepSettings, all_gather_with_grad

@@ -28,7 +28,7 @@ from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.errors import UserError, user_input
 from kermt.inference import batch_starts
 from kermt.inputs import check_checkpoint_file
-from kermt.nn.generate import SamplingConfig
+from kermt.nn.pretrain.generate import SamplingConfig
 from kermt.pretrain.export import read_corpus_record
 from kermt.pretrain.generation_metrics import INPUTS_REFERENCE, GenerationTally, reference_keys
 from kermt.pretrain.reconstruct import (ReconstructSettings, Reconstructor, check_reconstruct_checkpoint,

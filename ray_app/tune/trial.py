@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from kermt.metrics import metric_direction
-from kermt.training import score
+from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig

@@ -12,8 +12,8 @@ from kermt.checkpoint import read_checkpoint
 from kermt.data.featurize import featurize_smiles
 from kermt.data.prefetch import prefetch
 from kermt.inference import Embedder, Ensemble, InferenceBatch, plan_features, read_members
-from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
-from kermt.optim import build_optimizer
+from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
+from kermt.train.optim import build_optimizer
 from kermt.pretrain.batch import build_step_batch
 from kermt.pretrain.step import PretrainStep, StepSettings
 from tests.conftest import FIXTURE_DIR

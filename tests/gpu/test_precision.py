@@ -10,8 +10,8 @@ import torch
 
 from kermt.data.dataset import MoleculeBatch
 from kermt.nn.precision import autocast
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.training import StepSettings, train_step
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.step import StepSettings, train_step
 from tests.gpu.cuda import GPU_LANE, tf32
 from tests.kermt.nn.test_precision import BF16_TOLERANCE, CHECKPOINTS, _features, _model
 from tests.kermt.nn.upstream_fixtures import fixture_batch, load_upstream_checkpoint

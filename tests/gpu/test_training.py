@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from kermt.data.dataset import MoleculeSet
-from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.training import StepSettings, train_step
+from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.step import StepSettings, train_step
 from tests.gpu.cuda import GPU_LANE, tf32
 from tests.kermt.nn.test_host_syncs import SMILES, _model, molecules  # noqa: F401  (molecules: a fixture)
 

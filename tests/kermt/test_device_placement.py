@@ -25,12 +25,12 @@ from kermt.data.featurize import featurize_smiles
 from kermt.data.sampling import epoch_order, global_batches
 from kermt.inference import Embedder, Ensemble, plan_features, read_members
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.nn.pretrain_model import KermtPretrainModel
-from kermt.optim import NoamLR, NoamSchedule
+from kermt.nn.pretrain.model import KermtPretrainModel
+from kermt.train.optim import NoamLR, NoamSchedule
 from kermt.pretrain.batch import build_step_batch
 from kermt.pretrain.step import PretrainStep
 from kermt.pretrain.step import StepSettings as PretrainSettings
-from kermt.training import StepSettings, predict, train_step
+from kermt.train.step import StepSettings, predict, train_step
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.pretrain.tiny_corpus import TINY_ENCODER, fixture_smiles, tiny_arrays, tiny_heads
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kermt.data.dataset import MoleculeBatch
-from kermt.training import StepSettings, train_step
+from kermt.train.step import StepSettings, train_step
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.nn.test_train_mode_parity import _model
 from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs

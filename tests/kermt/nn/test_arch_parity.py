@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kermt.checkpoint import load_finetune_model, load_pretrain_model, read_checkpoint
-from kermt.nn.pretrain_model import PretrainBatch
+from kermt.nn.pretrain.model import PretrainBatch
 from tests.conftest import DATA_DIR
 from tests.data.kermt_upstream_arch import weights
 from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs

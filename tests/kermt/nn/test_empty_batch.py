@@ -18,18 +18,18 @@ from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, Readout
 from kermt.data.collate import collate_graphs
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
-from kermt.losses import LabelledTargets, eval_task_loss, finetune_loss
+from tests.kermt.loss_oracles import finetune_loss, pretrain_loss
+from kermt.train.losses import LabelledTargets, eval_task_loss
 from kermt.metrics import task_scores
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.fingerprint import KermtFingerprint
-from kermt.nn.pretrain_config import PretrainLossConfig
-from kermt.nn.pretrain_loss import pretrain_loss
-from kermt.nn.pretrain_model import KermtPretrainModel, PretrainBatch
-from kermt.nn.pretrain_vocab import VocabTargets
+from kermt.nn.pretrain.config import PretrainLossConfig
+from kermt.nn.pretrain.model import KermtPretrainModel, PretrainBatch
+from kermt.nn.pretrain.vocab_heads import VocabTargets
 from kermt.nn.readout import Readout
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.training import StepSettings, predict, score, train_step, validation_loss
-from tests.kermt.nn.test_pretrain_model import FIXTURE_ENCODER, fixture_heads
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.step import StepSettings, predict, score, train_step, validation_loss
+from tests.kermt.nn.pretrain.test_model import FIXTURE_ENCODER, fixture_heads
 
 NONE = np.zeros(0, dtype=np.int64)
 ENCODER = EncoderConfig(hidden_size=8, depth=3, num_attn_head=2, activation="PReLU")

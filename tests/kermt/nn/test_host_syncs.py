@@ -1,6 +1,6 @@
 """A forward and a training step ask nothing back from the device: no value read, no data-dependent shape, no
 collective for the label count, when the batch comes from the collate with the model's operators and its global
-batch's label counts. Counted with kermt.nn.dispatch_audit on CPU: the dispatcher sees the same ops a GPU runs."""
+batch's label counts. Counted with bench.dispatch_audit on CPU: the dispatcher sees the same ops a GPU runs."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
-from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
+from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.training import StepSettings, train_step
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.step import StepSettings, train_step
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccccc1", "C1CCNCC1", "OC(=O)C(N)Cc1ccccc1"]
 

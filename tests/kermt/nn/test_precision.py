@@ -11,8 +11,8 @@ import torch
 from kermt.data.dataset import MoleculeBatch
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.precision import autocast
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.training import StepSettings, train_step
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.step import StepSettings, train_step
 from tests.kermt.nn.upstream_fixtures import (
     finetune_config_from_args,
     fixture_batch,

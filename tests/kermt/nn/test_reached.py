@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kermt.nn.dispatch_audit import DispatchAudit
+from bench.dispatch_audit import DispatchAudit
 from kermt.nn.reached import graph_leaves, touch_unreached
 
 

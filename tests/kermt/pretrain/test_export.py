@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from kermt.checkpoint import load_pretrain_model, read_checkpoint
-from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig
-from kermt.nn.pretrain_model import KermtPretrainModel
+from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import export_pretrain_upstream, save_pretrain_native
 from tests.kermt.pretrain.tiny_corpus import TINY_ENCODER, fixture_smiles, tiny_arrays, tiny_heads
 

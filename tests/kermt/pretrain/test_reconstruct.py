@@ -13,8 +13,8 @@ from kermt.checkpoint import load_pretrain_model, read_checkpoint
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.data.featurize import featurize_smiles
 from kermt.errors import UserError
-from kermt.nn.generate import SamplingConfig
-from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.nn.pretrain.generate import SamplingConfig
+from kermt.nn.pretrain.config import PretrainLossConfig
 from kermt.pretrain.export import save_pretrain_native
 from kermt.pretrain.reconstruct import (ReconstructSettings, Reconstructor, check_reconstruct_checkpoint,
                                         edit_distance, find_smiles_vocab, read_smiles_vocab, score)

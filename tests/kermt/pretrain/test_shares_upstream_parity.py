@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from kermt.nn.pretrain_config import PretrainLossConfig
+from kermt.nn.pretrain.config import PretrainLossConfig
 from kermt.pretrain.loss import GlobalView, pretrain_shares
-from tests.kermt.nn.test_pretrain_step_parity import (
+from tests.kermt.pretrain.test_step_parity import (
     CASES,
     LOSS_RTOL,
     ORACLE,

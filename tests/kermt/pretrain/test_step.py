@@ -19,10 +19,10 @@ from torch.nn.parallel import DistributedDataParallel
 from kermt.data.operators import operators_of
 from kermt.data.sampling import epoch_order, global_batches
 from kermt.nn.depth import depth_rng
-from kermt.nn.dispatch_audit import DispatchAudit, optimizer_host_tensors
-from kermt.nn.pretrain_config import PretrainLossConfig
-from kermt.nn.pretrain_loss import pretrain_loss
-from kermt.nn.pretrain_model import KermtPretrainModel
+from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
+from kermt.nn.pretrain.config import PretrainLossConfig
+from tests.kermt.loss_oracles import pretrain_loss
+from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.batch import build_step_batch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
 from kermt.pretrain.step import Distribution, PretrainStep, StepSettings, all_gather_with_grad
@@ -193,7 +193,7 @@ def test_a_workers_operators_use_the_global_batchs_neighbour_width() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_pretraining_step_reads_nothing_back(mode: str) -> None:
-    """Counted with kermt.nn.dispatch_audit on the CPU (the dispatcher sees the ops a GPU runs): a step on a
+    """Counted with bench.dispatch_audit on the CPU (the dispatcher sees the ops a GPU runs): a step on a
     batch built with its operators needs no value or data-dependent shape from the device. The cMIM negatives
     (each molecule against the others) are a gather, not a boolean-mask selection, whose size the host would wait
     for."""

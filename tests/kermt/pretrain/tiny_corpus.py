@@ -9,7 +9,7 @@ from kermt.chem.vocab_context import ContextVocab
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.config import EncoderConfig
 from kermt.data.corpus import corpus_rows
-from kermt.nn.pretrain_config import PretrainHeadsConfig
+from kermt.nn.pretrain.config import PretrainHeadsConfig
 from kermt.pretrain.batch import PretrainData
 from tests.conftest import FIXTURE_DIR
 

@@ -17,7 +17,7 @@ import pytest
 from kermt.checkpoint import load_finetune_model, read_checkpoint
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
-from kermt.training import predict
+from kermt.train.step import predict
 from ray_app.finetune.config import resolve
 from ray_app.finetune.run import run_finetune
 from tests.conftest import DATA_DIR, FIXTURE_DIR

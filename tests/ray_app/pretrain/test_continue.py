@@ -11,8 +11,8 @@ import torch
 
 from kermt.checkpoint import ArchitectureConflictError
 from kermt.data.corpus_prep import prepare_corpus
-from kermt.nn.pretrain_config import PretrainLossConfig
-from kermt.nn.pretrain_model import KermtPretrainModel
+from kermt.nn.pretrain.config import PretrainLossConfig
+from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import export_pretrain_upstream
 from ray_app.pretrain.config import resolve
 from ray_app.pretrain.inputs import check_inputs

@@ -9,7 +9,7 @@ from rdkit import Chem
 
 from kermt.checkpoint import read_checkpoint
 from kermt.data.featurize import featurize_smiles
-from kermt.nn.generate import SamplingConfig
+from kermt.nn.pretrain.generate import SamplingConfig
 from kermt.pretrain.reconstruct import ReconstructSettings, Reconstructor, read_smiles_vocab, score
 from ray_app.screening.commands import main_reconstruct
 from tests.conftest import FIXTURE_DIR

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.nn.upstream_fixtures import finetune_config_from_args
 

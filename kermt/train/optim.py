@@ -4,7 +4,7 @@ Adam with two parameter groups: group 0 = encoder (``kermt.*``) at ``lr × fine_
 else (readout, FFN heads, the model's ``mtl_log_sigma``). ``|fine_tune_coff| <= 1e-6`` freezes the encoder.
 With every parameter on a CUDA device the step is torch's fused Adam (a few kernels for all tensors instead of a
 chain of small ones per tensor); elsewhere it is torch's default implementation, whose CPU numbers the optimizer
-oracle checks bit for bit (tests/kermt/test_optim_parity.py).
+oracle checks bit for bit (tests/kermt/train/test_optim_parity.py).
 
 NoamLR: linear warm-up from ``init_lr`` to ``max_lr`` over ``int(warmup_epochs · S)`` steps, then exponential
 decay to ``final_lr`` at ``epochs · S`` steps, ``final_lr`` afterwards. S = optimizer steps per epoch counted on

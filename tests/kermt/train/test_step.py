@@ -13,7 +13,7 @@ from torch import nn
 
 from kermt.data.dataset import MoleculeBatch
 from kermt.data.featurize import featurize_smiles
-from kermt.training import StepSettings, train_step
+from kermt.train.step import StepSettings, train_step
 
 NAN = float("nan")
 ATOM = [[1.0, 2.0], [0.0, 1.0]]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from kermt.chem.vocab_smiles import END, PAD, START
-from kermt.nn.decoder import SmilesDecoder
+from kermt.nn.pretrain.decoder import SmilesDecoder
 
 Uniforms = Callable[[int], torch.Tensor]  # step t -> uniform [0, 1) numbers [B], one per sequence
 
@@ -85,7 +85,7 @@ def generate(decoder: SmilesDecoder, z: torch.Tensor, config: SamplingConfig,
     """Token ids [B, <= max_len] for latents ``z`` [B, latent]: ``<start>``, the generated tokens, ``<end>`` when
     reached, then padding. ``uniforms`` is required unless ``config.greedy``.
 
-    Like ``kermt.nn.decoder.greedy_decode`` the prefix is re-run at every step (no key/value cache)."""
+    Like ``kermt.nn.pretrain.decoder.greedy_decode`` the prefix is re-run at every step (no key/value cache)."""
     if not config.greedy and uniforms is None:
         raise ValueError("sampling (temperature > 0) needs uniforms(step)")
     _check_length(decoder, config.max_len)

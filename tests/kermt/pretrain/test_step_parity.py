@@ -22,12 +22,12 @@ from kermt.chem.vocab_labels import sample_vocab_labels
 from kermt.chem.vocab_smiles import SmilesVocab, encode_batch
 from kermt.nn.depth import draw_depths
 from kermt.checkpoint import read_checkpoint
-from kermt.nn.pretrain_config import PretrainLossConfig, configs_from_settings
-from kermt.nn.pretrain_loss import pretrain_loss
-from kermt.nn.pretrain_model import KermtPretrainModel, PretrainBatch
-from kermt.nn.pretrain_vocab import VocabTargets
+from kermt.nn.pretrain.config import PretrainLossConfig, configs_from_settings
+from tests.kermt.loss_oracles import pretrain_loss
+from kermt.nn.pretrain.model import KermtPretrainModel, PretrainBatch
+from kermt.nn.pretrain.vocab_heads import VocabTargets
 from tests.conftest import FIXTURE_DIR
-from tests.kermt.nn.test_pretrain_model import FIXTURE_ENCODER, fixture_heads
+from tests.kermt.nn.pretrain.test_model import FIXTURE_ENCODER, fixture_heads
 from tests.kermt.nn.upstream_fixtures import fixture_batch
 
 ORACLE = FIXTURE_DIR.parent / "kermt_upstream_pretrain" / "pretrain_step.npz"

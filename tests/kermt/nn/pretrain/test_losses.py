@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kermt.nn.pretrain_cmim import LatentParams, cmim_terms, contrastive_log_prob
-from kermt.nn.pretrain_config import PretrainLossConfig
-from kermt.nn.pretrain_loss import pretrain_loss
-from kermt.nn.pretrain_model import KermtPretrainModel, PretrainBatch
-from kermt.nn.pretrain_vocab import VocabTargets, vocab_loss
-from tests.kermt.nn.test_pretrain_model import FIXTURE_ENCODER, fixture_heads
+from tests.kermt.loss_oracles import cmim_terms, contrastive_log_prob, pretrain_loss, vocab_loss
+from kermt.nn.pretrain.cmim import LatentParams
+from kermt.nn.pretrain.config import PretrainLossConfig
+from kermt.nn.pretrain.model import KermtPretrainModel, PretrainBatch
+from kermt.nn.pretrain.vocab_heads import VocabTargets
+from tests.kermt.nn.pretrain.test_model import FIXTURE_ENCODER, fixture_heads
 from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs
 
 

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from kermt.nn.decoder_layers import RopeDecoderLayer, SinusoidalPositionalEncoding
+from kermt.nn.pretrain.decoder_layers import RopeDecoderLayer, SinusoidalPositionalEncoding
 from kermt.nn.keyed_dropout import Dropout
-from kermt.nn.pretrain_config import PretrainHeadsConfig
+from kermt.nn.pretrain.config import PretrainHeadsConfig
 
 PAD_TOKEN = 0
 

@@ -12,14 +12,13 @@ import torch
 from kermt.checkpoint import read_checkpoint
 from kermt.config import EncoderConfig
 from kermt.data.batch import BatchMolGraph
-from kermt.nn.decoder import reconstruction_terms
+from kermt.nn.pretrain.decoder import reconstruction_terms
 from kermt.nn.encoder import KermtEmbedding
 from kermt.nn.fingerprint import KermtFingerprint
-from kermt.nn.pretrain_cmim import cmim_terms
-from kermt.nn.pretrain_config import PretrainHeadsConfig, PretrainLossConfig, configs_from_settings
-from kermt.nn.pretrain_loss import pretrain_loss
-from kermt.nn.pretrain_model import KermtPretrainModel, PretrainBatch
-from kermt.nn.pretrain_vocab import VocabTargets, vocab_loss
+from tests.kermt.loss_oracles import cmim_terms, pretrain_loss, vocab_loss
+from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig, configs_from_settings
+from kermt.nn.pretrain.model import KermtPretrainModel, PretrainBatch
+from kermt.nn.pretrain.vocab_heads import VocabTargets
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.nn.upstream_fixtures import encoder_state, fixture_batch
 from tests.kermt.nn.upstream_fixtures import outputs as upstream_outputs

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from kermt.chem.vocab_smiles import END, PAD, START, SmilesVocab
-from kermt.nn.decoder import SmilesDecoder, greedy_decode
-from kermt.nn.generate import SamplingConfig, filtered_probabilities, generate, next_tokens
-from kermt.nn.pretrain_config import PretrainHeadsConfig
+from kermt.nn.pretrain.decoder import SmilesDecoder, greedy_decode
+from kermt.nn.pretrain.generate import SamplingConfig, filtered_probabilities, generate, next_tokens
+from kermt.nn.pretrain.config import PretrainHeadsConfig
 from kermt.pretrain.reconstruct import SequenceDraws
 from tests.conftest import FIXTURE_DIR
 

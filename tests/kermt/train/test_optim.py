@@ -12,7 +12,7 @@ import torch
 
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 
 
 def _model() -> KermtFinetuneModel:
@@ -95,7 +95,7 @@ def test_zero_steps_per_epoch_gives_final_lr():
 
 def test_cpu_step_is_torchs_default_adam_bit_for_bit():
     """Fused Adam is for CUDA only: on CPU the step stays torch's default implementation, whose numbers the
-    optimizer oracle checks (tests/kermt/test_optim_parity.py); the GPU lane compares fused with it on CUDA."""
+    optimizer oracle checks (tests/kermt/train/test_optim_parity.py); the GPU lane compares fused with it on CUDA."""
     torch.manual_seed(0)
     ours, reference = _model(), _model()
     reference.load_state_dict(ours.state_dict())

@@ -1,4 +1,4 @@
-"""cMIM latent head and its contrastive + Gaussian loss terms (docs/upstream-compatibility.md#pretraining).
+"""cMIM latent head and the pieces of its contrastive + Gaussian loss terms (docs/upstream-compatibility.md#pretraining).
 
 The latent head (upstream ``KERMTLatentDistribution``, keys ``latent_dist.{kermt,readout,fc_mean_logscale}``) pools
 each embedding family with a mean readout, averages the families and projects to (mean, log_scale) of a diagonal
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
@@ -73,16 +72,6 @@ class LatentHead(nn.Module):
         return LatentParams(mean=mean, log_scale=log_scale.clamp(min=self.min_log_scale))
 
 
-@dataclass(frozen=True)
-class CmimTerms:
-    """Per-molecule [M] values: ``cmim`` loss, contrastive ``log_p_k1_given_zx``, ``log_q_z_given_x``, ``log_P_z``."""
-
-    cmim: torch.Tensor
-    log_p_k1_given_zx: torch.Tensor
-    log_q_z_given_x: torch.Tensor
-    log_P_z: torch.Tensor
-
-
 class _ScaleGradient(torch.autograd.Function):
     """Identity forward, gradient multiplied by a constant (upstream's ``--normalize_gradient``)."""
 
@@ -94,21 +83,6 @@ class _ScaleGradient(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         return grad * ctx.factor, None
-
-
-def contrastive_log_prob(z: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log p(k=1 | z, x) per molecule [M]: own cosine similarity (1/T) against the mean of the others'.
-
-    ``pos - logsumexp([pos, neg_j - log(M-1) for j != i])``; 0 for a batch of one molecule.
-    """
-    count = z.shape[0]
-    if count < 2:
-        return z.new_zeros(count)
-    unit = F.normalize(z.flatten(1), dim=1)
-    positive = (unit * unit).sum(dim=1) / temperature  # 1/T up to rounding, kept as computed for parity
-    similarity = unit @ unit.T / temperature
-    negatives = without_own_column(similarity, torch.arange(count, device=z.device)) - math.log(count - 1)
-    return positive - torch.logsumexp(torch.cat([positive.unsqueeze(1), negatives], dim=1), dim=1)
 
 
 def without_own_column(similarity: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
@@ -127,25 +101,6 @@ def _gaussian_log_density(z: torch.Tensor, mean: torch.Tensor, log_scale: torch.
     return (-0.5 * ((z - mean) * torch.exp(-log_scale)) ** 2 - log_scale - _HALF_LOG_TWO_PI).sum(dim=-1)
 
 
-def cmim_terms(
-    params: LatentParams,
-    z: torch.Tensor,
-    temperature: float,
-    normalize_loss: bool = False,
-    normalize_gradient: bool = False,
-) -> CmimTerms:
-    """Contrastive and Gaussian terms of cMIM for latents ``z`` [M, latent] drawn from ``params`` (the batch's own
-    molecules as negatives).
-
-    ``normalize_loss`` scales both log-densities by 1/latent_dim; ``normalize_gradient`` scales only their gradient.
-    """
-    log_p = contrastive_log_prob(z, temperature)
-    log_q, log_prior = gaussian_log_densities(params, z, normalize_loss, normalize_gradient)
-    return CmimTerms(
-        cmim=-(log_p + 0.5 * (log_q + log_prior)), log_p_k1_given_zx=log_p, log_q_z_given_x=log_q, log_P_z=log_prior
-    )
-
-
 def gaussian_log_densities(params: LatentParams, z: torch.Tensor, normalize_loss: bool = False,
                            normalize_gradient: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(log q(z|x), log P(z)) per molecule [M]: under ``params`` and under the standard normal prior (see
@@ -162,5 +117,5 @@ def gaussian_log_densities(params: LatentParams, z: torch.Tensor, normalize_loss
     return densities[0], densities[1]
 
 
-__all__ = ["CmimTerms", "LatentHead", "LatentParams", "cmim_terms", "contrastive_log_prob", "gaussian_log_densities",
+__all__ = ["LatentHead", "LatentParams", "gaussian_log_densities",
            "without_own_column"]

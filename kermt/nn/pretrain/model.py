@@ -23,11 +23,11 @@ from torch import nn
 from kermt.config import EncoderConfig
 from kermt.data.batch import BatchMolGraph
 from kermt.data.prefetch import transfer_fields
-from kermt.nn.decoder import SmilesDecoder, TeacherForcing
+from kermt.nn.pretrain.decoder import SmilesDecoder, TeacherForcing
 from kermt.nn.encoder import KermtEmbedding
-from kermt.nn.pretrain_cmim import LatentHead, LatentParams
-from kermt.nn.pretrain_config import PretrainHeadsConfig
-from kermt.nn.pretrain_vocab import VocabHeads, VocabPredictions, VocabTargets
+from kermt.nn.pretrain.cmim import LatentHead, LatentParams
+from kermt.nn.pretrain.config import PretrainHeadsConfig
+from kermt.nn.pretrain.vocab_heads import VocabHeads, VocabPredictions, VocabTargets
 
 
 @dataclass(frozen=True)

@@ -57,30 +57,12 @@ def two_view_terms(
     return loss * targets.mask
 
 
-def finetune_loss(
-    atom_view: torch.Tensor,
-    bond_view: torch.Tensor,
-    targets: LabelledTargets,
-    dataset_type: DatasetType,
-    dist_coff: float,
-    label_count: torch.Tensor,
-    world_size: int = 1,
-    log_sigma: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The scalar training loss of this rank's batch.
-
-    label_count: the global number of labels: a scalar for the pooled loss, or a per-task [T] tensor with
-        ``log_sigma`` (MTL: ``Σ_t 0.5·exp(−2 s_t)·L_t + s_t`` with ``L_t`` the task's pooled loss).
-    world_size: number of data-parallel ranks whose gradients are averaged (1 without DDP).
-    """
-    terms = two_view_terms(atom_view, bond_view, targets, dataset_type, dist_coff)
-    return reduce_terms(terms, label_count, world_size, log_sigma)
-
-
 def reduce_terms(
     terms: torch.Tensor, label_count: torch.Tensor, world_size: int = 1, log_sigma: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """:func:`finetune_loss` from already computed :func:`two_view_terms` (a caller that also logs them)."""
+    """The loss to backpropagate from :func:`two_view_terms` [molecules, tasks]: their sum over the caller's label
+    count (scaled by ``world_size``, see above), or with learnable ``log_sigma`` [tasks] the uncertainty-weighted
+    sum of the per-task losses (``--use_mtl_loss``)."""
     if log_sigma is None:
         return world_size * terms.sum() / torch.clamp(label_count, min=1.0)
     task_losses = world_size * terms.sum(dim=0) / torch.clamp(label_count, min=1.0)

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kermt.nn.decoder import SmilesDecoder, TeacherForcing, greedy_decode, reconstruction_terms
-from kermt.nn.decoder_layers import RotaryEmbedding
-from kermt.nn.pretrain_config import PretrainHeadsConfig
+from kermt.nn.pretrain.decoder import SmilesDecoder, TeacherForcing, greedy_decode, reconstruction_terms
+from kermt.nn.pretrain.decoder_layers import RotaryEmbedding
+from kermt.nn.pretrain.config import PretrainHeadsConfig
 
 SMALL = PretrainHeadsConfig(
     pretrain_mode="cmim", smiles_vocab_size=12, latent_dim=16, decoder_num_layers=2, decoder_num_attention_heads=2,

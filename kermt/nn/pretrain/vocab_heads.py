@@ -8,7 +8,7 @@ Keys equal upstream's ``vocab_module.*``: ``av_task_{atom,bond}.linear``, ``bv_t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -17,7 +17,6 @@ from torch.nn import functional as F
 from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
 from kermt.data.prefetch import transfer_fields
-from kermt.losses import connected_zero
 from kermt.nn.encoder import ALL_BRANCHES, EncoderOutput
 from kermt.nn.readout import Readout, read_out_families
 
@@ -101,23 +100,6 @@ class VocabTargets:
         return transfer_fields(self, ("atom", "bond", "fg"), None, False)
 
 
-@dataclass(frozen=True)
-class VocabLoss:
-    """Upstream's seven logged values: total = av + bv + fg + dist_coff·(av_dist + bv_dist) + fg_dist."""
-
-    total: torch.Tensor
-    av: torch.Tensor
-    bv: torch.Tensor
-    fg: torch.Tensor
-    av_dist: torch.Tensor
-    bv_dist: torch.Tensor
-    fg_dist: torch.Tensor
-
-    def as_tuple(self) -> tuple[torch.Tensor, ...]:
-        """Values in upstream's order (overall, av, bv, fg, av_dist, bv_dist, fg_dist)."""
-        return tuple(getattr(self, f.name) for f in fields(self))
-
-
 class VocabHeads(nn.Module):
     """Upstream's ``VocabPredictionModule``: the four vocab heads and the functional-group head."""
 
@@ -143,74 +125,11 @@ class VocabHeads(nn.Module):
         )
 
 
-def _labelled_nll(log_probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean NLL over labelled rows (label 0 ignored), as a sum over a clamped count: no host sync, and 0 rather than
-    upstream's NaN when nothing is labelled (e.g. a batch of bond-free molecules) — our only departure from it."""
-    total = F.nll_loss(log_probs, labels, ignore_index=0, reduction="sum")
-    return total / (labels != 0).sum().clamp(min=1).to(total.dtype)
-
-
-def _pair_terms(
-    first: torch.Tensor | None,
-    second: torch.Tensor | None,
-    fg_first: torch.Tensor | None,
-    fg_second: torch.Tensor | None,
-    labels: torch.Tensor,
-    fg_labels: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(vocab NLL, fg BCE, vocab disagreement, fg disagreement) of one pair of families (atom_* or bond_*)."""
-    zero = fg_labels.new_zeros(())
-    nll, bce, dist, fg_dist = zero, zero, zero, zero
-    for log_probs, fg_logits in ((first, fg_first), (second, fg_second)):
-        if log_probs is not None:
-            nll = nll + _labelled_nll(log_probs, labels)
-            bce = bce + F.binary_cross_entropy_with_logits(fg_logits, fg_labels)
-    if first is not None and second is not None:
-        dist = F.mse_loss(first, second)  # over ALL rows, on log-probabilities
-        fg_dist = F.mse_loss(torch.sigmoid(fg_first), torch.sigmoid(fg_second))
-    return nll, bce, dist, fg_dist
-
-
-def vocab_loss(preds: VocabPredictions, targets: VocabTargets, dist_coff: float = 0.1) -> VocabLoss:
-    """Upstream's ``VocabPredictionModule.compute_loss``; ``fg_dist`` is deliberately not scaled (as upstream, see
-    docs/upstream-compatibility.md#pretraining).
-
-    A batch without molecules (a worker's empty share) has every term 0: otherwise the fg means would be NaN and the
-    disagreement terms would score the padding row alone.
-    """
-    fg_labels = targets.fg.to(_preds_dtype(preds))
-    if fg_labels.shape[0] == 0:
-        zero = connected_zero(*(getattr(preds, f.name) for f in fields(preds)))
-        return VocabLoss(total=zero, av=zero, bv=zero, fg=zero, av_dist=zero, bv_dist=zero, fg_dist=zero)
-    av, fg_atom, av_dist, fg_atom_dist = _pair_terms(
-        preds.atom_from_atom, preds.atom_from_bond, preds.fg_atom_from_atom, preds.fg_atom_from_bond,
-        targets.atom, fg_labels,
-    )
-    bv, fg_bond, bv_dist, fg_bond_dist = _pair_terms(
-        preds.bond_from_atom, preds.bond_from_bond, preds.fg_bond_from_atom, preds.fg_bond_from_bond,
-        targets.bond, fg_labels,
-    )
-    fg, fg_dist = fg_atom + fg_bond, fg_atom_dist + fg_bond_dist
-    total = av + bv + fg + dist_coff * av_dist + dist_coff * bv_dist + fg_dist
-    return VocabLoss(total=total, av=av, bv=bv, fg=fg, av_dist=av_dist, bv_dist=bv_dist, fg_dist=fg_dist)
-
-
-def _preds_dtype(preds: VocabPredictions) -> torch.dtype:
-    """Floating dtype of the predictions (float32 unless the model runs in another precision)."""
-    for f in fields(preds):
-        value = getattr(preds, f.name)
-        if value is not None:
-            return value.dtype
-    raise ValueError("VocabPredictions holds no tensors: the encoder produced no embedding family")
-
-
 __all__ = [
     "AtomVocabHead",
     "BondVocabHead",
     "FunctionalGroupHead",
     "VocabHeads",
-    "VocabLoss",
     "VocabPredictions",
     "VocabTargets",
-    "vocab_loss",
 ]

@@ -2,7 +2,7 @@
 
 Distribution is injected, not assumed: ``train_step`` takes ``world_size`` and an ``all_reduce`` for the label
 count (identity in a single process), so N workers with batch b compute exactly the gradients of one process with
-batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.losses`). A batch built with its global
+batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.train.losses`). A batch built with its global
 batch's rows (``MoleculeSet.batch(..., global_rows=...)``) brings that count, counted on the host, and the step
 runs no collective of its own.
 
@@ -12,7 +12,7 @@ molecule's masks independent of the batch it shares and of the rank it lands on,
 process with dropout on.
 
 Nothing in a step waits for the device: results stay on it as 0-d tensors (the caller reads them once per epoch),
-and the step's ops need no value or shape from it (``tests/kermt/test_training.py`` audits the dispatched ops).
+and the step's ops need no value or shape from it (``tests/kermt/train/test_step.py`` audits the dispatched ops).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from torch import nn
 from kermt.data.dataset import MoleculeBatch, MoleculeSet
 from kermt.data.prefetch import prefetch, read_behind
 from kermt.data.scalers import StandardScaler
-from kermt.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
+from kermt.train.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
 from kermt.metrics import nanmean, task_scores
 from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
