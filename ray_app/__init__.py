@@ -2,6 +2,8 @@
 
 import os
 
+from ray_app.common.ray_internals import DEDUP_ALLOW_REGEX_VARIABLE
+
 # Every training run prints one progress line per epoch from its rank-0 worker ("[fold 0 model 1] epoch    3 ...",
 # "[trial 8f3a_00002] epoch ..."; ray_app/finetune/train_loop.py, ray_app/common/train_worker.py). Ray's driver folds
 # lines that differ only in words holding digits once they come from more than one process within 5 s ("[repeated
@@ -10,4 +12,4 @@ import os
 # warnings stay folded. Ray reads the variable when it is imported, hence here, before any ray_app module imports
 # ray; a user's own setting wins.
 PROGRESS_LINE = r"^\[[^\]]+\] (epoch|starting epoch|resuming at epoch) "
-os.environ.setdefault("RAY_DEDUP_LOGS_ALLOW_REGEX", PROGRESS_LINE)
+os.environ.setdefault(DEDUP_ALLOW_REGEX_VARIABLE, PROGRESS_LINE)

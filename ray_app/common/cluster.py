@@ -4,14 +4,13 @@ The same command therefore runs on a laptop, in CI and on a cluster (where ``ray
 
 A cluster started here is addressed explicitly by every process it runs. Ray's state API (``ray.util.state``, which
 Ray Train's PlacementGroupCleaner and state actor and Ray Data's hang detector call with no address) finds "its"
-cluster from RAY_ADDRESS, else from the GCS processes running on the machine
-(``ray._private.services.canonicalize_bootstrap_address_or_die``): with a second Ray instance on the machine (a
-user's ``ray start``, a notebook, another sweep) it raises "Found multiple active Ray instances" or, after a
-``ray start``, silently talks to that other cluster. The cleaner then never frees the placement group of a trial
-that Tune stopped, and the next trial waits for it forever. So the local cluster's GCS port is chosen before it
-starts and RAY_ADDRESS names it in the environment the raylet (and so every worker it spawns) inherits. The
-driver's own environment is restored (only Ray Data's hang detector asks the state API from there, and it only
-logs), so a process the driver starts later still starts a cluster of its own.
+cluster from RAY_ADDRESS, else from the GCS processes running on the machine (``ray_internals`` says where): with a
+second Ray instance on the machine (a user's ``ray start``, a notebook, another sweep) it raises "Found multiple
+active Ray instances" or, after a ``ray start``, silently talks to that other cluster. The cleaner then never
+frees the placement group of a trial that Tune stopped, and the next trial waits for it forever. So the local
+cluster's GCS port is chosen before it starts and RAY_ADDRESS names it in the environment the raylet (and so every
+worker it spawns) inherits. The driver's own environment is restored (only Ray Data's hang detector asks the state
+API from there, and it only logs), so a process the driver starts later still starts a cluster of its own.
 """
 
 from __future__ import annotations
@@ -24,16 +23,18 @@ from typing import Any
 
 import ray
 
+from ray_app.common.ray_internals import (GCS_PORT_VARIABLE, HEAD_NODE_RESOURCE, TRAIN_PREEMPTION_WATCHER_VARIABLE,
+                                          TRAIN_PRINT_PATCH_VARIABLE)
+
 # Quiet, local-friendly defaults; a user's own environment always wins (setdefault).
 _LOCAL_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # otherwise every worker print appears twice in the driver output
+    TRAIN_PRINT_PATCH_VARIABLE: "0",  # otherwise every worker print appears twice in the driver output
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",  # loaded CI machines can exceed the 60 s default
 }
 # Only for a cluster started here: one machine has no spot preemption to watch for. On a real cluster the watcher
 # stays on, so Ray Train counts a preempted node apart from --max_failures (FailureConfig.max_preemption_failures).
-_LOCAL_ONLY_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
-_GCS_PORT_VARIABLE = "RAY_GCS_SERVER_PORT"  # read by ray._private.node when it starts a head node
+_LOCAL_ONLY_ENV = {TRAIN_PREEMPTION_WATCHER_VARIABLE: "0"}
 
 
 def connect(address: str | None = None, num_cpus: int | None = None, object_store_mb: int | None = None) -> dict:
@@ -62,8 +63,8 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
 def _start_local_cluster(kwargs: dict[str, Any]) -> None:
     """ray.init(address="local") with the GCS on a port chosen here and RAY_ADDRESS naming it in the environment the
     cluster's processes start with; the driver's environment is left as it was."""
-    port = os.environ.get(_GCS_PORT_VARIABLE) or str(_free_port())
-    cluster_env = {"RAY_ADDRESS": f"{ray.util.get_node_ip_address()}:{port}", _GCS_PORT_VARIABLE: port}
+    port = os.environ.get(GCS_PORT_VARIABLE) or str(_free_port())
+    cluster_env = {"RAY_ADDRESS": f"{ray.util.get_node_ip_address()}:{port}", GCS_PORT_VARIABLE: port}
     saved = {key: os.environ.get(key) for key in cluster_env}
     os.environ.update(cluster_env)  # the GCS and the raylet copy it; every worker the raylet spawns inherits it
     try:
@@ -102,7 +103,7 @@ class ClusterLayout:
     @staticmethod
     def current() -> "ClusterLayout":
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        head = [n for n in nodes if "node:__internal_head__" in n.get("Resources", {})]
+        head = [n for n in nodes if HEAD_NODE_RESOURCE in n.get("Resources", {})]
         head_cpus = head[0]["Resources"].get("CPU", 0.0) if head else 0.0
         return ClusterLayout(len(nodes), head_cpus)
 

@@ -4,6 +4,7 @@ Train failure, so every entry point can print it as one line instead of a traceb
 from __future__ import annotations
 
 from kermt.errors import UserError
+from ray_app.common.ray_internals import lost_user_code_cause, wrapped_exceptions
 
 
 def ray_causes(error: BaseException) -> list[BaseException]:
@@ -13,11 +14,8 @@ def ray_causes(error: BaseException) -> list[BaseException]:
     Ray Data wraps an exception raised in a map function in a ``UserCodeException`` whose own cause does not
     survive the trip to the driver; only the remote traceback text does. There the user error is rebuilt from its
     ``<module>.<class>: <message>`` line (the message's first line)."""
-    causes = [getattr(error, name, None) for name in ("cause", "controller_failure")]
-    failures = getattr(error, "worker_failures", None)
-    if isinstance(failures, dict):
-        causes.extend(failures.values())
-    if type(causes[0]).__name__ == "UserCodeException" and causes[0].__cause__ is None:
+    causes = wrapped_exceptions(error)
+    if lost_user_code_cause(error):
         causes.append(user_error_from_traceback(str(error)))
     return [c for c in causes if isinstance(c, BaseException) and c is not error]
 

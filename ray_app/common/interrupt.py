@@ -22,14 +22,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from kermt.errors import Interrupted, first_line
-
-_TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"
+from ray_app.common.ray_internals import (TRAIN_SIGINT_EXIT, TUNE_INTERRUPT_MESSAGES, TUNE_LOGGER,
+                                          TUNE_SIGINT_VARIABLE, TUNE_STOP_SIGNAL)
 
 
 def _not_tunes_restore_advice(record: logging.LogRecord) -> bool:
     """Drop Tune's "interrupted ... Resume experiment with: Tuner.restore(...)": our advice replaces it."""
-    return not str(record.msg).startswith(("Experiment has been interrupted", "Training has been interrupted",
-                                           "Stop signal received"))
+    return not str(record.msg).startswith(TUNE_INTERRUPT_MESSAGES)
 
 
 @contextmanager
@@ -43,21 +42,21 @@ def stopping_on_ctrl_c(advice: str, tune: bool = True) -> Iterator[None]:
 
     def on_sigint(signum, frame) -> None:
         # Before Tune has started (no SIGUSR1 handler yet, whose default would kill the process) stop at once too
-        if hit.is_set() or not tune or not callable(signal.getsignal(signal.SIGUSR1)):
+        if hit.is_set() or not tune or not callable(signal.getsignal(TUNE_STOP_SIGNAL)):
             hit.set()
             raise KeyboardInterrupt
         hit.set()
         print("Ctrl-C: stopping the run after saving its state (Ctrl-C again to stop at once)", file=sys.stderr,
               flush=True)
-        os.kill(os.getpid(), signal.SIGUSR1)  # Tune's graceful stop, which its own SIGINT handler would start
+        os.kill(os.getpid(), TUNE_STOP_SIGNAL)  # Tune's graceful stop, which its own SIGINT handler would start
 
-    previous_handler, previous_env = signal.signal(signal.SIGINT, on_sigint), os.environ.get(_TUNE_SIGINT)
-    os.environ[_TUNE_SIGINT] = "1"  # Tune leaves SIGINT to us
-    tune_logger = logging.getLogger("ray.tune.tune")
+    previous_handler, previous_env = signal.signal(signal.SIGINT, on_sigint), os.environ.get(TUNE_SIGINT_VARIABLE)
+    os.environ[TUNE_SIGINT_VARIABLE] = "1"  # Tune leaves SIGINT to us
+    tune_logger = logging.getLogger(TUNE_LOGGER)
     tune_logger.addFilter(_not_tunes_restore_advice)
     try:
         yield
-    except SystemExit:
+    except TRAIN_SIGINT_EXIT:
         if tune:
             raise
         # Ray Train's fit() replaces our handler with its own, which aborts the run gracefully and then calls
@@ -76,9 +75,9 @@ def stopping_on_ctrl_c(advice: str, tune: bool = True) -> Iterator[None]:
         tune_logger.removeFilter(_not_tunes_restore_advice)
         signal.signal(signal.SIGINT, previous_handler)
         if previous_env is None:
-            os.environ.pop(_TUNE_SIGINT, None)
+            os.environ.pop(TUNE_SIGINT_VARIABLE, None)
         else:
-            os.environ[_TUNE_SIGINT] = previous_env
+            os.environ[TUNE_SIGINT_VARIABLE] = previous_env
     if hit.is_set():
         raise Interrupted(advice)
 

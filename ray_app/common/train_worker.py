@@ -11,6 +11,8 @@ import ray.train
 import torch
 import torch.distributed as dist
 
+from ray_app.common.ray_internals import train_report_logger
+
 
 def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
@@ -27,13 +29,11 @@ def all_gather(obj: Any, world_size: int) -> list[Any]:
 
 
 def quiet_report_logs() -> None:
-    """Ray Train 2.60 logs every report() at INFO on a logger named after its source file (not under ray.train, so
-    LoggingConfig does not reach it); our loop prints one line per epoch instead."""
-    try:
-        from ray.train.v2._internal.execution import context as train_context
-    except ImportError:  # a later Ray moved it: only log noise is at stake
-        return
-    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
+    """Ray Train logs every report() at INFO on a logger that LoggingConfig does not reach
+    (``ray_internals.TRAIN_REPORT_MODULE``); our loop prints one line per epoch instead."""
+    logger = train_report_logger()
+    if logger is not None:  # None: a later Ray moved it; only log noise is at stake
+        logger.setLevel(logging.WARNING)
 
 
 def print_placement(label: str, epoch: int, rank: int) -> None:

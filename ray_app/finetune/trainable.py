@@ -28,6 +28,7 @@ from ray import tune
 from kermt.config import FinetuneModelConfig
 from kermt.nn.finetune import KermtFinetuneModel
 from ray_app.common import outputs
+from ray_app.common.ray_internals import HEAD_NODE_RESOURCE
 from ray_app.finetune.members import run_member, save_member
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.setup import RunSetup
@@ -36,7 +37,7 @@ RESULT_FILE = "result.json"  # the trial's final result; also marks its checkpoi
 # A trial only coordinates its TorchTrainer, so it asks for no CPU (a fraction of one would keep a 1-CPU training
 # worker off that node). It runs on the head, beside the driver: a lost or preempted worker node takes training
 # workers with it, which Ray Train recovers, never a trial.
-TRIAL_PLACEMENT = {"CPU": 0, "node:__internal_head__": 0.001}
+TRIAL_PLACEMENT = {"CPU": 0, HEAD_NODE_RESOURCE: 0.001}
 # A coordinator process with torch, Ray and kermt imported, without a model: bench/head_memory.py measured 560 MB
 # RSS (350 MB PSS) with the release-size model (188 MB) loaded, so about 370 MB without it.
 COORDINATOR_BASE_BYTES = 400 * 2**20

@@ -262,16 +262,14 @@ def drain(ds, write: Callable[[pa.Table], None]) -> StreamStats:
     return stats
 
 
-MALFORMED_CSV = "Failed to read CSV file: "  # Ray Data's message (pyarrow's detail does not reach the driver)
-
-
 def _malformed_csv(error: BaseException) -> UserError | None:
     from ray_app.common.errors import ray_causes
+    from ray_app.common.ray_internals import malformed_csv_path  # Ray Data's message (pyarrow's detail is lost)
 
-    found = find_cause(error, lambda e: isinstance(e, ValueError) and str(e).startswith(MALFORMED_CSV), ray_causes)
+    found = find_cause(error, lambda e: malformed_csv_path(e) is not None, ray_causes)
     if found is None:
         return None
-    path = str(found)[len(MALFORMED_CSV):].split(". ")[0]
+    path = malformed_csv_path(found)
     return UserError(f"{path}: malformed CSV: a row has more or fewer fields than the header, or a quote is not "
                      "closed; fix the file")
 

@@ -1,0 +1,119 @@
+"""What this app assumes about Ray beyond its public API, in one place: private module paths, a special resource
+name, environment variables Ray reads but does not document as settings (or reads only at import), message strings
+we match, and where Ray's exceptions keep the error they wrap.
+
+Each assumption below was checked on Ray 2.60.0 (``CHECKED_ON``). tests/ray_app/common/test_ray_internals.py checks
+every one against the installed Ray, so a Ray upgrade that changes one fails there, in a test named after it; the
+same file checks that no other module of ray_app/ or jobs/ names a Ray private path or one of these strings.
+
+No Ray import at module level: ``ray_app/__init__.py`` reads this module before anything imports Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+
+CHECKED_ON = "2.60.0"
+
+# --- Cluster ----------------------------------------------------------------------------------------------------
+
+# Every head node carries this resource, quantity 1 (ray._common.constants.HEAD_NODE_RESOURCE_NAME): asking for a
+# fraction of it places a task or actor on the head (Ray Serve places its controller so), and ray.nodes() lists it
+# among the head's "Resources".
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+
+# The GCS port of a head node that ray.init starts is taken from this variable when set
+# (ray._private.ray_constants.GCS_PORT_ENVIRONMENT_VARIABLE, read by ray._private.node), so the port can be chosen,
+# and named in RAY_ADDRESS, before the cluster starts.
+GCS_PORT_VARIABLE = "RAY_GCS_SERVER_PORT"
+
+# Not a name we use, but what cluster.py's local cluster is built around: Ray's state API called without an address
+# (ray.util.state; Ray Train's PlacementGroupCleaner and state actor, Ray Data's hang detector) resolves the cluster
+# with ray._private.services.canonicalize_bootstrap_address_or_die, which takes RAY_ADDRESS first and otherwise
+# looks for GCS processes on the machine ("Found multiple active Ray instances" with two of them).
+
+# --- Logs -------------------------------------------------------------------------------------------------------
+
+# The driver folds worker lines that differ only in words holding digits ("[repeated 8x across cluster]") unless they
+# match this regex. ray._private.ray_constants reads it once, when ray is first imported.
+DEDUP_ALLOW_REGEX_VARIABLE = "RAY_DEDUP_LOGS_ALLOW_REGEX"
+
+# Ray Train V2 logs every ray.train.report() at INFO ("Reporting training result ...") on a logger named after this
+# module's file path (logging.getLogger(__file__)), which is not under "ray.train", so LoggingConfig misses it.
+TRAIN_REPORT_MODULE = "ray.train.v2._internal.execution.context"
+
+
+def train_report_logger() -> logging.Logger | None:
+    """The logger Ray Train's per-report lines go to; None once a later Ray moved the module (only noise is at stake,
+    the test names the change)."""
+    try:
+        module = importlib.import_module(TRAIN_REPORT_MODULE)
+    except ImportError:
+        return None
+    return logging.getLogger(module.__file__)
+
+
+# Ray Train V2 settings read from the environment (ray.train.v2._internal.constants), not among Ray's documented
+# settings. "0" for the first: a worker's print reaches the driver once, not also as a log record. "0" for the
+# second: no spot-preemption watcher actor (one machine has nothing to watch).
+TRAIN_PRINT_PATCH_VARIABLE = "RAY_TRAIN_ENABLE_PRINT_PATCH"
+TRAIN_PREEMPTION_WATCHER_VARIABLE = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+
+# --- Ctrl-C -----------------------------------------------------------------------------------------------------
+
+# Ray Tune's run (ray.tune.tune._setup_signal_catching) installs no SIGINT handler when this variable is "1", and
+# always handles SIGUSR1 as the same graceful stop (save the experiment state, return from fit()).
+TUNE_SIGINT_VARIABLE = "TUNE_DISABLE_SIGINT_HANDLER"
+TUNE_STOP_SIGNAL = signal.SIGUSR1
+
+# After a stop, Tune logs its own resume advice (Tuner.restore(...)) on this logger, starting with one of these.
+TUNE_LOGGER = "ray.tune.tune"
+TUNE_INTERRUPT_MESSAGES = ("Experiment has been interrupted", "Training has been interrupted", "Stop signal received")
+
+# Around a Ray Train fit() in the main thread, DataParallelTrainer installs its own SIGINT handler: the first Ctrl-C
+# aborts the controller, whose actor then exits, and the handler calls sys.exit(0). fit() therefore ends in this.
+TRAIN_SIGINT_EXIT = SystemExit
+
+# --- Errors -----------------------------------------------------------------------------------------------------
+
+# Ray Data's CSV reader (ray.data._internal.datasource.csv_datasource) turns pyarrow's ArrowInvalid into a ValueError
+# "Failed to read CSV file: <path>. Please check ..."; pyarrow's own detail does not reach the driver.
+DATA_MALFORMED_CSV = "Failed to read CSV file: "
+
+
+def malformed_csv_path(error: BaseException) -> str | None:
+    """The path named by Ray Data's malformed-CSV error; None for any other error."""
+    message = str(error)
+    if not isinstance(error, ValueError) or not message.startswith(DATA_MALFORMED_CSV):
+        return None
+    return message[len(DATA_MALFORMED_CSV):].split(". ")[0]
+
+
+# Where Ray keeps the exception it wraps: ``cause`` on RayTaskError / RayActorError (and on the dual classes
+# as_instanceof_cause builds, which subclass the cause's class), ``controller_failure`` on Ray Train's
+# ControllerError, ``worker_failures`` ({rank: exception}) on Ray Train's WorkerGroupError.
+CAUSE_ATTRIBUTES = ("cause", "controller_failure")
+WORKER_FAILURES_ATTRIBUTE = "worker_failures"
+
+
+def wrapped_exceptions(error: BaseException) -> list[object]:
+    """What a Ray error wraps, by the attributes above (Nones where it has none of them)."""
+    found: list[object] = [getattr(error, name, None) for name in CAUSE_ATTRIBUTES]
+    failures = getattr(error, WORKER_FAILURES_ATTRIBUTE, None)
+    if isinstance(failures, dict):
+        found.extend(failures.values())
+    return found
+
+
+# Ray Data wraps an exception raised in a map function in ray.exceptions.UserCodeException (as a task error's
+# ``cause``); the original exception does not survive the trip to the driver as its __cause__, only the remote
+# traceback text in the task error's message does.
+DATA_USER_CODE_EXCEPTION = "UserCodeException"
+
+
+def lost_user_code_cause(error: BaseException) -> bool:
+    """Whether ``error`` wraps a Ray Data UserCodeException whose original exception is left only as text."""
+    cause = getattr(error, CAUSE_ATTRIBUTES[0], None)
+    return type(cause).__name__ == DATA_USER_CODE_EXCEPTION and cause.__cause__ is None
