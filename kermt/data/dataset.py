@@ -17,7 +17,7 @@ import torch
 from kermt.chem.molgraph import FlatGraphs
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
-from kermt.data.hashed_draws import BOND_DROPOUT, hashed_uniform, positions_within
+from kermt.random_streams import Stream, hashed_uniform, positions_within
 from kermt.data.operators import OperatorSpec
 from kermt.data.prefetch import transfer_fields
 
@@ -107,4 +107,4 @@ def bond_keep_mask(rows: np.ndarray, bond_counts: np.ndarray, drop_rate: float, 
     a Bernoulli draw keyed by (seed, step, molecule row, bond index): the same for a molecule in any batch."""
     rows = np.asarray(rows, dtype=np.int64)
     owner, position = positions_within(bond_counts[rows])
-    return hashed_uniform(seed, BOND_DROPOUT, step, rows[owner], position) >= drop_rate
+    return hashed_uniform(seed, Stream.BOND_DROPOUT, step, rows[owner], position) >= drop_rate

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from kermt.random_streams import Stream, stream_rng
+
 
 def epoch_order(num_molecules: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
     """Row order of one epoch [num_molecules] int64: a permutation drawn from (seed, epoch), or 0..n-1."""
     if not shuffle:
         return np.arange(num_molecules, dtype=np.int64)
-    return np.random.default_rng([seed, epoch]).permutation(num_molecules).astype(np.int64)
+    return stream_rng(seed, Stream.EPOCH_ORDER, epoch).permutation(num_molecules).astype(np.int64)
 
 
 def global_batches(order: np.ndarray, global_batch_size: int) -> list[np.ndarray]:

@@ -8,7 +8,8 @@ forward order: node blocks, then edge blocks; in each block head 0's q, k, v, th
 :func:`draw_depths` draws a whole forward's depths at once, in that order. With ``rng=None`` it consumes numpy's
 global RNG exactly as upstream does (scipy draws ``size=n`` values identically to n scalar draws), so a seeded
 run reproduces upstream's depths. With a ``numpy.random.Generator`` the draws are reproducible on their own:
-:func:`depth_rng` derives one from (run seed, global step), so every data-parallel rank draws the same depths.
+``kermt.random_streams.depth_rng`` derives one from (run seed, global step), so every data-parallel rank draws the
+same depths.
 """
 
 from __future__ import annotations
@@ -33,7 +34,3 @@ def iteration_count(depth: int) -> int:
     (upstream's ``range(ndepth - 1)``)."""
     return max(depth - 1, 0)
 
-
-def depth_rng(seed: int, global_step: int) -> np.random.Generator:
-    """A generator that depends only on (seed, global_step): identical on every rank of a distributed run."""
-    return np.random.default_rng([seed, global_step])

@@ -26,7 +26,8 @@ from kermt.data.sampling import worker_share
 from kermt.nn.pretrain.config import PretrainHeadsConfig
 from kermt.nn.pretrain.model import PretrainBatch
 from kermt.nn.pretrain.vocab_heads import VocabTargets
-from kermt.pretrain.draws import ATOM_LABELS, BOND_LABELS, labelled_positions, latent_noise
+from kermt.pretrain.draws import labelled_positions, latent_noise
+from kermt.random_streams import Stream
 from kermt.pretrain.loss import COUNT_NAMES
 
 
@@ -136,8 +137,8 @@ def _vocab_targets(arrays: CorpusArrays, rows: np.ndarray, seed: int, step: int,
                    label_fraction: float) -> VocabTargets:
     """The molecules' labelled atoms and bonds (drawn per molecule for global step ``step``) and fg labels."""
     atom_counts, bond_counts = arrays.graphs.atom_counts[rows], arrays.graphs.bond_counts[rows]
-    atom_chosen = labelled_positions(seed, ATOM_LABELS, step, rows, atom_counts, label_fraction)
-    bond_chosen = labelled_positions(seed, BOND_LABELS, step, rows, bond_counts, label_fraction)
+    atom_chosen = labelled_positions(seed, Stream.ATOM_LABELS, step, rows, atom_counts, label_fraction)
+    bond_chosen = labelled_positions(seed, Stream.BOND_LABELS, step, rows, bond_counts, label_fraction)
     atoms = arrays.atom_labels[_ranges(arrays.atom_offsets[rows], atom_counts)]
     bonds = arrays.bond_labels[_ranges(arrays.bond_offsets[rows], bond_counts)]
     return VocabTargets(_sampled(atoms, atom_chosen), _sampled(bonds, bond_chosen),

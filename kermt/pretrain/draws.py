@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kermt.data.hashed_draws import hashed_uniform, positions_within
+from kermt.random_streams import Stream, hashed_uniform, positions_within
 
-# Streams keep the draws of different purposes independent for the same (seed, step, molecule).
-ATOM_LABELS, BOND_LABELS, LATENT_NOISE = 1, 2, 3
 
 
 def labelled_positions(
@@ -36,10 +34,10 @@ def latent_noise(seed: int, step: int, molecules: np.ndarray, latent_dim: int) -
     """ε ~ N(0, I) float32 [len(molecules), latent_dim] (Box–Muller on hashed uniforms)."""
     molecules = np.repeat(np.asarray(molecules, dtype=np.int64), latent_dim)
     dims = np.tile(np.arange(latent_dim, dtype=np.int64), len(molecules) // max(latent_dim, 1))
-    u1 = hashed_uniform(seed, LATENT_NOISE, step, molecules, 2 * dims)
-    u2 = hashed_uniform(seed, LATENT_NOISE, step, molecules, 2 * dims + 1)
+    u1 = hashed_uniform(seed, Stream.LATENT_NOISE, step, molecules, 2 * dims)
+    u2 = hashed_uniform(seed, Stream.LATENT_NOISE, step, molecules, 2 * dims + 1)
     normal = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
     return normal.reshape(-1, latent_dim).astype(np.float32)
 
 
-__all__ = ["ATOM_LABELS", "BOND_LABELS", "LATENT_NOISE", "hashed_uniform", "labelled_positions", "latent_noise"]
+__all__ = ["labelled_positions", "latent_noise"]

@@ -32,11 +32,11 @@ from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
 from kermt.nn.pretrain.generate import SamplingConfig, generate
-from kermt.pretrain.draws import hashed_uniform, latent_noise
+from kermt.pretrain.draws import latent_noise
 from kermt.pretrain.export import places_beside
 from kermt.pretrain.generation_metrics import canonical_smiles
+from kermt.random_streams import Stream, hashed_uniform
 
-TOKEN_DRAWS = 11  # hash stream of the token uniforms (kermt.pretrain.draws uses 1-3 for training draws)
 VOCAB_PATTERNS = ("*smiles_vocab.json", "*smiles_vocab.pkl")
 
 
@@ -109,7 +109,7 @@ class SequenceDraws:
 
     def uniforms(self, step: int) -> torch.Tensor:
         """Uniform [0, 1) float64 [B] for generation step ``step``."""
-        values = self._per_sample(lambda s, rows: hashed_uniform(self.seed, TOKEN_DRAWS, s, rows,
+        values = self._per_sample(lambda s, rows: hashed_uniform(self.seed, Stream.TOKEN_DRAWS, s, rows,
                                                                   np.full(len(rows), step)))
         return torch.from_numpy(values)
 

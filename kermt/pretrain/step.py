@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from kermt.nn.depth import depth_rng
+from kermt.random_streams import depth_rng
 from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
 from kermt.nn.precision import PRECISIONS, autocast

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import ray
 import torch
 
@@ -21,6 +20,7 @@ from kermt.data.splits import Split
 from kermt.errors import UserError
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
+from kermt.random_streams import Stream, stream_seed
 from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.settings import Source
 from ray_app.common.shared_tensors import get_tensors, put_tensors
@@ -145,7 +145,7 @@ def initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int) -> tu
 
 
 def member_seed(fold_seed: int, member: int) -> int:
-    return int(np.random.default_rng([fold_seed, member]).integers(2**31 - 1))
+    return stream_seed(fold_seed, Stream.MEMBER_SEED, member, high=2**31 - 1)
 
 
 def resolve_setup(config: FinetuneConfig, sources: dict[str, Source],

@@ -38,7 +38,7 @@ from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches, worker_share
 from kermt.data.scalers import StandardScaler
 from kermt.metrics import metric_direction
-from kermt.nn.depth import depth_rng
+from kermt.random_streams import Stream, depth_rng, stream_seed
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.train.step import StepSettings, predict, score, snapshot, train_step, validation_loss
@@ -161,7 +161,7 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     settings = StepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss,
                             precision=plan.precision, dropout_draws=plan.dropout_draws, seed=plan.seed)
     # used by dropout_draws="torch" only: a restarted group of the same size draws what the lost one drew
-    torch.manual_seed(int(np.random.default_rng([plan.seed, progress.epoch, rank]).integers(2**62)))
+    torch.manual_seed(stream_seed(plan.seed, Stream.FINETUNE_TORCH, progress.epoch, rank))
     model.train()
     order = epoch_order(len(plan.train), plan.seed, progress.epoch)
     # [local label-loss sum, local objective share, global label count]: summed on the device, read once per epoch

@@ -27,6 +27,7 @@ from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record, save_model_vocabs,
                                    save_pretrain_native)
 from kermt.run_layout import RUN_STATE_FILE
+from kermt.random_streams import Stream, stream_rng
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import check_workers_fit
@@ -100,7 +101,7 @@ def initial_state(encoder: EncoderConfig, heads: PretrainHeadsConfig, inputs: Pr
 
 def split_rows(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train rows, validation rows) of the corpus: a held-out slice fixed by the seed (sorted, for locality)."""
-    order = np.random.default_rng([seed, 11]).permutation(n)
+    order = stream_rng(seed, Stream.VALIDATION_ROWS).permutation(n)
     n_val = int(round(n * val_fraction)) if n > 1 else 0
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 

@@ -42,6 +42,7 @@ from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.pretrain.batch import PretrainData, StepBatch, build_step_batch
 from kermt.pretrain.export import save_pretrain_native
 from kermt.pretrain.step import Distribution, PretrainStep, StepSettings, all_gather_with_grad
+from kermt.random_streams import Stream, stream_seed
 from ray_app.common.train_worker import all_reduce, print_placement, quiet_report_logs
 
 STATE_FILE = "training_state.pt"
@@ -187,7 +188,7 @@ def _log_line(progress: Progress, metrics: dict[str, float], lr: float) -> str:
 def _step_seed(seed: int, global_step: int, rank: int) -> int:
     """Torch's RNG per (seed, step, rank) (dropout_draws "torch"): a resumed run draws what the uninterrupted one
     drew."""
-    return int(np.random.default_rng([seed, 3, global_step, rank]).integers(2**62))
+    return stream_seed(seed, Stream.PRETRAIN_TORCH, global_step, rank)
 
 
 def _trainer(plan: PretrainPlan, model: torch.nn.Module, optimizer, scheduler) -> PretrainStep:

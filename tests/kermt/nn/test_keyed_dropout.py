@@ -14,7 +14,7 @@ from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
 from kermt.nn.aggregate import GraphIndex
 from kermt.nn.pretrain.decoder_layers import RopeDecoderLayer
-from kermt.nn.depth import depth_rng
+from kermt.random_streams import depth_rng
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.keyed_dropout import MoleculeDraws, dropout, hash32, per_molecule_draws
 from kermt.nn.mpn import MPNEncoder, PassingMode, dropout_streams, run_encoders, run_encoders_stacked

@@ -8,7 +8,8 @@ import torch
 from scipy import stats
 
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
-from kermt.nn.depth import depth_rng, draw_depths
+from kermt.nn.depth import draw_depths
+from kermt.random_streams import depth_rng
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
 from tests.kermt.nn.upstream_fixtures import fixture_batch

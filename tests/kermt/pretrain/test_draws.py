@@ -9,23 +9,24 @@ import numpy as np
 
 from kermt.chem.vocab_smiles import END, PAD
 from kermt.pretrain.batch import build_step_batch
-from kermt.pretrain.draws import ATOM_LABELS, labelled_positions, latent_noise
+from kermt.pretrain.draws import labelled_positions, latent_noise
+from kermt.random_streams import Stream
 from tests.kermt.pretrain.tiny_corpus import fixture_smiles, tiny_arrays, tiny_heads
 
 
 def test_labelled_count_per_molecule_is_upstreams_rule() -> None:
     counts = np.array([1, 2, 7, 20, 0, 33])
-    chosen = labelled_positions(5, ATOM_LABELS, 9, np.arange(6), counts, 0.15)
+    chosen = labelled_positions(5, Stream.ATOM_LABELS, 9, np.arange(6), counts, 0.15)
     per_molecule = np.add.reduceat(chosen.astype(int), np.r_[0, np.cumsum(counts)[:-1]])
     assert per_molecule[counts > 0].tolist() == [math.ceil(n * 0.15) for n in counts if n > 0]
 
 
 def test_a_molecules_draws_do_not_depend_on_its_batch() -> None:
     counts = np.array([12, 30, 9])
-    alone = labelled_positions(5, ATOM_LABELS, 9, np.array([42]), counts[1:2], 0.15)
-    together = labelled_positions(5, ATOM_LABELS, 9, np.array([7, 42, 3]), counts, 0.15)
+    alone = labelled_positions(5, Stream.ATOM_LABELS, 9, np.array([42]), counts[1:2], 0.15)
+    together = labelled_positions(5, Stream.ATOM_LABELS, 9, np.array([7, 42, 3]), counts, 0.15)
     assert np.array_equal(alone, together[12:42])
-    assert not np.array_equal(alone, labelled_positions(5, ATOM_LABELS, 10, np.array([42]), counts[1:2], 0.15))
+    assert not np.array_equal(alone, labelled_positions(5, Stream.ATOM_LABELS, 10, np.array([42]), counts[1:2], 0.15))
     noise = latent_noise(5, 9, np.array([7, 42, 3]), 512)
     assert np.array_equal(noise[1], latent_noise(5, 9, np.array([42]), 512)[0])
     assert abs(noise.mean()) < 0.1 and abs(noise.std() - 1) < 0.1
