@@ -115,7 +115,7 @@ def baseline(checkpoint: Path, data: Path, actors: int) -> tuple[int, int]:
     from ray_app.common.cluster import connect
     from ray_app.finetune.config import resolve
     from ray_app.finetune.run import put_folds
-    from ray_app.finetune.setup import initial_state, resolve_setup
+    from ray_app.finetune.run_setup import member_initial_state, resolve_setup
 
     connect()
     config, sources = resolve(["--data_path", str(data), "--checkpoint_path", str(checkpoint), "--epochs", "1"])
@@ -126,7 +126,7 @@ def baseline(checkpoint: Path, data: Path, actors: int) -> tuple[int, int]:
     @ray.remote(num_cpus=0)
     class OldCoordinator:
         def hold(self, setup_copy, seed: int) -> int:
-            self.state = initial_state(setup_copy, model_config, seed)
+            self.state = member_initial_state(setup_copy, model_config, seed)
             return os.getpid()
 
     holders = [OldCoordinator.remote() for _ in range(actors)]

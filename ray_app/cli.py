@@ -22,7 +22,7 @@ from ray_app.common.errors import ray_causes
 def _finetune(argv: list[str]) -> int:
     from ray_app.common.remote_files import local_files, with_absolute_paths
     from ray_app.finetune.config import build_parser, resolve
-    from ray_app.finetune.inputs import check_inputs
+    from ray_app.finetune.inputs import check_finetune_inputs
 
     if any(a in ("-h", "--help") for a in argv):
         build_parser().print_help()
@@ -30,7 +30,7 @@ def _finetune(argv: list[str]) -> int:
     config, sources = resolve(argv)
     config = with_absolute_paths(config)  # what config.yaml and run.json replay, from any directory
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
-        check_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
+        check_finetune_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
         from ray_app.finetune.run import run_finetune
 
         run_finetune(local, sources, recorded=config)

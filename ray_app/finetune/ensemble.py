@@ -22,7 +22,7 @@ from kermt.data import atomic_files
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.finetune.members import member_concurrency
 from ray_app.finetune.resume import saved_by_run
-from ray_app.finetune.setup import RunSetup
+from ray_app.finetune.run_setup import RunSetup
 from ray_app.finetune.trainable import MemberTrial, download_files, train_member, trial_actor_resources
 
 Job = tuple[int, int]  # (fold, member)

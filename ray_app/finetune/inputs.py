@@ -59,7 +59,7 @@ def settle_task(config: FinetuneConfig, train_targets: np.ndarray, labelled: lis
     return dataset_type, metric
 
 
-def check_inputs(config: FinetuneConfig) -> None:
+def check_finetune_inputs(config: FinetuneConfig) -> None:
     """What can be checked before Ray starts, so a mistake costs a second, not a cluster start: every data file is
     readable with its columns and numeric labels (read once here and again by the run; reading is cheap next to
     featurisation), the dataset type (given or inferred from the labels) fits the metric and every file's labels,

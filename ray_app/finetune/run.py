@@ -32,8 +32,8 @@ from ray_app.finetune.ensemble import member_directory, train_members
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
 from ray_app.finetune.resume import finished_member, start_finetune_run
-from ray_app.finetune.setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, initial_state, \
-    model_config, resolve_setup
+from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, \
+    member_initial_state, model_config, resolve_setup
 
 
 def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
@@ -168,7 +168,7 @@ def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]
         print(f"fold {fold}: train {len(splits.train)}, val {len(splits.val)}, test {len(splits.test)}; "
               f"model parameters {sum(p.numel() for p in model.parameters()):,}")
     if setup.checkpoint is not None:
-        _, load_summary = initial_state(setup, model.config, c.seed)
+        _, load_summary = member_initial_state(setup, model.config, c.seed)
         print(f"checkpoint {setup.checkpoint.path} ({setup.checkpoint.spec.kind}):\n  " +
               load_summary.replace("\n", "\n  "))
     wanted = {"CPU": c.max_workers, **({"GPU": c.max_workers} if c.use_gpu else {})}

@@ -45,7 +45,7 @@ from kermt.train.step import StepSettings, predict, score, snapshot, train_step,
 from ray_app.common.train_worker import all_gather, all_reduce, print_placement, quiet_report_logs
 
 if TYPE_CHECKING:
-    from ray_app.finetune.setup import StartingWeights
+    from ray_app.finetune.run_setup import StartingWeights
 
 STATE_FILE = "training_state.pt"
 

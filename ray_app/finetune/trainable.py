@@ -31,7 +31,7 @@ from ray_app.common import outputs
 from ray_app.common.ray_internals import HEAD_NODE_RESOURCE
 from ray_app.finetune.members import run_member, save_member
 from ray_app.finetune.prepare import ScaledSplits
-from ray_app.finetune.setup import RunSetup
+from ray_app.finetune.run_setup import RunSetup
 
 RESULT_FILE = "result.json"  # the trial's final result; also marks its checkpoint as complete
 # A trial only coordinates its TorchTrainer, so it asks for no CPU (a fraction of one would keep a 1-CPU training

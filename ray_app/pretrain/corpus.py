@@ -208,9 +208,9 @@ def run_corpus(config: CorpusConfig) -> None:
     from ray_app.common.cluster import connect
     from ray_app.common.remote_files import fetch_input
     from ray_app.common.storage import resolve_storage
-    from ray_app.pretrain.corpus_read import check_inputs
+    from ray_app.pretrain.corpus_read import check_corpus_files
 
-    columns = check_inputs(config.data_path, config.smiles_column)
+    columns = check_corpus_files(config.data_path, config.smiles_column)
     paths = dict(zip(("atom", "bond", "smiles"), config.vocab_paths))
     # given vocab files may be URIs (s3://, hf://nvidia/NV-KERMT-70M-v2/pretrain_atom_vocab.json): read local copies
     given = [None if path is None else load_vocab(fetch_input(path, f"--{kind}_vocab_path"), kind)

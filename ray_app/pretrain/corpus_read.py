@@ -30,7 +30,7 @@ READ_CHUNK_ROWS = 8192
 RAW_SCHEMA = pa.schema([("source", pa.int32()), ("row", pa.int64()), ("raw", pa.string())])
 
 
-def check_inputs(paths: Sequence[str], smiles_column: str | None) -> list[str]:
+def check_corpus_files(paths: Sequence[str], smiles_column: str | None) -> list[str]:
     """Before Ray starts: every file exists, has a known format and the SMILES column (default: its first column).
     Returns the SMILES column of each file."""
     columns = []
@@ -150,4 +150,4 @@ def read_inputs(paths: Sequence[str], columns: Sequence[str]):
     return ds.map_batches(read_files, batch_format="pyarrow", batch_size=1, **read_remote_args(paths))
 
 
-__all__ = ["RAW_SCHEMA", "check_inputs", "read_file", "read_inputs"]
+__all__ = ["RAW_SCHEMA", "check_corpus_files", "read_file", "read_inputs"]

@@ -61,7 +61,7 @@ def _continue_from(config: PretrainConfig, sizes: dict[str, int]) -> Checkpoint 
     return checkpoint
 
 
-def check_inputs(config: PretrainConfig) -> PretrainInputs:
+def check_pretrain_inputs(config: PretrainConfig) -> PretrainInputs:
     corpus = open_corpus(config.data_path)
     if corpus.manifest.n_molecules == 0:
         raise UserError(f"{config.data_path}: the corpus holds no valid molecule (see its {corpus.manifest.invalid_report});"
@@ -81,4 +81,4 @@ def check_inputs(config: PretrainConfig) -> PretrainInputs:
     return PretrainInputs(corpus, sizes, _continue_from(config, sizes))
 
 
-__all__ = ["CONTINUES_AS", "PretrainInputs", "check_inputs"]
+__all__ = ["CONTINUES_AS", "PretrainInputs", "check_pretrain_inputs"]

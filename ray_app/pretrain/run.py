@@ -38,7 +38,7 @@ from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, res
 from ray_app.finetune.resume import claim_run_id
 from ray_app.pretrain.config import PretrainConfig
 from ray_app.pretrain.corpus_read import read_remote_args
-from ray_app.pretrain.inputs import PretrainInputs, check_inputs
+from ray_app.pretrain.inputs import PretrainInputs, check_pretrain_inputs
 from ray_app.pretrain.train_loop import MODEL_DIR, STATE_FILE, PretrainPlan, train_loop_per_worker
 
 ENCODER_KEYS = ("hidden_size", "depth", "num_attn_head", "num_mt_block", "activation", "bias")
@@ -87,8 +87,8 @@ def _with_encoder_aliases(source: dict[str, torch.Tensor], target: dict[str, tor
     return completed
 
 
-def initial_state(encoder: EncoderConfig, heads: PretrainHeadsConfig, inputs: PretrainInputs,
-                  seed: int) -> dict[str, torch.Tensor]:
+def pretrain_initial_state(encoder: EncoderConfig, heads: PretrainHeadsConfig, inputs: PretrainInputs,
+                           seed: int) -> dict[str, torch.Tensor]:
     """Seeded fresh weights, or the checkpoint's (strict: every tensor used or a known new head)."""
     torch.manual_seed(seed)
     model = KermtPretrainModel(encoder, heads)
@@ -125,8 +125,8 @@ def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: Pretra
     encoder, heads, loss = model_configs(config, sources, inputs)
     train_rows, val_rows = split_rows(inputs.corpus.manifest.n_molecules, config.val_fraction, config.seed)
     c = config
-    return PretrainPlan(encoder, heads, loss, initial_state(encoder, heads, inputs, c.seed), train_rows, val_rows,
-                        c.seed, c.epochs, c.step_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
+    return PretrainPlan(encoder, heads, loss, pretrain_initial_state(encoder, heads, inputs, c.seed), train_rows,
+                        val_rows, c.seed, c.epochs, c.step_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
                         c.weight_decay, c.save_interval, c.val_interval, c.train_interval, c.max_val_batches,
                         c.stop_after_steps, c.per_rank_loss, c.dropout_draws, c.precision)
 
@@ -232,7 +232,7 @@ def main(argv: list[str]) -> int:
     # URIs: --continue_from and vocab files downloaded, --save_dir mirrored (ray_app/common/remote_files); the
     # corpus is read from its URI by the corpus task itself.
     with local_files(config, keep_remote=("data_path",)) as local:
-        inputs = check_inputs(local)  # corpus, vocabularies, checkpoint: before Ray starts
+        inputs = check_pretrain_inputs(local)  # corpus, vocabularies, checkpoint: before Ray starts
         run_pretrain(local, sources, inputs, recorded=config)
     return 0
 

@@ -6,7 +6,7 @@ import sys
 
 from ray_app.common.remote_files import local_files, with_absolute_paths
 from ray_app.finetune.config import build_parser, resolve
-from ray_app.finetune.inputs import check_inputs
+from ray_app.finetune.inputs import check_finetune_inputs
 from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
 
 
@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     config = with_absolute_paths(config)  # best_config.yaml and each trial's config.yaml replay from any directory
     space = config.space()
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
-        check_inputs(local)  # the same input checks as finetune, before Ray starts
+        check_finetune_inputs(local)  # the same input checks as finetune, before Ray starts
         check_resumable(local)
         from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
 

@@ -30,7 +30,7 @@ from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits
-from ray_app.finetune.setup import RunSetup
+from ray_app.finetune.run_setup import RunSetup
 from ray_app.finetune.trainable import Member, MemberTrial
 from ray_app.tune.search_space import trial_settings
 

@@ -6,7 +6,7 @@ import pytest
 
 from kermt.errors import UserError
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.inputs import check_inputs, read_labelled
+from ray_app.finetune.inputs import check_finetune_inputs, read_labelled
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.data.test_formats import fixture_frame, write_formats
 
@@ -15,7 +15,7 @@ def test_compressed_training_file_and_a_smiles_file_as_blinded_test_set(tmp_path
     paths = write_formats(fixture_frame(), tmp_path)
     config = FinetuneConfig(data_path=str(paths["csv.zst"]), target_columns=["t1", "t2"],
                             separate_test_path=str(paths["smi"]), checkpoint_path=str(FIXTURE_DIR / "ckpt_ft_reg.pt"))
-    check_inputs(config)
+    check_finetune_inputs(config)
     test, blinded = read_labelled(str(paths["smi"]), config, ["t1", "t2"], blinded_ok=True)
     assert blinded and len(test) == 26 and test.target_names == ["t1", "t2"]
 
@@ -35,4 +35,4 @@ def test_each_mistake_is_a_user_error_naming_where(tmp_path):
     ]
     for settings, message in cases:
         with pytest.raises(UserError, match=message):
-            check_inputs(FinetuneConfig(**settings))
+            check_finetune_inputs(FinetuneConfig(**settings))

@@ -15,8 +15,8 @@ from kermt.nn.pretrain.config import PretrainLossConfig
 from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import export_pretrain_upstream
 from ray_app.pretrain.config import resolve
-from ray_app.pretrain.inputs import check_inputs
-from ray_app.pretrain.run import initial_state, model_configs
+from ray_app.pretrain.inputs import check_pretrain_inputs
+from ray_app.pretrain.run import model_configs, pretrain_initial_state
 from tests.conftest import FIXTURE_DIR
 
 
@@ -28,7 +28,7 @@ def vocab_checkpoint(tmp_path_factory) -> tuple[Path, KermtPretrainModel]:
     root = tmp_path_factory.mktemp("continue")
     prepare_corpus({"fixture": smiles}, str(root / "corpus"))
     config, sources = resolve(["--data_path", str(root / "corpus"), "--hidden_size", "16", "--num_attn_head", "2"])
-    encoder, heads, _ = model_configs(config, sources, check_inputs(config))
+    encoder, heads, _ = model_configs(config, sources, check_pretrain_inputs(config))
     torch.manual_seed(1)
     model = KermtPretrainModel(encoder, heads)
     export_pretrain_upstream(root / "vocab.pt", model, PretrainLossConfig())
@@ -38,7 +38,7 @@ def vocab_checkpoint(tmp_path_factory) -> tuple[Path, KermtPretrainModel]:
 def _settings(root: Path, *flags: str):
     config, sources = resolve(["--data_path", str(root / "corpus"), "--continue_from", str(root / "vocab.pt"),
                                "--latent_dim", "16", "--decoder_num_attention_heads", "2", *flags])
-    return config, sources, check_inputs(config)
+    return config, sources, check_pretrain_inputs(config)
 
 
 def test_vocab_checkpoint_continues_as_hybrid(vocab_checkpoint):
@@ -46,7 +46,7 @@ def test_vocab_checkpoint_continues_as_hybrid(vocab_checkpoint):
     config, sources, inputs = _settings(root, "--pretrain_mode", "hybrid")
     encoder, heads, _ = model_configs(config, sources, inputs)
     assert (encoder.hidden_size, heads.pretrain_mode) == (16, "hybrid")  # the architecture is the checkpoint's
-    state = initial_state(encoder, heads, inputs, seed=0)
+    state = pretrain_initial_state(encoder, heads, inputs, seed=0)
     for name, value in vocab_model.state_dict().items():
         assert torch.equal(state[name], value), name
     assert torch.equal(state["latent_dist.kermt.encoders.node_blocks.0.W_i.weight"],

@@ -1,8 +1,8 @@
 """What every member of a finetune run shares: settings, checkpoint, featurised data, and the model each starts from.
 
 :func:`resolve_setup` reads and checks everything once on the driver; :func:`fold_splits` splits and scales one
-fold; :func:`model_config` / :func:`initial_state` give a member's architecture and starting weights. Tune trials
-use the same functions, so a trial and a finetune member with the same settings train the same model.
+fold; :func:`model_config` / :func:`member_initial_state` give a member's architecture and starting weights. Tune
+trials use the same functions, so a trial and a finetune member with the same settings train the same model.
 """
 
 from __future__ import annotations
@@ -124,10 +124,11 @@ class StartingWeights:
     seed: int
 
     def build(self, config: FinetuneModelConfig) -> tuple[dict[str, torch.Tensor], str]:
-        return initial_state(self.setup, config, self.seed)
+        return member_initial_state(self.setup, config, self.seed)
 
 
-def initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int) -> tuple[dict[str, torch.Tensor], str]:
+def member_initial_state(setup: RunSetup, config: FinetuneModelConfig,
+                         seed: int) -> tuple[dict[str, torch.Tensor], str]:
     """The member's starting weights: head initialised as upstream (seeded), encoder from the checkpoint."""
     torch.manual_seed(seed)
     model = KermtFinetuneModel(config)

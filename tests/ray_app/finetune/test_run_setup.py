@@ -14,7 +14,7 @@ def test_a_shared_setup_carries_a_reference_not_the_weights(ray_cluster, tmp_pat
     it is a few KB whatever the model's size; its tensors are still there for whoever needs them."""
     from kermt.checkpoint import read_checkpoint
     from ray_app.finetune.config import FinetuneConfig
-    from ray_app.finetune.setup import RunSetup
+    from ray_app.finetune.run_setup import RunSetup
 
     checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")
     setup = RunSetup(FinetuneConfig(data_path="d.csv"), {}, tmp_path, "run", "regression", "rmse", ["t"],
