@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 from kermt import DISTRIBUTION, __version__
 from kermt.errors import UserError, run_reporting_user_errors, user_input
 from kermt.inputs import check_checkpoint_file
+from kermt.registry import DATASET_TYPES
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     _add_trust_flag(parser)
     parser.add_argument("--no_load_check", action="store_true",
                         help="skip rebuilding the model and loading the weights (finetuned checkpoints)")
-    parser.add_argument("--dataset_type", choices=("regression", "classification"),
+    parser.add_argument("--dataset_type", choices=DATASET_TYPES,
                         help="only for an upstream finetuned checkpoint that stores neither its dataset type nor "
                              "target statistics (a checkpoint that stores it decides)")
 

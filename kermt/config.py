@@ -12,15 +12,21 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, TypeVar
 
-ACTIVATIONS = ("ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU")
-DatasetType = Literal["regression", "classification"]
-EmbeddingOutputType = Literal["atom", "bond", "both"]
-PaddingMode = Literal["upstream", "zero"]
-# Literal types are not checked at run time: a typo would otherwise build a model in no mode at all.
-EMBEDDING_OUTPUT_TYPES: tuple[str, ...] = get_args(EmbeddingOutputType)
-PADDING_MODES: tuple[str, ...] = get_args(PaddingMode)
+# The names each setting takes: kermt.registry. Literal types are not checked at run time, so __post_init__ checks
+# them: a typo would otherwise build a model in no mode at all.
+from kermt.registry import (
+    ACTIVATIONS,
+    DATASET_TYPES,
+    EMBEDDING_OUTPUT_TYPES,
+    FEATURE_GENERATORS,
+    PADDING_MODES,
+    Activation,
+    DatasetType,
+    EmbeddingOutputType,
+    PaddingMode,
+)
 
 ATOM_FDIM = 151
 BOND_FDIM = 165  # source atom features (151) + bond features (14)
@@ -46,7 +52,7 @@ class EncoderConfig:
     depth: int = 6
     num_attn_head: int = 4
     num_mt_block: int = 1
-    activation: str = "PReLU"
+    activation: Activation = "PReLU"
     bias: bool = False
     undirected: bool = False
     dropout: float = 0.0
@@ -98,11 +104,10 @@ class HeadConfig:
     ffn_num_task_specific_layers: int = 0
     ffn_task_specific_hidden_size: int | None = None
     dropout: float = 0.0
-    activation: str = "PReLU"
+    activation: Activation = "PReLU"
 
     def __post_init__(self) -> None:
-        if self.dataset_type not in ("regression", "classification"):
-            raise ValueError(f"dataset_type {self.dataset_type!r} must be 'regression' or 'classification'")
+        _check_choice("dataset_type", self.dataset_type, DATASET_TYPES)
         if self.num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1, got {self.num_tasks}")
         if self.activation not in ACTIVATIONS:
@@ -117,9 +122,6 @@ class FinetuneModelConfig:
     readout: ReadoutConfig
     head: HeadConfig
     use_mtl_loss: bool = False
-
-
-FEATURE_GENERATORS = ("rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_count", "fgtasklabel")
 
 
 @dataclass(frozen=True)

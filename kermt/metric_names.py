@@ -1,5 +1,6 @@
-"""Which metric scores which dataset type, and the defaults: names only, so that settings and input checks can use
-them without importing sklearn (``kermt.metrics`` holds the functions).
+"""The metric a run scores with: ``--metric`` checked against the dataset type, or the type's default. Names only,
+so that settings and input checks can use them without importing sklearn (the names, which dataset type each
+scores and the defaults: ``kermt.registry``; the functions: ``kermt.metrics``).
 
 Upstream's parsing refuses a metric of the other dataset type; so do we, before anything runs: a threshold metric
 (auc, accuracy, ...) of continuous labels fails inside sklearn only when the first validation epoch is scored, and
@@ -9,13 +10,7 @@ a regression metric of 0/1 labels would score probabilities as if they were valu
 from __future__ import annotations
 
 from kermt.errors import UserError
-
-METRICS_FOR: dict[str, tuple[str, ...]] = {
-    "classification": ("auc", "prc-auc", "accuracy", "recall", "sensitivity", "specificity", "matthews_corrcoef"),
-    "regression": ("rmse", "mae", "r2", "spearmanr"),
-}
-METRIC_NAMES: tuple[str, ...] = tuple(name for names in METRICS_FOR.values() for name in names)
-DEFAULT_METRIC = {"classification": "auc", "regression": "rmse"}
+from kermt.registry import DEFAULT_METRIC, METRIC_NAMES, METRICS_FOR
 
 
 def resolve_metric(metric: str | None, dataset_type: str, dataset_type_origin: str = "") -> str:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Literal
+from typing import Callable
 
 import numpy as np
 from scipy.stats import spearmanr as _spearmanr
 from sklearn import metrics as skm
+
+from kermt.registry import LOWER_IS_BETTER, MetricDirection
 
 MetricFn = Callable[[np.ndarray, np.ndarray], float]
 THRESHOLD = 0.5
@@ -54,6 +56,7 @@ def spearman(targets: np.ndarray, preds: np.ndarray) -> float:
     return float(_spearmanr(targets, preds).statistic)
 
 
+# One function per name of kermt.registry.METRIC_TABLE (which also says the dataset type and direction).
 METRICS: dict[str, MetricFn] = {
     "auc": lambda t, p: float(skm.roc_auc_score(t, p)),
     "prc-auc": prc_auc,
@@ -67,7 +70,6 @@ METRICS: dict[str, MetricFn] = {
     "matthews_corrcoef": matthews_corrcoef,
     "spearmanr": spearman,
 }
-LOWER_IS_BETTER = frozenset({"rmse", "mae"})
 
 
 def get_metric(name: str) -> MetricFn:
@@ -76,7 +78,7 @@ def get_metric(name: str) -> MetricFn:
     return METRICS[name]
 
 
-def metric_direction(name: str) -> Literal["min", "max"]:
+def metric_direction(name: str) -> MetricDirection:
     """Whether lower ("min") or higher ("max") values of the metric are better."""
     get_metric(name)
     return "min" if name in LOWER_IS_BETTER else "max"

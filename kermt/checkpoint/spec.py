@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig, from_dict, to_dict
 from kermt.data.scalers import StandardScaler
-
-CheckpointKind = Literal["grover_base", "vocab", "cmim", "hybrid", "finetuned"]
-CHECKPOINT_KINDS: tuple[str, ...] = ("grover_base", "vocab", "cmim", "hybrid", "finetuned")
-PRETRAIN_KINDS: tuple[str, ...] = ("grover_base", "vocab", "cmim", "hybrid")
+from kermt.registry import CHECKPOINT_KINDS, PRETRAIN_KINDS, CheckpointKind
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,6 @@ from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from kermt.errors import UserError
 
-SPLIT_TYPES = ("random", "scaffold_balanced", "index_predetermined", "crossval", "predetermined")
-
 
 @dataclass(frozen=True)
 class Split:

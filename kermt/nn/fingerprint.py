@@ -9,8 +9,6 @@ appended after them. The readout is always the mean, whatever readout a finetune
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import nn
 
@@ -18,8 +16,7 @@ from kermt.config import ReadoutConfig
 from kermt.data.batch import BatchMolGraph
 from kermt.nn.encoder import BRANCHES_BY_OUTPUT_TYPE, EncoderOutput, KermtEmbedding
 from kermt.nn.readout import Readout, read_out_families
-
-FingerprintSource = Literal["atom", "bond", "both"]
+from kermt.registry import FingerprintSource
 
 
 def fingerprint_from_embeddings(

@@ -33,8 +33,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from kermt.data.batch import BatchMolGraph
+from kermt.registry import DROPOUT_DRAWS
 
-DROPOUT_DRAWS = ("torch", "per_molecule")
 ROW_KINDS = {"atom": 1, "bond": 2, "molecule": 3}
 _BITS = 0xFFFFFFFF
 _MULTIPLIERS = (0x21F0AAAD, 0x735A2D97)  # both < 2**31: (2**32 - 1) * m < 2**63

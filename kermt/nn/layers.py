@@ -8,28 +8,32 @@ rows it acts on (``rows``: "atom" or "bond"), so it can draw per molecule (:mod:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from kermt.config import ACTIVATIONS
 from kermt.nn.keyed_dropout import Dropout
+from kermt.registry import ACTIVATIONS
+
+# One module factory per name of kermt.registry.ACTIVATIONS. PReLU has one learnable slope (init 0.25); LeakyReLU
+# uses slope 0.1 as upstream.
+ACTIVATION_FACTORIES: dict[str, Callable[[], nn.Module]] = {
+    "ReLU": nn.ReLU,
+    "LeakyReLU": lambda: nn.LeakyReLU(0.1),
+    "PReLU": nn.PReLU,
+    "tanh": nn.Tanh,
+    "SELU": nn.SELU,
+    "ELU": nn.ELU,
+}
 
 
 def make_activation(name: str) -> nn.Module:
-    """A fresh activation module. PReLU has one learnable slope (init 0.25); LeakyReLU uses slope 0.1 as upstream."""
-    factories = {
-        "ReLU": nn.ReLU,
-        "LeakyReLU": lambda: nn.LeakyReLU(0.1),
-        "PReLU": nn.PReLU,
-        "tanh": nn.Tanh,
-        "SELU": nn.SELU,
-        "ELU": nn.ELU,
-    }
-    if name not in factories:
+    """A fresh activation module (:data:`ACTIVATION_FACTORIES`)."""
+    if name not in ACTIVATION_FACTORIES:
         raise ValueError(f"activation {name!r} is not one of {ACTIVATIONS}")
-    return factories[name]()
+    return ACTIVATION_FACTORIES[name]()
 
 
 class PositionwiseFeedForward(nn.Module):

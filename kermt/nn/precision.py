@@ -13,7 +13,7 @@ import contextlib
 
 import torch
 
-PRECISIONS = ("fp32", "bf16")
+from kermt.registry import PRECISIONS
 
 
 def autocast(precision: str, device: torch.device | str) -> contextlib.AbstractContextManager:

@@ -1,18 +1,24 @@
 """Typed configuration of the pretraining heads and losses (docs/upstream-compatibility.md#pretraining).
 
 Field names reuse upstream's ``pretrain_ddp.py`` flag names, so an upstream checkpoint's saved ``args`` map onto
-these dataclasses key for key. Defaults are the released NV-KERMT-70M-v2 hybrid configuration (latent 512, 3 × 8-head
-RoPE decoder layers with FFN 2048, no gates).
+these dataclasses key for key. Defaults are upstream's (pretrain_mode vocab, as `kermt pretrain`), whose decoder is
+the released NV-KERMT-70M-v2's (latent 512, 3 × 8-head RoPE decoder layers with FFN 2048, no gates).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any
 
-PretrainMode = Literal["vocab", "cmim", "hybrid"]
-PositionalEncoding = Literal["rope", "sinusoidal"]
+from kermt.registry import (
+    DEFAULT_PRETRAIN_MODE,
+    POSITIONAL_ENCODINGS,
+    PRETRAIN_MODES,
+    PositionalEncoding,
+    PretrainMode,
+)
+
 FG_SIZE = 85  # RDKit fragment counts used as functional-group labels (kermt.chem fgtasklabel)
 
 
@@ -29,7 +35,7 @@ class PretrainHeadsConfig:
     once and feeds both paths (half the encoder compute; eval-mode numbers are identical either way).
     """
 
-    pretrain_mode: PretrainMode = "hybrid"
+    pretrain_mode: PretrainMode = DEFAULT_PRETRAIN_MODE
     atom_vocab_size: int | None = None
     bond_vocab_size: int | None = None
     smiles_vocab_size: int | None = None
@@ -48,12 +54,11 @@ class PretrainHeadsConfig:
     hybrid_single_encoder_pass: bool = False
 
     def __post_init__(self) -> None:
-        if self.pretrain_mode not in ("vocab", "cmim", "hybrid"):
-            raise ValueError(f"pretrain_mode {self.pretrain_mode!r} must be 'vocab', 'cmim' or 'hybrid'")
-        if self.decoder_positional_encoding not in ("rope", "sinusoidal"):
-            raise ValueError(
-                f"decoder_positional_encoding {self.decoder_positional_encoding!r} must be 'rope' or 'sinusoidal'"
-            )
+        if self.pretrain_mode not in PRETRAIN_MODES:
+            raise ValueError(f"pretrain_mode {self.pretrain_mode!r} is not one of {PRETRAIN_MODES}")
+        if self.decoder_positional_encoding not in POSITIONAL_ENCODINGS:
+            raise ValueError(f"decoder_positional_encoding {self.decoder_positional_encoding!r} is not one of "
+                             f"{POSITIONAL_ENCODINGS}")
         if self.uses_vocab and (self.atom_vocab_size is None or self.bond_vocab_size is None):
             raise ValueError(f"pretrain_mode {self.pretrain_mode!r} needs atom_vocab_size and bond_vocab_size")
         if self.uses_decoder:
