@@ -13,7 +13,15 @@ from typing import Any
 
 import torch
 
-from kermt.checkpoint.keys import ATOM_BRANCH_PREFIXES, BOND_BRANCH_PREFIXES, ENCODER_PREFIX
+from kermt.checkpoint.keys import (
+    ATOM_BRANCH_PREFIXES,
+    BOND_BRANCH_PREFIXES,
+    DECODER_PREFIX,
+    ENCODER_PREFIX,
+    LATENT_HEAD_PREFIX,
+    TASK_HEAD_PREFIXES,
+    VOCAB_HEAD_PREFIXES,
+)
 from kermt.checkpoint.spec import CheckpointKind, CheckpointSpec, FeatureSettings
 from kermt.config import EncoderConfig, HeadConfig, ReadoutConfig
 from kermt.data.scalers import StandardScaler
@@ -61,10 +69,10 @@ def classify_kind(keys: list[str], source: str = "checkpoint") -> CheckpointKind
     if not has(ENCODER_PREFIX):
         raise UserError(f"{source}: no encoder keys (kermt.*, grover.* or latent_dist.kermt.*): not a KERMT/GROVER "
                         "checkpoint; pass a model saved by KERMT, GROVER or kermt")
-    if has("mol_atom_from_atom_ffn", "mol_atom_from_bond_ffn"):
+    if has(*TASK_HEAD_PREFIXES):
         return "finetuned"
-    vocab = has("vocab_module.", "av_task_", "bv_task_", "fg_task_all.")
-    latent = has("latent_dist.", "decoder.")
+    vocab = has(*VOCAB_HEAD_PREFIXES)
+    latent = has(LATENT_HEAD_PREFIX, DECODER_PREFIX)
     if vocab and latent:
         return "hybrid"
     return "cmim" if latent else "vocab" if vocab else "grover_base"

@@ -20,6 +20,10 @@ LATENT_ENCODER_PREFIX = "latent_dist.kermt."
 LEGACY_LATENT_ENCODER_PREFIX = "latent_dist.grover."
 
 TASK_HEAD_PREFIXES = ("mol_atom_from_atom_ffn", "mol_atom_from_bond_ffn")  # task-specific ones share these stems
+READOUT_PREFIX = "readout."
+VOCAB_HEAD_PREFIXES = ("vocab_module.", "av_task_", "bv_task_", "fg_task_all.")
+LATENT_HEAD_PREFIX = "latent_dist."
+DECODER_PREFIX = "decoder."
 
 
 def branch_prefixes(branch: str) -> tuple[str, str]:
@@ -62,13 +66,13 @@ KEY_GROUPS: tuple[KeyGroup, ...] = (
     KeyGroup("encoder", (ENCODER_PREFIX,), "encoder, not part of this model"),
     KeyGroup("latent_encoder_copy", (LATENT_ENCODER_PREFIX,),
              "second copy of the shared encoder in a cMIM/hybrid checkpoint (verified identical to kermt.*)"),
-    KeyGroup("latent_head", ("latent_dist.",),
+    KeyGroup("latent_head", (LATENT_HEAD_PREFIX,),
              "cMIM latent head (pretraining only; its readout is not the finetune readout, so it is not loaded "
              "into it, unlike upstream)"),
-    KeyGroup("smiles_decoder", ("decoder.",), "cMIM SMILES decoder (pretraining only)"),
-    KeyGroup("vocab_heads", ("vocab_module.", "av_task_", "bv_task_", "fg_task_all."),
+    KeyGroup("smiles_decoder", (DECODER_PREFIX,), "cMIM SMILES decoder (pretraining only)"),
+    KeyGroup("vocab_heads", VOCAB_HEAD_PREFIXES,
              "contextual-vocabulary pretraining heads (pretraining only)"),
-    KeyGroup("readout", ("readout.",), "finetune readout, not part of this model"),
+    KeyGroup("readout", (READOUT_PREFIX,), "finetune readout, not part of this model"),
     KeyGroup("task_heads", TASK_HEAD_PREFIXES, "finetune FFN heads, not part of this model"),
 )
 OTHER_GROUP = KeyGroup("other", (), "not a known KERMT key")

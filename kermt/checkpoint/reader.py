@@ -9,15 +9,16 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from kermt.checkpoint.keys import BOND_BRANCH_PREFIXES
+from kermt.checkpoint.keys import BOND_BRANCH_PREFIXES, READOUT_PREFIX, TASK_HEAD_PREFIXES
 from kermt.checkpoint.loader import CheckpointMismatchError, LoadReport, load_into_model
 from kermt.checkpoint.native import is_native_checkpoint, load_native, save_native
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.checkpoint.upstream import read_upstream_checkpoint
 from kermt.errors import UserError
+from kermt.registry import PRETRAIN_MODES
 
 # Parameters a finetune model gets fresh when its encoder comes from a pretraining checkpoint.
-FRESH_HEAD_PREFIXES = ("readout.", "mol_atom_from_atom_ffn", "mol_atom_from_bond_ffn", "mtl_log_sigma")
+FRESH_HEAD_PREFIXES = (READOUT_PREFIX, *TASK_HEAD_PREFIXES, "mtl_log_sigma")
 # Upstream never saves MTL weights (they live in its loss module), so they are fresh even from a finetuned file.
 FRESH_FROM_UPSTREAM_FINETUNED = ("mtl_log_sigma",)
 
@@ -75,7 +76,7 @@ def load_pretrain_model(checkpoint: Checkpoint) -> tuple[nn.Module, LoadReport]:
     from kermt.nn.pretrain.config import PretrainHeadsConfig
     from kermt.nn.pretrain.model import KermtPretrainModel
 
-    if checkpoint.spec.kind not in ("vocab", "cmim", "hybrid"):
+    if checkpoint.spec.kind not in PRETRAIN_MODES:
         raise UserError(f"{checkpoint.path} is a {checkpoint.spec.kind} checkpoint, not a pretraining one; pass a "
                         "vocab, cmim or hybrid pretraining checkpoint")
     names = {f.name for f in dataclasses.fields(PretrainHeadsConfig)}
