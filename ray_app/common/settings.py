@@ -21,11 +21,8 @@ from pydantic.fields import FieldInfo
 
 from kermt.cli import ArgumentParser
 from kermt.errors import UserError
-from kermt.metric_names import METRIC_NAMES
 
-METRICS = METRIC_NAMES  # the --metric choices; which dataset type each scores: kermt.metric_names
-SPLIT_TYPES = ("random", "scaffold_balanced", "predetermined", "crossval", "index_predetermined")
-FEATURE_GENERATORS = ("rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_count", "fgtasklabel")
+# The choices of the commands' settings (metrics, split types, feature generators, ...): kermt.registry.
 # Upstream flags that are refused, and why. A config file may still hold the key at its only working value
 # (null/false: replay files written before the removal do), which is dropped.
 REMOVED_SETTINGS = {

@@ -18,9 +18,19 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
+from kermt.registry import (
+    FEATURE_GENERATORS,
+    Activation,
+    DatasetType,
+    DropoutDraws,
+    Metric,
+    PaddingMode,
+    Precision,
+    SplitType,
+)
 from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings, parse_worker_range
-from ray_app.common.settings import FEATURE_GENERATORS, METRICS, SPLIT_TYPES, Source, did_you_mean
+from ray_app.common.settings import Source, did_you_mean
 
 
 class FinetuneConfig(DataParallelSettings):
@@ -39,11 +49,11 @@ class FinetuneConfig(DataParallelSettings):
     no_features_scaling: bool = Field(False, description="do not standardise molecule features")
     max_data_size: Optional[int] = Field(None, description="read at most this many rows per file")
     on_invalid: Literal["skip", "error"] = Field("skip", description="invalid SMILES: skip (logged) or error")
-    dataset_type: Optional[Literal["regression", "classification"]] = Field(
+    dataset_type: Optional[DatasetType] = Field(
         None, description="regression or classification (default: inferred from the labels, and echoed)"
     )
     # splits, folds, seeds
-    split_type: Literal[SPLIT_TYPES] = Field("random", description="how to split data_path")  # type: ignore[valid-type]
+    split_type: SplitType = Field("random", description="how to split data_path")
     split_sizes: tuple[float, float, float] = Field((0.8, 0.1, 0.1), description="train/val/test fractions")
     num_folds: int = Field(1, ge=1, description="folds; fold k uses seed + k")
     seed: int = Field(0, description="seed of splits, initialisation, shuffling and dynamic depth")
@@ -62,7 +72,7 @@ class FinetuneConfig(DataParallelSettings):
                             "(default: resume it if its settings are the same, else move it to save_dir/earlier_runs)")
     tensorboard: bool = Field(False, description="write TensorBoard events")
     # metric and loss
-    metric: Optional[Literal[METRICS]] = Field(None, description="default: auc (classification) or rmse")  # type: ignore[valid-type]
+    metric: Optional[Metric] = Field(None, description="default: auc (classification) or rmse")
     use_mtl_loss: bool = Field(False, description="learned per-task uncertainty weights")
     show_individual_scores: bool = Field(False, description="log per-task scores")
     select_by_loss: bool = Field(False, description="select the best epoch by validation loss")
@@ -75,7 +85,7 @@ class FinetuneConfig(DataParallelSettings):
     depth: Optional[int] = Field(None, description="message-passing depth")
     num_attn_head: Optional[int] = Field(None)
     num_mt_block: Optional[int] = Field(None)
-    activation: Optional[Literal["ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU"]] = Field(None)
+    activation: Optional[Activation] = Field(None)
     bias: Optional[bool] = Field(None)
     dropout: float = Field(0.0, ge=0, lt=1)
     self_attention: bool = Field(False, description="self-attention readout")
@@ -87,13 +97,13 @@ class FinetuneConfig(DataParallelSettings):
     ffn_task_specific_hidden_size: Optional[int] = Field(None)
     dist_coff: float = Field(0.1, ge=0, description="weight of the disagreement term between the two views")
     bond_drop_rate: float = Field(0.0, ge=0, lt=1)
-    dropout_draws: Literal["per_molecule", "torch"] = Field(
+    dropout_draws: DropoutDraws = Field(
         "per_molecule", description="dropout masks drawn per molecule from (seed, step, molecule): N workers equal "
         "1, also after an elastic restart; torch: torch's RNG per worker, upstream's masks")
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: Precision = Field(
         "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, loss and weights stay "
         "float32); see docs/numerics.md for how far outputs move")
-    padding: Literal["upstream", "zero"] = Field(
+    padding: PaddingMode = Field(
         "upstream", description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
     )
     # Ray (num_workers, use_gpu, address, max_failures, storage_path: DataParallelSettings)

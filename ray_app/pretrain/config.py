@@ -16,10 +16,18 @@ Deliberate differences from upstream (docs/upstream-compatibility.md#pretraining
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import Field, model_validator
 
+from kermt.registry import (
+    DEFAULT_PRETRAIN_MODE,
+    Activation,
+    DropoutDraws,
+    PositionalEncoding,
+    Precision,
+    PretrainMode,
+)
 from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings
 from ray_app.common.settings import Source
@@ -41,7 +49,7 @@ class PretrainConfig(DataParallelSettings):
         "vocab one may continue as hybrid: latent head and decoder start fresh)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of --continue_from (runs its code)")
     # task and losses
-    pretrain_mode: Literal["vocab", "cmim", "hybrid"] = Field("vocab", description="pretraining objective")
+    pretrain_mode: PretrainMode = Field(DEFAULT_PRETRAIN_MODE, description="pretraining objective")
     vocab_loss_weight: float = Field(1.0, ge=0, description="hybrid: weight of the vocab loss")
     dist_coff: float = Field(0.1, ge=0, description="weight of the atom/bond vocab disagreement terms")
     contrastive_temperature: float = Field(0.1, gt=0)
@@ -57,12 +65,12 @@ class PretrainConfig(DataParallelSettings):
     num_attn_head: int = Field(4, ge=1)
     num_mt_block: int = Field(1, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1, description="encoder dropout")
-    dropout_draws: Literal["per_molecule", "torch"] = Field(
+    dropout_draws: DropoutDraws = Field(
         "per_molecule", description="dropout masks drawn per molecule from (seed, step, molecule): N workers equal "
         "1, also after an elastic restart (the sinusoidal decoder's layers excepted); torch: torch's RNG per worker")
-    activation: Literal["ReLU", "LeakyReLU", "PReLU", "tanh", "SELU", "ELU"] = Field("PReLU")
+    activation: Activation = Field("PReLU")
     bias: bool = Field(False)
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: Precision = Field(
         "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, losses, weights and "
         "optimizer state stay float32); see docs/numerics.md for how far the losses move")
     # cMIM latent and decoder
@@ -72,7 +80,7 @@ class PretrainConfig(DataParallelSettings):
     decoder_ffn_hidden_size: int = Field(2048, ge=1)
     decoder_dropout: float = Field(0.1, ge=0, lt=1)
     decoder_max_seq_len: int = Field(512, ge=3)
-    decoder_positional_encoding: Literal["rope", "sinusoidal"] = Field("rope")
+    decoder_positional_encoding: PositionalEncoding = Field("rope")
     decoder_gate_self_attn: bool = Field(False)
     decoder_gate_cross_attn: bool = Field(False)
     # schedule (epochs, batch sizes, learning rates) and Ray placement: DataParallelSettings

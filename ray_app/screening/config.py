@@ -15,11 +15,12 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ray_app.common.settings import FEATURE_GENERATORS, METRICS, did_you_mean
+from kermt.registry import FEATURE_GENERATORS, DatasetType, FingerprintSource, Metric
+from ray_app.common.settings import did_you_mean
 
 
 class ScreeningConfig(BaseModel):
@@ -35,7 +36,7 @@ class ScreeningConfig(BaseModel):
                                             "kermt predict every other column, else a SMILES file's name column)")
     batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it, see README)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
-    dataset_type: Optional[Literal["regression", "classification"]] = Field(
+    dataset_type: Optional[DatasetType] = Field(
         None, description="only for an upstream finetuned checkpoint that stores neither its dataset type nor "
         "target statistics (a checkpoint that stores it decides; a different value is an error)")
     address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
@@ -90,14 +91,13 @@ class EvalConfig(ModelScreeningConfig):
     output_path: str = Field(description="test_result.csv in upstream's layout: SMILES, preds per task, targets")
     target_columns: Optional[list[str]] = Field(None, description="label columns, one per task in the model's "
                                                 "order (default: the columns named like the model's tasks)")
-    metric: Optional[Literal[METRICS]] = Field(  # type: ignore[valid-type]
-        None, description="default: auc (classification) or rmse")
+    metric: Optional[Metric] = Field(None, description="default: auc (classification) or rmse")
     show_individual_scores: bool = Field(False, description="also print the score of each task")
 
 
 class FingerprintConfig(FeatureFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
-    fingerprint_source: Optional[Literal["atom", "bond", "both"]] = Field(
+    fingerprint_source: Optional[FingerprintSource] = Field(
         None, description="embedding families to pool (default: both; atom for a finetuned model, which has no "
         "trained bond-output branches, so bond and both are refused for it)")
 

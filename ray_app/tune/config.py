@@ -23,7 +23,7 @@ from kermt.errors import UserError
 from kermt.run_layout import SWEEP_FILE
 from ray_app.common.settings import Source
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.tune.search_space import SearchSpace, load_space, preset
+from ray_app.tune.search_space import HpoMode, SearchSpace, load_space, preset
 
 EXPERIMENT = "tune"  # Tune's experiment folder inside --save_dir
 # SWEEP_FILE: the sweep's settings, to refuse resuming with different ones (predict refuses a sweep's directory by it)
@@ -35,7 +35,7 @@ class TuneConfig(FinetuneConfig):
     """Finetune settings (fixed for every trial unless the search space samples them) plus the sweep's own."""
 
     n_trials: int = Field(ge=1, description="trials to run (as upstream, required)")
-    hpo_mode: Optional[Literal["all", "openadmet"]] = Field(
+    hpo_mode: Optional[HpoMode] = Field(
         None, description="upstream's search space presets (default: all, unless --search_space is given)")
     search_space: Optional[str] = Field(None, description="YAML search space (see README: choice, uniform, "
                                         "loguniform, fixed values, when-conditions, lr factors)")

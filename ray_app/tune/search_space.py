@@ -237,8 +237,9 @@ def _checked(name: str, value: Any, where: str) -> Any:
         raise SearchSpaceError(f"{where}: {value!r} is invalid: {error.errors()[0]['msg']}") from None
 
 
-# Upstream main_hpo.py's spaces (docs/upstream-compatibility.md#hyperparameter-search). Upstream samples attn_out even
-# without a self-attention readout, where it changes nothing; here it is sampled only when the readout is on.
+# Upstream main_hpo.py's spaces (docs/upstream-compatibility.md#hyperparameter-search), the choices of --hpo_mode.
+# Upstream samples attn_out even without a self-attention readout, where it changes nothing; here it is sampled only
+# when the readout is on.
 PRESETS: dict[str, dict[str, Any]] = {
     "all": {
         "max_lr": {"choice": [1e-4, 3e-4, 5e-4, 7e-4, 9e-4]},
@@ -263,6 +264,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ffn_num_layers": 1,
     },
 }
+HpoMode = Literal[tuple(PRESETS)]  # type: ignore[valid-type]  # built from PRESETS: a type checker cannot see it
 
 
 def preset(name: str) -> SearchSpace:
