@@ -132,6 +132,12 @@ class FinetuneConfig(DataParallelSettings):
         return self
 
 
+# Settings that may change when a run is resumed in the same save_dir (a finetune's unfinished members, a sweep's
+# trials): they do not change what is computed. (`kermt tune` refuses overwrite, so there it never changes.)
+RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_path", "max_failures",
+                     "tensorboard", "show_individual_scores", "trust_checkpoint", "overwrite")
+
+
 def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] = FinetuneConfig):
     return settings.build_parser(prog, schema)
 

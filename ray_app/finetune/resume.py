@@ -29,11 +29,8 @@ from kermt.nn.finetune import KermtFinetuneModel
 from kermt.inference.members import finished_run_id
 from kermt.run_layout import COMPLETE_MEMBER_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
 from ray_app.common import outputs
-from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.config import RESUMABLE_CHANGES, FinetuneConfig
 
-# Settings that may change between the interrupted run and its re-run: they do not change what a member computes.
-RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_path", "max_failures",
-                     "tensorboard", "show_individual_scores", "trust_checkpoint", "overwrite")
 EARLIER_RUNS = "earlier_runs"
 # What a finetune writes into save_dir besides run_state.json (and its fold_k/ directories): an earlier run's
 # outputs, which a new run moves aside or deletes. ray_results is the default storage of its Tune experiment.

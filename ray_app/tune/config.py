@@ -22,13 +22,12 @@ from pydantic import Field, model_validator
 from kermt.errors import UserError
 from kermt.run_layout import SWEEP_FILE
 from ray_app.common.settings import Source
-from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.config import RESUMABLE_CHANGES, FinetuneConfig
 from ray_app.tune.search_space import HpoMode, SearchSpace, load_space, preset
 
 EXPERIMENT = "tune"  # Tune's experiment folder inside --save_dir
-# SWEEP_FILE: the sweep's settings, to refuse resuming with different ones (predict refuses a sweep's directory by it)
-# Settings that may change when a sweep is resumed: they do not change what a trial computes.
-RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_path", "max_failures")
+# SWEEP_FILE: the sweep's settings but RESUMABLE_CHANGES, to refuse resuming with different ones (predict refuses a
+# sweep's directory by it)
 
 
 class TuneConfig(FinetuneConfig):
@@ -91,7 +90,9 @@ def check_resumable(config: TuneConfig) -> None:
     if not isinstance(recorded, dict):
         raise UserError(f"{path}: expected a mapping of the sweep's settings, got {type(recorded).__name__}")
     current = json.loads(json.dumps(sweep_record(config)))
-    changed = sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
+    # RESUMABLE_CHANGES filtered on both sides: a sweep recorded before a setting joined them still resumes
+    changed = sorted(k for k in set(recorded) | set(current)
+                     if k not in RESUMABLE_CHANGES and recorded.get(k) != current.get(k))
     if changed:
         details = ", ".join(f"{k}: {recorded.get(k)!r} -> {current.get(k)!r}" for k in changed)
         raise UserError(f"{path.parent} holds a sweep with other settings ({details}); resume it with the same "

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kermt.errors import UserError
+from kermt.run_layout import SWEEP_FILE
 from ray_app.cli import main as cli_main
 from ray_app.finetune.config import FinetuneConfig, resolve
 from ray_app.tune.search_space import (
@@ -22,7 +23,7 @@ from ray_app.tune.search_space import (
     trial_settings,
 )
 from ray_app.tune.command import main
-from ray_app.tune.config import TuneConfig
+from ray_app.tune.config import TuneConfig, check_resumable, sweep_record
 from tests.conftest import FIXTURE_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -163,3 +164,16 @@ def test_resuming_with_other_settings_is_refused(tmp_path, capsys):
     (tmp_path / "tune_config.yaml").write_text("n_trials: [4\n")
     line = _tune_error(["--n_trials", "6", "--save_dir", str(tmp_path)], capsys)
     assert "tune_config.yaml: cannot read the sweep's recorded settings" in line
+
+
+def test_a_sweep_resumes_when_only_settings_that_change_no_trial_differ(tmp_path):
+    """The settings a finetune may resume with changed (RESUMABLE_CHANGES) may change for a sweep too, also when
+    the sweep's file still records them (written before they were left out of it)."""
+    config = TuneConfig(data_path=SMILES_CSV, n_trials=4, save_dir=str(tmp_path))
+    recorded = {**sweep_record(config), "tensorboard": False, "trust_checkpoint": False}
+    (tmp_path / SWEEP_FILE).write_text(yaml.safe_dump(recorded))
+    changed = config.model_copy(update={"tensorboard": True, "show_individual_scores": True, "max_failures": 1,
+                                        "trust_checkpoint": True, "max_concurrent_trials": 2})
+    check_resumable(changed)
+    with pytest.raises(UserError, match=r"other settings \(epochs: 30 -> 31\)"):
+        check_resumable(changed.model_copy(update={"epochs": 31}))
