@@ -15,13 +15,13 @@ import numpy as np
 import ray
 import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
 
 from kermt.checkpoint import CheckpointSpec, FeatureSettings, export_upstream, save_native, unbuilt_encoder_tensors
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.train.step import predict
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
+from ray_app.common.elastic import ElasticTorchTrainer
 from ray_app.finetune.prepare import ScaledSplits, fold_count
 from ray_app.finetune.run_setup import RunSetup, StartingWeights, features_width, member_seed, model_config
 from ray_app.finetune.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
@@ -46,7 +46,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
         weight_decay=c.weight_decay, fine_tune_coff=c.fine_tune_coff, dist_coff=c.dist_coff,
         bond_drop_rate=c.bond_drop_rate, metric=setup.metric, select_by_loss=c.select_by_loss,
         early_stop_epoch=c.early_stop_epoch, label=label, precision=c.precision, dropout_draws=c.dropout_draws)
-    trainer = TorchTrainer(
+    trainer = ElasticTorchTrainer(  # elastic runs sized from the nodes that are alive
         train_loop_per_worker,
         train_loop_config={"plan": ray.put(plan), "splits": splits_ref},
         scaling_config=ScalingConfig(num_workers=c.worker_range if c.elastic else c.min_workers, use_gpu=c.use_gpu),

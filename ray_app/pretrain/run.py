@@ -17,7 +17,6 @@ import numpy as np
 import ray
 import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
 
 from kermt.checkpoint import load_into_model, load_native, merge_encoder
 from kermt.config import EncoderConfig
@@ -31,6 +30,7 @@ from kermt.random_streams import Stream, stream_rng
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import check_workers_fit
+from ray_app.common.elastic import ElasticTorchTrainer
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.remote_files import local_files, publish, with_absolute_paths
 from ray_app.common.settings import Source, to_yaml
@@ -133,7 +133,7 @@ def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: Pretra
 
 def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str) -> ray.train.Result:
     low, high = config.worker_range
-    trainer = TorchTrainer(
+    trainer = ElasticTorchTrainer(  # elastic runs sized from the nodes that are alive
         train_loop_per_worker,
         train_loop_config={"plan": ray.put(plan), "corpus": read_corpus_once(config.data_path)},
         scaling_config=ScalingConfig(num_workers=(low, high) if low != high else low, use_gpu=config.use_gpu),
