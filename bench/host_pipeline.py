@@ -44,7 +44,7 @@ from kermt.nn.pretrain.config import PretrainHeadsConfig
 from kermt.train.optim import build_optimizer
 from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.batch import PretrainData, build_step_batch
-from kermt.pretrain.step import PretrainStep, StepSettings
+from kermt.pretrain.step import PretrainStep, PretrainStepSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SMILES_CSV = ROOT / "tests/data/kermt_upstream_splits/train_val.csv"
@@ -61,7 +61,7 @@ def pretraining(data: PretrainData, opts: argparse.Namespace, ahead: bool) -> tu
     model.to(opts.device)
     optimizer = build_optimizer(model, 1e-4, 0.0, 1.0)  # fused Adam on CUDA, as the runner's
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    trainer = PretrainStep(model, optimizer, scheduler, StepSettings(0, dropout_draws="per_molecule"))
+    trainer = PretrainStep(model, optimizer, scheduler, PretrainStepSettings(0, dropout_draws="per_molecule"))
     batches = global_batches(epoch_order(len(data), 0, 0), opts.batch_size)
     operators = model.encoder.aggregation_spec(training=True) if ahead else None
     built = (build_step_batch(data, rows, 0, 1, heads, 0, step, operators=operators)

@@ -299,8 +299,11 @@ def audit_library(lib: dict, state: dict, mols: list, features: torch.Tensor, ta
         collectives.append(tensor)
         return tensor
 
+    # the step's settings class before and after its rename (a baseline revision may have either)
+    settings = getattr(training, "FinetuneStepSettings", None) or training.StepSettings
+
     def step():
-        training.train_step(model, optimizer, scheduler, train_batch, training.StepSettings("regression", 0.1),
+        training.train_step(model, optimizer, scheduler, train_batch, settings("regression", 0.1),
                             np.random.default_rng(1), 1, count_collective)
 
     step()

@@ -124,19 +124,6 @@ class FinetuneModelConfig:
     use_mtl_loss: bool = False
 
 
-@dataclass(frozen=True)
-class FeaturizerConfig:
-    """Molecule-level features added next to the graph. Widths: rdkit_2d* 200, morgan* 2048, fgtasklabel 85."""
-
-    features_generator: tuple[str, ...] = ()
-    features_scaling: bool = True
-
-    def __post_init__(self) -> None:
-        for name in self.features_generator:
-            if name not in FEATURE_GENERATORS:
-                raise ValueError(f"unknown features_generator {name!r}{_did_you_mean(name, FEATURE_GENERATORS)}")
-
-
 T = TypeVar("T")
 
 
@@ -183,7 +170,6 @@ __all__ = [
     "BOND_FDIM",
     "EMBEDDING_OUTPUT_TYPES",
     "EncoderConfig",
-    "FeaturizerConfig",
     "FEATURE_GENERATORS",
     "FinetuneModelConfig",
     "HeadConfig",

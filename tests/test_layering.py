@@ -26,7 +26,7 @@ def test_kermt_never_imports_ray():
 
 
 # Which ray_app subpackages each one may import (besides itself): tune -> finetune -> common, screening -> common,
-# pretrain -> common. ray_app.cli sits on top of all of them.
+# pretrain -> finetune (run ids) -> common. ray_app.cli sits on top of all of them.
 ALLOWED = {
     "common": set(),
     "finetune": {"common"},

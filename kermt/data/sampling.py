@@ -30,10 +30,3 @@ def worker_share(batch: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     """Rank ``rank``'s contiguous slice of a global batch; sizes differ by at most one and may be 0 in a tail."""
     return np.array_split(batch, world_size)[rank]
 
-
-def epoch_plan(
-    num_molecules: int, batch_size: int, world_size: int, rank: int, seed: int, epoch: int, shuffle: bool = True
-) -> list[np.ndarray]:
-    """This worker's row indices for every step of the epoch (``batch_size`` is per worker)."""
-    order = epoch_order(num_molecules, seed, epoch, shuffle)
-    return [worker_share(b, rank, world_size) for b in global_batches(order, batch_size * world_size)]

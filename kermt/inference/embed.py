@@ -67,10 +67,6 @@ class Embedder:
         return holder.kermt
 
     @property
-    def has_latent(self) -> bool:
-        return self.latent is not None
-
-    @property
     def default_source(self) -> FingerprintSource:
         """``--fingerprint_source`` when not given: upstream's ``both``, ``atom`` for a finetuned model."""
         return "atom" if self.kind == "finetuned" else "both"

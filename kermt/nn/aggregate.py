@@ -115,22 +115,6 @@ class GraphIndex:
                 return torch.sparse.mm(operator, x)
             return _ConstantSparseProduct.apply(operator, transposed(), x)
 
-    def sum_incoming_bonds(self, bond_x: torch.Tensor) -> torch.Tensor:
-        """``Σ_{b ∈ a2b[a]} bond_x[b]`` for every atom a."""
-        return self.apply("incoming_bonds", bond_x)
-
-    def sum_neighbour_atoms(self, atom_x: torch.Tensor) -> torch.Tensor:
-        """``Σ_{w ∈ a2a[a]} atom_x[w]`` for every atom a."""
-        return self.apply("neighbour_atoms", atom_x)
-
-    def bond_messages(self, bond_x: torch.Tensor) -> torch.Tensor:
-        """Directed-bond update ``Σ_{a2b[b2a[b]]} bond_x − bond_x[b2revb[b]]``."""
-        return self.apply("bond_update", bond_x)
-
-    def atom_to_bond_messages(self, atom_x: torch.Tensor) -> torch.Tensor:
-        """For bond u->v: ``atom_x[u] + Σ_{w ∈ a2a[u]} atom_x[w] − atom_x[v]``."""
-        return self.apply("atom_to_bond", atom_x)
-
     def zero_padding_row(self, x: torch.Tensor) -> torch.Tensor:
         """In "zero" mode, return ``x`` with row 0 (dimension -2) set to zero; in "upstream" mode, ``x`` itself."""
         if self.padding != "zero":  # the same test as the operators': "zero" is the one mode that changes sums

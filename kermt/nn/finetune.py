@@ -135,7 +135,3 @@ class KermtFinetuneModel(nn.Module):
             bond_view=bond_view,
             classification=self.classification,
         )
-
-    def encoder_parameters(self) -> list[tuple[str, nn.Parameter]]:
-        """Named parameters of the encoder (``kermt.*``): upstream's parameter group 0."""
-        return [(name, p) for name, p in self.named_parameters() if name.startswith("kermt.")]

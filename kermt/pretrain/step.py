@@ -5,7 +5,7 @@ a data-parallel runner passes an autograd-aware all-gather (the cMIM negatives);
 the batch, counted on the host, so the step itself runs no other collective. Each rank's loss is
 ``world_size ×`` its share of the global batch's loss (:mod:`kermt.pretrain.loss`), so DDP's gradient average equals
 the single-process gradient of the global batch. Dynamic depth is drawn from (seed, global step), identical on every
-rank. Dropout masks come from torch's RNG (``StepSettings.dropout_draws="torch"``, the library default: exact
+rank. Dropout masks come from torch's RNG (``PretrainStepSettings.dropout_draws="torch"``, the library default: exact
 equality across world sizes then needs dropout 0) or per molecule from (seed, global step, molecule)
 (``"per_molecule"``, :mod:`kermt.nn.keyed_dropout`): every encoder dropout and, with the RoPE decoder, every decoder
 dropout; the sinusoidal decoder's PyTorch layers still draw from torch's RNG (use decoder_dropout 0 there).
@@ -84,7 +84,7 @@ def gather_rows(z: torch.Tensor, share_sizes: tuple[int, ...], all_gather: AllGa
 
 
 @dataclass(frozen=True)
-class StepSettings:
+class PretrainStepSettings:
     """``per_rank_means``: upstream's DDP semantics instead of the global batch's: every term a mean over the
     rank's own molecules, cMIM negatives from the rank's own batch, gradients averaged over ranks (the result then
     depends on the number of workers). ``dropout_draws``: "torch" or "per_molecule" (see the module docstring).
@@ -112,7 +112,7 @@ class PretrainStep:
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler: torch.optim.lr_scheduler.LRScheduler, settings: StepSettings,
+                 scheduler: torch.optim.lr_scheduler.LRScheduler, settings: PretrainStepSettings,
                  distribution: Distribution = Distribution()) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.settings, self.distribution = settings, distribution
@@ -165,5 +165,5 @@ class PretrainStep:
             self.model.train(was_training)
 
 
-__all__ = ["AllGather", "Distribution", "PretrainStep", "StepSettings", "all_gather_with_grad", "gather_rows",
+__all__ = ["AllGather", "Distribution", "PretrainStep", "PretrainStepSettings", "all_gather_with_grad", "gather_rows",
            "no_gather"]

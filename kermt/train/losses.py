@@ -69,19 +69,6 @@ def reduce_terms(
     return (0.5 * torch.exp(-2.0 * log_sigma) * task_losses + log_sigma).sum()
 
 
-def connected_zero(*tensors: torch.Tensor | None) -> torch.Tensor:
-    """A 0 computed from ``tensors``: the loss of a worker's EMPTY share of a global batch.
-
-    A mean over no molecules is NaN, and NaN gradients, once all-reduced, would poison every rank. This is 0 instead,
-    and still a function of every output, so the backward gives each parameter that produced them a zero gradient
-    (DDP without ``find_unused_parameters`` needs one on every rank). The tensors must be finite (outputs are).
-    """
-    present = [t.sum() for t in tensors if t is not None]
-    if not present:
-        raise ValueError("connected_zero needs at least one tensor")
-    return torch.stack(present).sum() * 0.0
-
-
 def eval_task_loss(prediction: torch.Tensor, targets: LabelledTargets, dataset_type: DatasetType) -> torch.Tensor:
     """Validation loss of one batch per task [T]: masked mean over the batch's labels (0 for a task without).
 

@@ -6,7 +6,7 @@ batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.train.loss
 batch's rows (``MoleculeSet.batch(..., global_rows=...)``) brings that count, counted on the host, and the step
 runs no collective of its own.
 
-Dropout masks are drawn from torch's RNG (``StepSettings.dropout_draws="torch"``, upstream's masks) or per molecule
+Dropout masks are drawn from torch's RNG (``FinetuneStepSettings.dropout_draws="torch"``, upstream's masks) or per molecule
 from (seed, global step, molecule) (``"per_molecule"``, :mod:`kermt.nn.keyed_dropout`): only the latter makes a
 molecule's masks independent of the batch it shares and of the rank it lands on, so that N workers equal one
 process with dropout on.
@@ -42,7 +42,7 @@ def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class StepSettings:
+class FinetuneStepSettings:
     """``precision``: "fp32", or "bf16" for the forward under autocast (see :mod:`kermt.nn.precision`).
     ``dropout_draws``: "torch" (torch's RNG, upstream's masks) or "per_molecule" (keyed by ``seed``, the step's
     global step and each molecule's id: the batch must carry ``graph.molecule_ids``)."""
@@ -81,7 +81,7 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     batch: MoleculeBatch,
-    settings: StepSettings,
+    settings: FinetuneStepSettings,
     depth_rng: np.random.Generator | None = None,
     world_size: int = 1,
     all_reduce: AllReduce = no_reduce,

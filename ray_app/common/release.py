@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kermt.checkpoint.upstream import file_sha256
 from kermt.errors import UserError
+from ray_app.common.cache import cache_root
 from ray_app.common.outputs import atomic_write_text
 
 RELEASE_REPO = "nvidia/NV-KERMT-70M-v2"
@@ -30,8 +31,6 @@ HUB_SCHEME = "hf://"
 
 
 def default_dir() -> Path:
-    from ray_app.common.remote_files import cache_root
-
     return cache_root() / "NV-KERMT-70M-v2"
 
 

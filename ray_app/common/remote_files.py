@@ -33,6 +33,8 @@ from pydantic import BaseModel
 
 from kermt.data import atomic_files
 from kermt.errors import UserError, first_line
+from ray_app.common.cache import cache_root
+from ray_app.common.release import HUB_SCHEME, fetch_from_hub, fetch_release
 from ray_app.common.storage import is_uri
 
 # Settings that name files or directories to read, and those that name outputs (every subcommand's schema uses
@@ -44,10 +46,6 @@ INPUT_SETTINGS = (
 )
 OUTPUT_DIR_SETTINGS = ("save_dir",)
 OUTPUT_FILE_SETTINGS = ("output_path",)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("KERMT_CACHE", Path.home() / ".cache" / "kermt"))
 
 
 def _filesystem(uri: str, flag: str) -> tuple[Any, str]:
@@ -73,8 +71,6 @@ def fetch_input(uri: str, flag: str) -> str:
 
     if not is_uri(uri):
         return uri
-    from ray_app.common.release import HUB_SCHEME, fetch_from_hub
-
     if uri.startswith(HUB_SCHEME):
         return fetch_from_hub(uri, flag)
     filesystem, path = _filesystem(uri, flag)
@@ -136,8 +132,6 @@ def upload(local: Path, uri: str, flag: str) -> None:
 def _localized_inputs(config: BaseModel, keep_remote: Sequence[str]) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     if getattr(config, "pretrained_release", False):  # the released model, fetched before Ray starts like any input
-        from ray_app.common.release import fetch_release
-
         changes.update(checkpoint_path=str(fetch_release(getattr(config, "model_dir", None))),
                        pretrained_release=False)
     for name in (n for n in INPUT_SETTINGS if n not in keep_remote):
@@ -261,4 +255,4 @@ def _absolute(path: str) -> str:
     return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))  # the user's symlinks kept
 
 
-__all__ = ["cache_root", "fetch_input", "local_files", "mirror_directory", "publish", "upload", "with_absolute_paths"]
+__all__ = ["fetch_input", "local_files", "mirror_directory", "publish", "upload", "with_absolute_paths"]

@@ -41,7 +41,7 @@ from kermt.metrics import metric_direction
 from kermt.random_streams import Stream, depth_rng, stream_seed
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.train.step import StepSettings, predict, score, snapshot, train_step, validation_loss
+from kermt.train.step import FinetuneStepSettings, predict, score, snapshot, train_step, validation_loss
 from ray_app.common.train_worker import all_gather, all_reduce, print_placement, quiet_report_logs
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     and, with MTL, ``train_objective`` (the mean over steps of the loss the optimiser minimised)."""
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    settings = StepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss,
+    settings = FinetuneStepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss,
                             precision=plan.precision, dropout_draws=plan.dropout_draws, seed=plan.seed)
     # used by dropout_draws="torch" only: a restarted group of the same size draws what the lost one drew
     torch.manual_seed(stream_seed(plan.seed, Stream.FINETUNE_TORCH, progress.epoch, rank))

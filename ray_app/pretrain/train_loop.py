@@ -41,7 +41,7 @@ from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.pretrain.batch import PretrainData, StepBatch, build_step_batch
 from kermt.pretrain.export import save_pretrain_native
-from kermt.pretrain.step import Distribution, PretrainStep, StepSettings, all_gather_with_grad
+from kermt.pretrain.step import Distribution, PretrainStep, PretrainStepSettings, all_gather_with_grad
 from kermt.random_streams import Stream, stream_seed
 from ray_app.common.train_worker import all_reduce, print_placement, quiet_report_logs
 
@@ -198,7 +198,7 @@ def _trainer(plan: PretrainPlan, model: torch.nn.Module, optimizer, scheduler) -
     if world > 1:
         # its own group: the gather's backward never interleaves with DDP's gradient all-reduces
         distribution = Distribution(world, rank, all_gather_with_grad(dist.new_group()))
-    settings = StepSettings(plan.seed, plan.loss, plan.per_rank_loss, plan.dropout_draws, plan.precision)
+    settings = PretrainStepSettings(plan.seed, plan.loss, plan.per_rank_loss, plan.dropout_draws, plan.precision)
     return PretrainStep(model, optimizer, scheduler, settings, distribution)
 
 

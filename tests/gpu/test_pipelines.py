@@ -15,7 +15,7 @@ from kermt.inference import Embedder, Ensemble, InferenceBatch, plan_features, r
 from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.train.optim import build_optimizer
 from kermt.pretrain.batch import build_step_batch
-from kermt.pretrain.step import PretrainStep, StepSettings
+from kermt.pretrain.step import PretrainStep, PretrainStepSettings
 from tests.conftest import FIXTURE_DIR
 from tests.gpu.cuda import GPU_LANE, tf32
 from tests.kermt.pretrain.test_step import DROPOUT, MODES, SEED, _setup
@@ -33,7 +33,7 @@ def test_a_cuda_pretraining_step_never_synchronises(mode: str, precision: str) -
     model.cuda()
     optimizer = build_optimizer(model, 1e-4, 0.0, 1.0)  # fused on CUDA, as the runner's
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    settings = StepSettings(SEED, dropout_draws="per_molecule", precision=precision)
+    settings = PretrainStepSettings(SEED, dropout_draws="per_molecule", precision=precision)
     trainer = PretrainStep(model, optimizer, scheduler, settings)
     spec = model.encoder.aggregation_spec(training=True)
     built = (build_step_batch(arrays, rows, 0, 1, heads, SEED, step, operators=spec)

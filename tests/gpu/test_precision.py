@@ -11,7 +11,7 @@ import torch
 from kermt.data.dataset import MoleculeBatch
 from kermt.nn.precision import autocast
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.train.step import StepSettings, train_step
+from kermt.train.step import FinetuneStepSettings, train_step
 from tests.gpu.cuda import GPU_LANE, tf32
 from tests.kermt.nn.test_precision import BF16_TOLERANCE, CHECKPOINTS, _features, _model
 from tests.kermt.nn.upstream_fixtures import fixture_batch, load_upstream_checkpoint
@@ -54,7 +54,7 @@ def test_a_bf16_step_on_cuda_has_a_close_gradient():
         optimizer.step = lambda: None  # keep the step's gradients to compare them
         torch.manual_seed(0)
         with tf32(False):
-            train_step(model, optimizer, scheduler, batch, StepSettings("regression", 0.1, precision=precision),
+            train_step(model, optimizer, scheduler, batch, FinetuneStepSettings("regression", 0.1, precision=precision),
                        np.random.default_rng(0))
         grads[precision] = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
     cosine = float(torch.nn.functional.cosine_similarity(grads["fp32"], grads["bf16"], dim=0))

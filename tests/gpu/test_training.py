@@ -10,7 +10,7 @@ import torch
 from kermt.data.dataset import MoleculeSet
 from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.train.step import StepSettings, train_step
+from kermt.train.step import FinetuneStepSettings, train_step
 from tests.gpu.cuda import GPU_LANE, tf32
 from tests.kermt.nn.test_host_syncs import SMILES, _model, molecules  # noqa: F401  (molecules: a fixture)
 
@@ -42,7 +42,7 @@ def test_a_cuda_train_step_never_synchronises(molecules, dropout, draws):  # noq
     optimizer, scheduler = _trainer(model)
     assert optimizer.defaults["fused"] is True
     batch = _train_batch(molecules, model)
-    settings = StepSettings("regression", 0.1, dropout_draws=draws, seed=4)
+    settings = FinetuneStepSettings("regression", 0.1, dropout_draws=draws, seed=4)
     train_step(model, optimizer, scheduler, batch, settings, np.random.default_rng(0))  # Adam's state created
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -84,7 +84,7 @@ def test_fused_adam_moves_parameters_like_multi_tensor_adam():
 def test_per_molecule_dropout_gives_the_cpu_step_on_cuda(molecules):  # noqa: F811
     """Per-molecule masks are a hash of the molecule's keys, exact on either device: a dropout-0.2 step on CUDA
     has the CPU step's loss and gradients up to float summation order (torch's RNG would draw other masks)."""
-    settings = StepSettings("regression", 0.1, dropout_draws="per_molecule", seed=4)
+    settings = FinetuneStepSettings("regression", 0.1, dropout_draws="per_molecule", seed=4)
     results = {}
     for device in ("cpu", "cuda"):
         model = _model(0.2).to(device)

@@ -26,7 +26,20 @@ from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain.decoder import reconstruction_terms
 from kermt.nn.pretrain.model import PretrainBatch, PretrainOutput
 from kermt.nn.pretrain.vocab_heads import VocabPredictions, VocabTargets
-from kermt.train.losses import LabelledTargets, connected_zero, reduce_terms, two_view_terms
+from kermt.train.losses import LabelledTargets, reduce_terms, two_view_terms
+
+
+def connected_zero(*tensors: torch.Tensor | None) -> torch.Tensor:
+    """A 0 computed from ``tensors``: the loss of a worker's EMPTY share of a global batch.
+
+    A mean over no molecules is NaN, and NaN gradients, once all-reduced, would poison every rank. This is 0 instead,
+    and still a function of every output, so the backward gives each parameter that produced them a zero gradient
+    (DDP without ``find_unused_parameters`` needs one on every rank). The tensors must be finite (outputs are).
+    """
+    present = [t.sum() for t in tensors if t is not None]
+    if not present:
+        raise ValueError("connected_zero needs at least one tensor")
+    return torch.stack(present).sum() * 0.0
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def test_graph_index_takes_only_a_known_padding_mode():
         index = GraphIndex.from_batch(graph, mode, torch.float64)
         ones = torch.ones(graph.f_atoms.shape[0], 2, dtype=torch.float64)
         zeroed = index.zero_padding_row(ones)[0].tolist() == [0.0, 0.0]
-        sums_padding = bool((index.sum_neighbour_atoms(ones) != graph.a2a.ne(0).sum(1, keepdim=True)).any())
+        sums_padding = bool((index.apply("neighbour_atoms", ones) != graph.a2a.ne(0).sum(1, keepdim=True)).any())
         assert zeroed == (mode == "zero") and sums_padding == (mode == "upstream")
     with pytest.raises(ValueError, match="padding 'Zero' is not one of"):
         GraphIndex.from_batch(graph, "Zero", torch.float64)

@@ -29,8 +29,8 @@ from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.train.optim import NoamLR, NoamSchedule
 from kermt.pretrain.batch import build_step_batch
 from kermt.pretrain.step import PretrainStep
-from kermt.pretrain.step import StepSettings as PretrainSettings
-from kermt.train.step import StepSettings, predict, train_step
+from kermt.pretrain.step import PretrainStepSettings
+from kermt.train.step import FinetuneStepSettings, predict, train_step
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.pretrain.tiny_corpus import TINY_ENCODER, fixture_smiles, tiny_arrays, tiny_heads
 
@@ -80,7 +80,7 @@ def _finetune(case: str, placed_by_default: bool) -> list[torch.Tensor]:
                                                    readout, head, mtl))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
     scheduler = NoamLR(optimizer, NoamSchedule(1.0, 4, 2, 1e-3, 1e-2, 1e-3))
-    settings = StepSettings(dataset_type, 0.1, mtl, precision, draws, seed=5)
+    settings = FinetuneStepSettings(dataset_type, 0.1, mtl, precision, draws, seed=5)
     spec = model.kermt.aggregation_spec(training=True)
     batch = molecules.batch(np.arange(4), operators=spec, global_rows=np.arange(len(SMILES)))
     results = []
@@ -105,7 +105,7 @@ def _pretrain(mode: str, placed_by_default: bool) -> list[torch.Tensor]:
     model = KermtPretrainModel(dataclasses.replace(TINY_ENCODER, dropout=0.1), heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    trainer = PretrainStep(model, optimizer, scheduler, PretrainSettings(7, dropout_draws="per_molecule"))
+    trainer = PretrainStep(model, optimizer, scheduler, PretrainStepSettings(7, dropout_draws="per_molecule"))
     shares = []
     for global_step, rows in enumerate(global_batches(epoch_order(len(arrays), 7, 0), 5)[:STEPS]):
         step = build_step_batch(arrays, rows, 0, 1, heads, 7, global_step)  # the data loader's side: not audited

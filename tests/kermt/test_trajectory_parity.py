@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kermt.data.dataset import MoleculeBatch
-from kermt.train.step import StepSettings, train_step
+from kermt.train.step import FinetuneStepSettings, train_step
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.nn.test_train_mode_parity import _model
 from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs
@@ -46,7 +46,7 @@ def _trajectory(oracle: dict, case: str) -> tuple[list[float], dict[str, np.ndar
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     batch = MoleculeBatch(fixture_batch(), torch.from_numpy(outputs()["ft_reg_features_batch"]),
                           torch.from_numpy(oracle["targets"]), np.arange(len(oracle["targets"])))
-    step_settings = StepSettings("regression", settings["dist_coff"], dropout_draws="torch")
+    step_settings = FinetuneStepSettings("regression", settings["dist_coff"], dropout_draws="torch")
     np.random.seed(settings["seed"])  # upstream's global draws: depths (numpy), dropout masks (torch)
     torch.manual_seed(settings["seed"])
     losses, skipped = [], []

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kermt.data.sampling import epoch_order, epoch_plan
+from kermt.data.sampling import epoch_order, global_batches, worker_share
+
+
+def epoch_plan(num_molecules: int, batch_size: int, world_size: int, rank: int, seed: int, epoch: int) -> list:
+    """This worker's rows for every step of an epoch (``batch_size`` per worker), as the train loops take them."""
+    batches = global_batches(epoch_order(num_molecules, seed, epoch), batch_size * world_size)
+    return [worker_share(batch, rank, world_size) for batch in batches]
 
 
 def test_every_molecule_once_per_epoch_on_any_cluster_size():

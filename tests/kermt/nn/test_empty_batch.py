@@ -28,7 +28,7 @@ from kermt.nn.pretrain.model import KermtPretrainModel, PretrainBatch
 from kermt.nn.pretrain.vocab_heads import VocabTargets
 from kermt.nn.readout import Readout
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.train.step import StepSettings, predict, score, train_step, validation_loss
+from kermt.train.step import FinetuneStepSettings, predict, score, train_step, validation_loss
 from tests.kermt.nn.pretrain.test_model import FIXTURE_ENCODER, fixture_heads
 
 NONE = np.zeros(0, dtype=np.int64)
@@ -81,7 +81,7 @@ def test_train_step_on_an_empty_share_is_a_zero_step(molecules, mtl):
     optimizer = build_optimizer(model, 1e-3, 0.0, 1.0)
     scheduler = NoamLR(optimizer, NoamSchedule(1.0, 2, 1, 1e-3, 1e-3, 1e-3), 1.0)
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    step = train_step(model, optimizer, scheduler, molecules.batch(NONE), StepSettings("regression", 0.1, mtl),
+    step = train_step(model, optimizer, scheduler, molecules.batch(NONE), FinetuneStepSettings("regression", 0.1, mtl),
                       np.random.default_rng(0))
     assert step.label_loss_sum.item() == 0.0 and step.label_count.item() == 0.0
     for name, p in model.named_parameters():

@@ -16,7 +16,7 @@ from kermt.data.featurize import featurize_smiles
 from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.train.step import StepSettings, train_step
+from kermt.train.step import FinetuneStepSettings, train_step
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccccc1", "C1CCNCC1", "OC(=O)C(N)Cc1ccccc1"]
 
@@ -69,7 +69,7 @@ def test_a_train_step_reads_nothing_back_and_needs_no_collective(molecules, mtl,
     for counted_on_host in (True, False):
         model = _model(dropout, mtl)
         optimizer, scheduler = _trainer(model)
-        settings = StepSettings("regression", 0.1, mtl, dropout_draws=draws, seed=4)
+        settings = FinetuneStepSettings("regression", 0.1, mtl, dropout_draws=draws, seed=4)
         spec = model.kermt.aggregation_spec(training=True)
         batch = molecules.batch(rows, operators=spec, global_rows=global_rows if counted_on_host else None)
         steps = []

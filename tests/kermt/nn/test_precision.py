@@ -12,7 +12,7 @@ from kermt.data.dataset import MoleculeBatch
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.precision import autocast
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
-from kermt.train.step import StepSettings, train_step
+from kermt.train.step import FinetuneStepSettings, train_step
 from tests.kermt.nn.upstream_fixtures import (
     finetune_config_from_args,
     fixture_batch,
@@ -64,7 +64,7 @@ def test_a_bf16_step_keeps_float32_parameters_and_a_close_gradient():
         original_step = optimizer.step
         optimizer.step = lambda: None  # keep the gradients of the step to compare them
         torch.manual_seed(0)  # the same dropout masks
-        step = train_step(model, optimizer, scheduler, batch, StepSettings("regression", 0.1, precision=precision),
+        step = train_step(model, optimizer, scheduler, batch, FinetuneStepSettings("regression", 0.1, precision=precision),
                           np.random.default_rng(0))
         optimizer.step = original_step
         assert step.objective_share.dtype == torch.float32 and torch.isfinite(step.objective_share)

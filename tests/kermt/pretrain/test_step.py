@@ -26,7 +26,7 @@ from tests.kermt.loss_oracles import pretrain_loss
 from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.batch import build_step_batch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
-from kermt.pretrain.step import Distribution, PretrainStep, StepSettings, all_gather_with_grad
+from kermt.pretrain.step import Distribution, PretrainStep, PretrainStepSettings, all_gather_with_grad
 from tests.conftest import free_port
 from tests.kermt.pretrain.tiny_corpus import TINY_ENCODER, fixture_smiles, tiny_arrays, tiny_heads
 
@@ -86,7 +86,7 @@ def _train(mode: str, rank: int, world: int, per_rank_means: bool = False,
     if world > 1:
         wrapped = DistributedDataParallel(model)
         distribution = Distribution(world, rank, all_gather_with_grad(dist.new_group()))
-    settings = StepSettings(SEED, per_rank_means=per_rank_means, dropout_draws="per_molecule" if dropout else "torch")
+    settings = PretrainStepSettings(SEED, per_rank_means=per_rank_means, dropout_draws="per_molecule" if dropout else "torch")
     trainer = PretrainStep(wrapped, optimizer, scheduler, settings, distribution)
     for global_step, rows in enumerate(batches):
         trainer.train(build_step_batch(arrays, rows, rank, world, heads, SEED, global_step), global_step)
@@ -161,7 +161,7 @@ def test_operators_built_with_the_batch_change_no_number(mode: str) -> None:
         arrays, heads, model, optimizer, batches = _setup(mode, DROPOUT)
         spec = model.encoder.aggregation_spec(training=True) if collated else None
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-        trainer = PretrainStep(model, optimizer, scheduler, StepSettings(SEED, dropout_draws="per_molecule"))
+        trainer = PretrainStep(model, optimizer, scheduler, PretrainStepSettings(SEED, dropout_draws="per_molecule"))
         for global_step, rows in enumerate(batches[:3]):
             step = build_step_batch(arrays, rows, 0, 1, heads, SEED, global_step, operators=spec)
             if collated:
@@ -204,7 +204,7 @@ def test_a_pretraining_step_reads_nothing_back(mode: str) -> None:
     for."""
     arrays, heads, model, optimizer, batches = _setup(mode, DROPOUT)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    trainer = PretrainStep(model, optimizer, scheduler, StepSettings(SEED, dropout_draws="per_molecule"))
+    trainer = PretrainStep(model, optimizer, scheduler, PretrainStepSettings(SEED, dropout_draws="per_molecule"))
     spec = model.encoder.aggregation_spec(training=True)
     for global_step, rows in enumerate(batches[:3]):
         step = build_step_batch(arrays, rows, 0, 1, heads, SEED, global_step, operators=spec)
@@ -222,7 +222,7 @@ def test_a_bf16_step_stays_near_the_fp32_step(mode: str) -> None:
     for precision in ("fp32", "bf16"):
         arrays, heads, model, optimizer, batches = _setup(mode)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-        settings = StepSettings(SEED, dropout_draws="per_molecule", precision=precision)
+        settings = PretrainStepSettings(SEED, dropout_draws="per_molecule", precision=precision)
         trainer = PretrainStep(model, optimizer, scheduler, settings)
         spec = model.encoder.aggregation_spec(training=True)
         shares = [trainer.train(build_step_batch(arrays, rows, 0, 1, heads, SEED, step, operators=spec), step)

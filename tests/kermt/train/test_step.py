@@ -13,7 +13,7 @@ from torch import nn
 
 from kermt.data.dataset import MoleculeBatch
 from kermt.data.featurize import featurize_smiles
-from kermt.train.step import StepSettings, train_step
+from kermt.train.step import FinetuneStepSettings, train_step
 
 NAN = float("nan")
 ATOM = [[1.0, 2.0], [0.0, 1.0]]
@@ -49,7 +49,7 @@ def _step(rows: slice, mtl: bool, world_size: int = 1, global_counts: torch.Tens
     graph = featurize_smiles(["CO", "CCO"]).select(selected).batch_graph()
     batch = MoleculeBatch(graph, None, torch.tensor(TARGETS)[rows], selected)
     all_reduce = (lambda _: global_counts.clone()) if global_counts is not None else (lambda t: t)
-    return train_step(model, optimizer, scheduler, batch, StepSettings("regression", DIST, mtl), None, world_size,
+    return train_step(model, optimizer, scheduler, batch, FinetuneStepSettings("regression", DIST, mtl), None, world_size,
                       all_reduce)
 
 
