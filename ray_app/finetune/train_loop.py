@@ -37,12 +37,12 @@ from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask
 from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches, worker_share
 from kermt.data.scalers import StandardScaler
-from kermt.metrics import metric_direction
 from kermt.random_streams import Stream, depth_rng, stream_seed
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.train.step import FinetuneStepSettings, predict, score, snapshot, train_step, validation_loss
 from ray_app.common.train_worker import all_gather, all_reduce, print_placement, quiet_report_logs
+from ray_app.finetune.objective import Objective
 
 if TYPE_CHECKING:
     from ray_app.finetune.run_setup import StartingWeights
@@ -80,6 +80,11 @@ class MemberPlan:
     precision: str = "fp32"  # "bf16": forward under autocast (kermt.nn.precision)
     dropout_draws: str = "per_molecule"  # "torch": upstream's masks from torch's RNG (kermt.nn.keyed_dropout)
 
+    @property
+    def objective(self) -> Objective:
+        """What the best epoch is chosen by (and early stopping counts epochs without improvement of)."""
+        return Objective.of(self.metric, self.select_by_loss)
+
 
 @dataclass
 class Progress:
@@ -91,12 +96,6 @@ class Progress:
     best_epoch: int = -1
     bad_epochs: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def _improved(value: float, best: float, direction: str) -> bool:
-    if np.isnan(value):
-        return False
-    return np.isnan(best) or (value < best if direction == "min" else value > best)
 
 
 def _build(plan: MemberPlan) -> tuple[KermtFinetuneModel, torch.optim.Optimizer, NoamLR]:
@@ -234,8 +233,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     best = {"state": snapshot(model)}
     progress = _restore(model, optimizer, scheduler, best)
     model = ray.train.torch.prepare_model(model)
-    direction = "min" if plan.select_by_loss else metric_direction(plan.metric)
-    key = "val_loss" if plan.select_by_loss else f"val_{plan.metric}"
+    objective = plan.objective
     rank = ray.train.get_context().get_world_rank()
     print_placement(plan.label, progress.epoch, rank)
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
@@ -245,8 +243,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         metrics = {"epoch": progress.epoch, **train_metrics, **_validate(plan, model),
                    "lr": scheduler.get_last_lr()[-1], "train_time_s": trained - started,
                    "val_time_s": time.perf_counter() - trained}
-        if _improved(metrics[key], progress.best_value, direction):
-            progress.best_value, progress.best_epoch, progress.bad_epochs = metrics[key], progress.epoch, 0
+        if objective.better(metrics[objective.key], progress.best_value):
+            progress.best_value, progress.best_epoch, progress.bad_epochs = metrics[objective.key], progress.epoch, 0
             best["state"] = snapshot(model)
         else:
             progress.bad_epochs += 1

@@ -22,6 +22,7 @@ from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.settings import Source
+from ray_app.finetune.objective import Objective
 from ray_app.finetune.run_setup import RunSetup, features_width, fold_splits, model_config, resolve_setup
 from ray_app.finetune.trainable import train_member, trial_actor_resources
 from ray_app.tune.config import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
@@ -37,7 +38,7 @@ from ray_app.tune.results import (
     trial_rows,
     write_best,
 )
-from ray_app.tune.trial import OBJECTIVE, Objective, TuneTrial
+from ray_app.tune.trial import OBJECTIVE, TuneTrial
 
 class TrialLines(tune.Callback):
     """One line per finished trial (instead of Tune's tables, which repeat every few seconds); a completed
@@ -68,7 +69,7 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     base = config.finetune_base()
     workers_flag = "--num_workers_per_trial" if config.num_workers_per_trial else "--num_workers"
     setup = resolve_setup(base, finetune_sources(config, sources), workers_flag)
-    objective = Objective.of(setup)
+    objective = Objective.of(setup.metric, setup.config.select_by_loss)
     concurrency = concurrent_runs(config.max_concurrent_trials, base.min_workers, base.use_gpu, config.n_trials)
     print(f"dataset_type={setup.dataset_type} metric={setup.metric} objective={objective.key} ({objective.mode})\n"
           f"search space ({config.search_space or 'hpo_mode ' + (config.hpo_mode or 'all')}):\n  "

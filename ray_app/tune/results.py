@@ -21,9 +21,10 @@ import yaml
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.objective import Objective
 from ray_app.tune.search_space import trial_settings
 from ray_app.finetune.trainable import RESULT_FILE, download_files
-from ray_app.tune.trial import COMPLETED, OBJECTIVE, Objective, trial_directory
+from ray_app.tune.trial import COMPLETED, OBJECTIVE, trial_directory
 
 COMPLETED_STATUS, STOPPED, FAILED, UNFINISHED = "completed", "stopped early", "failed", "unfinished"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours actor names in its error texts

@@ -15,7 +15,7 @@ training again.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,12 +23,12 @@ import numpy as np
 from pydantic import ValidationError
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from kermt.metrics import metric_direction
 from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.members import member_test_predictions
+from ray_app.finetune.objective import Objective
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
 from ray_app.finetune.trainable import Member, MemberTrial
@@ -36,25 +36,6 @@ from ray_app.tune.search_space import trial_settings
 
 OBJECTIVE = "objective"  # best validation value so far (per epoch) / of the trial (final result)
 COMPLETED = "completed"  # only in a trial's final result: it trained every epoch and saved its model
-
-
-@dataclass(frozen=True)
-class Objective:
-    """What a sweep optimises: ``key`` is the per-epoch validation column, ``mode`` "min" or "max"."""
-
-    key: str
-    mode: str
-
-    @staticmethod
-    def of(setup: RunSetup) -> "Objective":
-        if setup.config.select_by_loss:
-            return Objective("val_loss", "min")
-        return Objective(f"val_{setup.metric}", metric_direction(setup.metric))
-
-    def better(self, value: float, best: float) -> bool:
-        if math.isnan(value):
-            return False
-        return math.isnan(best) or (value < best if self.mode == "min" else value > best)
 
 
 class ObjectiveReport(TuneReportCallback):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from ray import tune
 
+from ray_app.finetune.objective import Objective
 from ray_app.tune.driver import _scheduler
 from ray_app.tune.results import COMPLETED_STATUS, epochs_run, outcome
-from ray_app.tune.trial import COMPLETED, Objective
+from ray_app.tune.trial import COMPLETED
 
 EPOCHS = 4  # ASHA rung at epoch 1 only (the last rung stays before the last epoch)
 
