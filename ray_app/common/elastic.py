@@ -13,9 +13,9 @@ A lost node's address refuses (or stays silent) at once; a live one accepts even
 the kernel completes the connection whatever the process is doing. Ray already needs every node's raylet port
 reachable from the other nodes (the GCS health-checks the raylet on it), wherever the Train controller runs.
 
-Ray's private names used here (Ray 2.60): ``ElasticScalingPolicy`` and its ``_get_reserved_resources()`` (per-node
-reserved resources keyed by node id), and the ``scaling_policy`` keyword that ``DataParallelTrainer.fit`` passes to
-``_initialize_and_run_controller``.
+Ray's private names used here are described, and checked against the installed Ray, in ray_app/common/ray_internals.py
+(``ElasticScalingPolicy``, its ``_get_reserved_resources()``, the ``scaling_policy`` keyword of
+``_initialize_and_run_controller``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import ray
 from ray.train.torch import TorchTrainer
-from ray.train.v2._internal.execution.scaling_policy import ElasticScalingPolicy
+
+from ray_app.common.ray_internals import SCALING_POLICY_KEYWORD, elastic_scaling_policy
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ def _accepts_connection(host: str, port: int, timeout_s: float) -> bool:
             return True
     except OSError:
         return False
+
+
+ElasticScalingPolicy = elastic_scaling_policy()
 
 
 class LiveNodesElasticPolicy(ElasticScalingPolicy):
@@ -100,8 +104,8 @@ class ElasticTorchTrainer(TorchTrainer):
     unchanged."""
 
     def _initialize_and_run_controller(self, **controller_init_kwargs):
-        if type(controller_init_kwargs.get("scaling_policy")) is ElasticScalingPolicy:
-            controller_init_kwargs["scaling_policy"] = LiveNodesElasticPolicy(self.scaling_config)
+        if type(controller_init_kwargs.get(SCALING_POLICY_KEYWORD)) is ElasticScalingPolicy:
+            controller_init_kwargs[SCALING_POLICY_KEYWORD] = LiveNodesElasticPolicy(self.scaling_config)
         return super()._initialize_and_run_controller(**controller_init_kwargs)
 
 

@@ -61,6 +61,21 @@ def train_report_logger() -> logging.Logger | None:
 TRAIN_PRINT_PATCH_VARIABLE = "RAY_TRAIN_ENABLE_PRINT_PATCH"
 TRAIN_PREEMPTION_WATCHER_VARIABLE = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
+# --- Elastic training ---------------------------------------------------------------------------------------------
+
+# Ray Train V2's elastic scaling policy lives in this private module; it sizes a worker group from its
+# ``_get_reserved_resources()`` ({node id hex, as in ray.nodes(): resources}, the autoscaling coordinator's
+# reservation), and DataParallelTrainer.fit passes the policy it chose to ``_initialize_and_run_controller`` as the
+# ``scaling_policy`` keyword (ray_app/common/elastic.py overrides both).
+ELASTIC_POLICY_MODULE = "ray.train.v2._internal.execution.scaling_policy"
+SCALING_POLICY_KEYWORD = "scaling_policy"
+
+
+def elastic_scaling_policy() -> type:
+    """Ray Train's ``ElasticScalingPolicy`` class (imported when asked: this module loads before Ray)."""
+    return importlib.import_module(ELASTIC_POLICY_MODULE).ElasticScalingPolicy
+
+
 # --- Ctrl-C -----------------------------------------------------------------------------------------------------
 
 # Ray Tune's run (ray.tune.tune._setup_signal_catching) installs no SIGINT handler when this variable is "1", and

@@ -116,6 +116,19 @@ class _Records(logging.Handler):
         self.messages.append(str(record.msg))  # the filter in interrupt.py reads record.msg too
 
 
+def test_the_elastic_policy_sizes_from_its_reserved_resources_and_reaches_the_controller_by_keyword():
+    policy = _private(internals.ELASTIC_POLICY_MODULE, "ElasticScalingPolicy")
+    assert internals.elastic_scaling_policy() is policy
+    assert callable(getattr(policy, "_get_reserved_resources", None)), \
+        f"ElasticScalingPolicy._get_reserved_resources is gone (elastic.py filters it); {UPGRADED}"
+    from ray.train.torch import TorchTrainer
+
+    fit = inspect.getsource(TorchTrainer.fit)
+    assert callable(getattr(TorchTrainer, "_initialize_and_run_controller", None)), UPGRADED
+    assert f"{internals.SCALING_POLICY_KEYWORD}=" in fit, \
+        f"fit() no longer passes {internals.SCALING_POLICY_KEYWORD}= to the controller; {UPGRADED}"
+
+
 def test_tune_leaves_sigint_alone_when_told_and_always_stops_gracefully_on_sigusr1(monkeypatch):
     setup = _private("ray.tune.tune", "_setup_signal_catching")
     tune_logger, records = logging.getLogger(internals.TUNE_LOGGER), _Records()
