@@ -1,0 +1,28 @@
+"""Calibrated uncertainty for regression: split conformal intervals from an ensemble's mean and spread, and the
+metrics that say whether an uncertainty can be trusted (pure numpy/scipy; no ray).
+
+* :mod:`kermt.uncertainty.conformal`: :class:`Calibration` (one task's nonconformity scores, fitted on labelled
+  molecules the model did not train on) and :func:`intervals` (lower/upper bounds at any level, served from the same
+  calibration). Normalised conformal (scores ``|y - mu| / sigma``: intervals adapt per molecule) is the default;
+  plain conformal (one width for every molecule) is there for comparison and for single models (no spread).
+* :mod:`kermt.uncertainty.calibration_file`: a model's calibrations as JSON (no pickle), written atomically.
+* :mod:`kermt.uncertainty.metrics`: coverage, width, miscalibration area, ENCE, Spearman, Gaussian NLL.
+
+What the guarantee is (and is not): docs/uncertainty.md.
+"""
+
+from kermt.uncertainty.calibration_file import CALIBRATION_FORMAT, load_calibrations, save_calibrations
+from kermt.uncertainty.conformal import (
+    DEFAULT_METHOD,
+    METHODS,
+    MIN_CALIBRATION_ROWS,
+    Calibration,
+    check_level,
+    fit_calibration,
+    intervals,
+)
+
+__all__ = [
+    "CALIBRATION_FORMAT", "DEFAULT_METHOD", "METHODS", "MIN_CALIBRATION_ROWS", "Calibration", "check_level",
+    "fit_calibration", "intervals", "load_calibrations", "save_calibrations",
+]

@@ -1,0 +1,74 @@
+"""A model's calibrations as one JSON file (no pickle: a calibration is numbers a reader can check by eye).
+
+Layout: ``{"format": "kermt-calibration", "version": 1, "source": "...", "tasks": {task: {"method", "scores",
+"z_scale", "sigma_floor"}}}``. Written atomically (a reader never sees half a file); read with errors that name
+the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kermt.data import atomic_files
+from kermt.errors import UserError
+from kermt.uncertainty.conformal import METHODS, Calibration
+
+CALIBRATION_FORMAT = "kermt-calibration"
+CALIBRATION_VERSION = 1
+
+
+def save_calibrations(path: str, calibrations: Mapping[str, Calibration], source: str) -> None:
+    """Write every task's calibration to ``path``; ``source``: what they were fitted on (e.g. "fold_0 validation
+    split, 2 members")."""
+    tasks = {name: {"method": c.method, "n": c.n, "scores": list(c.scores), "z_scale": c.z_scale,
+                    "sigma_floor": c.sigma_floor} for name, c in calibrations.items()}
+    record = {"format": CALIBRATION_FORMAT, "version": CALIBRATION_VERSION, "source": source, "tasks": tasks}
+    atomic_files.write_text(path, json.dumps(record, indent=1, allow_nan=False) + "\n")
+
+
+def load_calibrations(path: str) -> dict[str, Calibration]:
+    """Every task's calibration in ``path``; a missing, unreadable or malformed file is a :class:`UserError`."""
+    try:
+        record = json.loads(atomic_files.read_text(path))
+    except FileNotFoundError as error:
+        raise UserError(f"calibration file {path} does not exist") from error
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"calibration file {path} is not readable JSON: {error}") from error
+    if not isinstance(record, dict) or record.get("format") != CALIBRATION_FORMAT:
+        raise UserError(f"calibration file {path}: key 'format' is not {CALIBRATION_FORMAT!r}: not a kermt "
+                        "calibration")
+    if record.get("version") != CALIBRATION_VERSION:
+        raise UserError(f"calibration file {path}: key 'version' is {record.get('version')!r}; this kermt reads "
+                        f"version {CALIBRATION_VERSION}")
+    tasks = record.get("tasks")
+    if not isinstance(tasks, dict) or not tasks:
+        raise UserError(f"calibration file {path}: key 'tasks' must map each task name to its calibration")
+    return {name: _calibration(path, name, entry) for name, entry in tasks.items()}
+
+
+def _calibration(path: str, task: str, entry: Any) -> Calibration:
+    where = f"calibration file {path}: key 'tasks.{task}"
+    if not isinstance(entry, dict):
+        raise UserError(f"{where}' must be an object")
+    method, scores = entry.get("method"), entry.get("scores")
+    if method not in METHODS:
+        raise UserError(f"{where}.method' is {method!r}, not one of {', '.join(METHODS)}")
+    if not isinstance(scores, list) or not scores or not all(_number(s) and s >= 0 for s in scores):
+        raise UserError(f"{where}.scores' must be a non-empty list of non-negative numbers")
+    if scores != sorted(scores):
+        raise UserError(f"{where}.scores' must be sorted ascending")
+    for key in ("z_scale", "sigma_floor"):
+        if entry.get(key) is not None and not (_number(entry[key]) and entry[key] > 0):
+            raise UserError(f"{where}.{key}' must be a positive number or null")
+    if method != "plain" and entry.get("sigma_floor") is None:
+        raise UserError(f"{where}.sigma_floor' is missing: a {method} calibration needs it")
+    if method == "zscaling" and entry.get("z_scale") is None:
+        raise UserError(f"{where}.z_scale' is missing: a zscaling calibration needs it")
+    return Calibration(task=task, method=method, scores=tuple(float(s) for s in scores),
+                       z_scale=entry.get("z_scale"), sigma_floor=entry.get("sigma_floor"))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

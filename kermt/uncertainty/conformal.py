@@ -1,0 +1,133 @@
+"""Split conformal regression: one task's calibration and the intervals it gives.
+
+A calibration is fitted on labelled molecules the model never trained on (a finetune's validation split, or a
+user's own assay file). Each molecule gets a nonconformity score; an interval at level ``1 - alpha`` is the
+prediction widened by the finite-sample conformal quantile of those scores, the ``ceil((n + 1)(1 - alpha))``-th
+smallest of ``n``. Only the sorted scores are kept, so one calibration serves any ``--interval`` level later.
+
+Methods (the name is stored with the calibration):
+
+* ``normalised`` (default): score ``|y - mu| / sigma``, interval ``mu ± q·sigma``: narrow where the ensemble agrees,
+  wide where it does not. ``sigma`` is floored at :data:`SIGMA_FLOOR_FRACTION` of the calibration set's median
+  spread, the same floor at calibration and at prediction, so a molecule whose members happen to agree exactly still
+  gets an interval (and the score of such a molecule stays finite).
+* ``plain``: score ``|y - mu|``, one width for every molecule (the comparison, and the only choice with one model
+  per fold: its spread is 0).
+* ``zscaling``: ``sigma`` scaled by the factor that minimises the Gaussian NLL on the calibration set
+  (``s² = mean(r² / sigma²)``), interval ``mu ± z·s·sigma``; no coverage guarantee, kept for NLL and comparison.
+
+NaN/inf or negative spreads are an error, never floored: they mean something upstream went wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+from kermt.errors import UserError
+
+NORMALISED, PLAIN, ZSCALING = "normalised", "plain", "zscaling"
+METHODS = (NORMALISED, PLAIN, ZSCALING)
+DEFAULT_METHOD = NORMALISED
+MIN_CALIBRATION_ROWS = 20  # below this the conformal quantile of a 90 % interval is the largest score or undefined
+SIGMA_FLOOR_FRACTION = 0.01  # of the median calibration spread: a floor that only exact ties ever reach
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One task's calibration. ``scores``: the sorted nonconformity scores (the method's), ``n`` of them;
+    ``z_scale``: the NLL-fitted factor for sigma (None without a spread); ``sigma_floor``: the smallest sigma used
+    (None for ``plain``)."""
+
+    task: str
+    method: str
+    scores: tuple[float, ...]
+    z_scale: float | None
+    sigma_floor: float | None
+
+    @property
+    def n(self) -> int:
+        return len(self.scores)
+
+    def quantile(self, level: float) -> float:
+        """The finite-sample conformal quantile for a ``level`` interval: the ceil((n+1)·level)-th smallest score."""
+        check_level(level)
+        rank = math.ceil((self.n + 1) * level - 1e-9)  # 1e-9: (n+1)·level that is an integer must not round up
+        if rank > self.n:
+            needed = math.ceil(level / (1 - level) - 1e-9)
+            raise UserError(f"--interval {level}: task {self.task!r} was calibrated on {self.n} molecules, and a "
+                            f"{level} interval needs at least {needed}; ask for a lower level or recalibrate on more "
+                            "labelled molecules")
+        return self.scores[rank - 1]
+
+    def calibrated_sigma(self, sigma: np.ndarray) -> np.ndarray:
+        """sigma scaled for NLL (z-scaling); needs a spread."""
+        if self.z_scale is None:
+            raise UserError(f"task {self.task!r}: its calibration has no spread to scale (one model per fold)")
+        return self.z_scale * np.asarray(sigma, dtype=np.float64)
+
+
+def check_level(level: float) -> None:
+    if not (isinstance(level, (int, float)) and 0.0 < float(level) < 1.0):
+        raise UserError(f"--interval {level}: an interval level must lie strictly between 0 and 1 (e.g. 0.9)")
+
+
+def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray | None,
+                    method: str = DEFAULT_METHOD, source: str = "the calibration set") -> Calibration:
+    """Fit one task's calibration on ``mu`` (predictions), ``y`` (labels, NaN = unlabelled: skipped) and ``sigma``
+    (the ensemble's spread; None for a single model). ``source`` names the file/split in error messages."""
+    if method not in METHODS:
+        raise UserError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
+    mu, y = np.asarray(mu, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    labelled = ~np.isnan(y)
+    n = int(labelled.sum())
+    if n < MIN_CALIBRATION_ROWS:
+        raise UserError(f"{source}: column {task!r} has {n} labelled molecule(s); a calibration needs at least "
+                        f"{MIN_CALIBRATION_ROWS}: use a larger validation split (--split_sizes) or a calibration file "
+                        "with more labelled rows")
+    if not np.isfinite(mu[labelled]).all():
+        raise UserError(f"{source}: column {task!r}: a labelled molecule has no finite prediction")
+    residual = np.abs(y[labelled] - mu[labelled])
+    spread = None if sigma is None else _checked_sigma(np.asarray(sigma, dtype=np.float64)[labelled], task, source)
+    if method != PLAIN and (spread is None or not (spread > 0).any()):
+        raise UserError(f"{source}: column {task!r}: method {method!r} needs an ensemble's spread, and every sigma "
+                        "is 0 (one model per fold); use method 'plain' or train --ensemble_size 2 or more")
+    floor = None if spread is None or not (spread > 0).any() else \
+        SIGMA_FLOOR_FRACTION * float(np.median(spread[spread > 0]))
+    z_scale = None if floor is None else float(np.sqrt(np.mean((residual / np.maximum(spread, floor)) ** 2)))
+    scores = residual if method == PLAIN else residual / np.maximum(spread, floor)
+    return Calibration(task=task, method=method, scores=tuple(float(s) for s in np.sort(scores)), z_scale=z_scale,
+                       sigma_floor=None if method == PLAIN else floor)
+
+
+def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None,
+              level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) at ``level`` for predictions ``mu`` with spreads ``sigma``; NaN where ``mu`` is NaN (invalid
+    molecules)."""
+    mu = np.asarray(mu, dtype=np.float64)
+    if calibration.method == PLAIN:
+        half = np.full_like(mu, calibration.quantile(level))
+    else:
+        if sigma is None:
+            raise UserError(f"task {calibration.task!r}: its {calibration.method} calibration needs the ensemble's "
+                            "spread")
+        spread = np.asarray(sigma, dtype=np.float64)
+        valid = ~np.isnan(mu)
+        _checked_sigma(spread[valid], calibration.task, "the predictions")
+        if calibration.method == NORMALISED:
+            half = calibration.quantile(level) * np.maximum(spread, calibration.sigma_floor)
+        else:
+            check_level(level)
+            half = norm.ppf(0.5 + level / 2) * calibration.calibrated_sigma(spread)
+    return mu - half, mu + half
+
+
+def _checked_sigma(sigma: np.ndarray, task: str, source: str) -> np.ndarray:
+    bad = ~np.isfinite(sigma) | (sigma < 0)
+    if bad.any():
+        raise UserError(f"{source}: column {task!r}: {int(bad.sum())} sigma value(s) are NaN, infinite or negative "
+                        f"(first: {sigma[bad][0]}); an ensemble's spread must be finite and >= 0")
+    return sigma

@@ -1,0 +1,91 @@
+"""Metrics of a regression uncertainty on labelled molecules, one task at a time. Rows without a label (NaN) or
+without a prediction are left out. Each takes numpy arrays of one task: ``y`` labels, ``mu`` predictions,
+``sigma`` spreads (calibrated or not), ``lower``/``upper`` interval bounds.
+
+``miscalibration_area`` and ``ence`` read ``sigma`` as a Gaussian standard deviation, as chemprop's evaluators do,
+so a spread that is right up to a constant factor scores badly until it is z-scaled."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm, spearmanr
+
+
+def _kept(*arrays: np.ndarray) -> list[np.ndarray]:
+    values = [np.asarray(a, dtype=np.float64) for a in arrays]
+    keep = np.all([np.isfinite(v) for v in values], axis=0)
+    return [v[keep] for v in values]
+
+
+def coverage(y: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
+    """The fraction of labelled molecules whose label lies inside [lower, upper]."""
+    y, lower, upper = _kept(y, lower, upper)
+    return float(np.mean((lower <= y) & (y <= upper))) if len(y) else float("nan")
+
+
+def mean_width(lower: np.ndarray, upper: np.ndarray) -> float:
+    lower, upper = _kept(lower, upper)
+    return float(np.mean(upper - lower)) if len(lower) else float("nan")
+
+
+def width_over_rmse(y: np.ndarray, mu: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
+    """Mean width relative to the model's own error: how wide the intervals are for the accuracy the model has."""
+    y, mu, lower, upper = _kept(y, mu, lower, upper)
+    if not len(y):
+        return float("nan")
+    return float(np.mean(upper - lower) / np.sqrt(np.mean((y - mu) ** 2)))
+
+
+def miscalibration_area(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray, levels: int = 101) -> float:
+    """Area between the observed fraction inside the central Gaussian interval and the expected fraction, over
+    expected fractions 0..1 (0: perfectly calibrated; at most 0.5)."""
+    y, mu, sigma = _kept(y, mu, sigma)
+    if not len(y):
+        return float("nan")
+    expected = np.linspace(0.0, 1.0, levels)
+    z = np.abs(y - mu) / np.maximum(sigma, np.finfo(np.float64).tiny)
+    observed = np.array([np.mean(z <= norm.ppf(0.5 + p / 2)) for p in expected])
+    return float(np.trapezoid(np.abs(observed - expected), expected))
+
+
+def ence(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray, bins: int = 10) -> float:
+    """Expected normalised calibration error: molecules sorted by sigma into ``bins`` equal-count bins; the mean
+    over bins of |RMV - RMSE| / RMV (RMV: root mean variance of the bin)."""
+    y, mu, sigma = _kept(y, mu, sigma)
+    if len(y) < bins:
+        return float("nan")
+    order = np.argsort(sigma, kind="stable")
+    errors = []
+    for part in np.array_split(order, bins):
+        rmv = np.sqrt(np.mean(sigma[part] ** 2))
+        rmse = np.sqrt(np.mean((y[part] - mu[part]) ** 2))
+        errors.append(abs(rmv - rmse) / rmv if rmv > 0 else np.nan)
+    return float(np.nanmean(errors)) if not np.isnan(errors).all() else float("nan")
+
+
+def error_sigma_spearman(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> float:
+    """Spearman rank correlation of |error| with sigma: does the model know where it is wrong?"""
+    y, mu, sigma = _kept(y, mu, sigma)
+    if len(y) < 2 or np.ptp(sigma) == 0:
+        return float("nan")
+    return float(spearmanr(np.abs(y - mu), sigma).statistic)
+
+
+def gaussian_nll(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> float:
+    """Mean negative log-likelihood of the labels under N(mu, sigma²)."""
+    y, mu, sigma = _kept(y, mu, sigma)
+    if not len(y) or (sigma <= 0).any():
+        return float("nan")
+    return float(-np.mean(norm.logpdf(y, loc=mu, scale=sigma)))
+
+
+def interval_report(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray | None, lower: np.ndarray,
+                    upper: np.ndarray) -> dict[str, float]:
+    """Every metric of one task: coverage, mean_width, width_over_rmse, and with a spread, miscalibration_area,
+    ence, spearman and nll (of ``sigma`` as given: pass the z-scaled sigma for a calibrated NLL)."""
+    report = {"coverage": coverage(y, lower, upper), "mean_width": mean_width(lower, upper),
+              "width_over_rmse": width_over_rmse(y, mu, lower, upper)}
+    if sigma is not None:
+        report.update(miscalibration_area=miscalibration_area(y, mu, sigma), ence=ence(y, mu, sigma),
+                      spearman=error_sigma_spearman(y, mu, sigma), nll=gaussian_nll(y, mu, sigma))
+    return report
