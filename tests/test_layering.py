@@ -26,13 +26,14 @@ def test_kermt_never_imports_ray():
 
 
 # Which ray_app subpackages each one may import (besides itself): tune -> finetune -> common, screening -> common,
-# pretrain -> finetune (run ids) -> common. ray_app.cli sits on top of all of them.
+# pretrain -> finetune (run ids) -> common, serve -> screening -> common. ray_app.cli sits on top of all of them.
 ALLOWED = {
     "common": set(),
     "finetune": {"common"},
     "tune": {"common", "finetune"},
     "screening": {"common"},
     "pretrain": {"common", "finetune"},  # finetune: run ids (resume)
+    "serve": {"common", "screening"},  # screening: the names kermt predict writes (<task>_std)
 }
 
 

@@ -13,18 +13,19 @@ from typing import Any, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
-def parse_worker_range(value: Any) -> tuple[int, int]:
-    """``2`` or ``"2"`` -> (2, 2); ``"1-4"`` -> (1, 4). A ValueError names what is wrong."""
+def parse_worker_range(value: Any, setting: str = "num_workers", unit: str = "worker") -> tuple[int, int]:
+    """``2`` or ``"2"`` -> (2, 2); ``"1-4"`` -> (1, 4). A ValueError names what is wrong (``setting``, ``unit``:
+    the flag and what it counts, e.g. ``num_replicas``/``replica`` for `kermt serve`)."""
     text = str(value).strip()
     low, dash, high = text.partition("-")
     try:
         bounds = (int(low), int(high) if dash else int(low))
     except ValueError:
-        raise ValueError(f"num_workers {text!r}: give a number of workers (2) or a range MIN-MAX (1-4)") from None
+        raise ValueError(f"{setting} {text!r}: give a number of {unit}s (2) or a range MIN-MAX (1-4)") from None
     if bounds[0] < 1:
-        raise ValueError(f"num_workers {text!r}: at least 1 worker")
+        raise ValueError(f"{setting} {text!r}: at least 1 {unit}")
     if bounds[0] > bounds[1]:
-        raise ValueError(f"num_workers {text!r}: MIN {bounds[0]} is larger than MAX {bounds[1]}; give MIN-MAX with "
+        raise ValueError(f"{setting} {text!r}: MIN {bounds[0]} is larger than MAX {bounds[1]}; give MIN-MAX with "
                          "MIN <= MAX")
     return bounds
 

@@ -1,0 +1,81 @@
+"""Settings of `kermt serve`: which models, where to listen, how replicas batch and scale.
+
+``--checkpoint_dir`` is the default model (``POST /predict``), named ``--name``; ``--model NAME=DIR_OR_URI ...``
+adds more (``POST /models/NAME/predict``). Each is a finetune run's directory (every member: an ensemble), one
+``.pt`` file or a native checkpoint directory, local or a URI (s3://, hf://, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ray_app.common.data_parallel import parse_worker_range
+
+DEFAULT_HOST = "127.0.0.1"  # loopback unless --host says otherwise: the API has no authentication yet
+
+
+def parse_replica_range(value: Any) -> tuple[int, int]:
+    """``2`` -> (2, 2); ``"1-4"`` -> (1, 4): model replicas, a range autoscales between its bounds."""
+    return parse_worker_range(value, "num_replicas", "replica")
+
+
+def parse_model_entry(entry: str) -> tuple[str, str]:
+    """``NAME=DIR_OR_URI`` -> (NAME, DIR_OR_URI)."""
+    name, equals, source = entry.partition("=")
+    if not equals or not name.strip() or not source.strip():
+        raise ValueError(f"model {entry!r}: give NAME=DIR_OR_URI (e.g. solubility=runs/sol)")
+    if "/" in name:
+        raise ValueError(f"model {entry!r}: the name {name!r} appears in URLs (/models/NAME/predict); no '/'")
+    return name.strip(), source.strip()
+
+
+class ServeConfig(BaseModel):
+    """`kermt serve`. Field names are the flag names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checkpoint_dir: Optional[str] = Field(None, description="the default model: a finetune run's directory "
+                                          "(ensemble), a .pt file or a native checkpoint directory (path or URI)")
+    name: str = Field("default", description="name of the --checkpoint_dir model (/models/NAME/predict)")
+    model: Optional[list[str]] = Field(None, description="more models: NAME=DIR_OR_URI ... (one flag, several "
+                                       "entries); without --checkpoint_dir the first is the default")
+    host: str = Field(DEFAULT_HOST, description="address to listen on (0.0.0.0: every interface)")
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port")
+    num_replicas: Union[str, int] = Field(1, description="replicas per model: N, or MIN-MAX to autoscale")
+    max_batch_size: int = Field(16, ge=1, description="requests one model replica call takes together")
+    batch_wait_timeout_s: float = Field(0.01, ge=0, description="how long a replica waits to fill a batch")
+    batch_size: int = Field(32, ge=1, description="molecules per model forward, as kermt predict --batch_size")
+    max_request_molecules: int = Field(1000, ge=1, description="SMILES one request may hold (more: HTTP 413)")
+    trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
+    address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
+    app_name: str = Field("kermt", description="the Serve application's name on the cluster (one app per name)")
+
+    @field_validator("num_replicas", mode="before")
+    @classmethod
+    def _replicas(cls, value: Any) -> int | str:
+        low, high = parse_replica_range(value)
+        return low if low == high else f"{low}-{high}"
+
+    @model_validator(mode="after")
+    def _models(self) -> "ServeConfig":
+        if self.checkpoint_dir is None and not self.model:
+            raise ValueError("give --checkpoint_dir DIR (the default model) or --model NAME=DIR ...")
+        names = [name for name, _ in self.model_sources()]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"model names {repeated} are given twice (--name and --model must differ)")
+        return self
+
+    def model_sources(self) -> list[tuple[str, str]]:
+        """(name, path or URI) of every model, the default first."""
+        own = [(self.name, self.checkpoint_dir)] if self.checkpoint_dir is not None else []
+        return own + [parse_model_entry(entry) for entry in self.model or ()]
+
+    @property
+    def replica_range(self) -> tuple[int, int]:
+        return parse_replica_range(self.num_replicas)
+
+
+__all__ = ["DEFAULT_HOST", "ServeConfig", "parse_model_entry", "parse_replica_range"]

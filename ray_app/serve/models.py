@@ -1,0 +1,77 @@
+"""The models a `kermt serve` app holds, read once on the driver with the library code `kermt predict` uses.
+
+A source is what ``kermt predict`` takes: a finetune run's directory (every member's best model: an ensemble), a
+native checkpoint directory or one ``.pt`` file. Checkpoints are read safely (no pickle unless
+``--trust_checkpoint``) and checked here, before Ray Serve starts, so a wrong path costs a second; the replicas get
+the members through the object store and never read the driver's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from kermt.checkpoint import Checkpoint, is_native_checkpoint
+from kermt.checkpoint.upstream import file_sha256
+from kermt.errors import UserError, user_input
+from kermt.inference import find_checkpoints, plan_features, read_members, task_names
+from kermt.inputs import check_checkpoint_file
+from ray_app.serve.schemas import MemberInfo, ModelInfo
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model of the app: its members and the molecule features they were trained with."""
+
+    name: str
+    members: list[Checkpoint]
+    features_generator: tuple[str, ...]
+    info: ModelInfo
+
+    @property
+    def batch_independent(self) -> bool:
+        """True when a molecule's prediction does not depend on its batch mates (``zero`` padding): only then may
+        one forward mix molecules of different requests (docs/numerics.md#padding-modes)."""
+        return self.info.padding == "zero"
+
+
+def member_paths(source: str | Path) -> list[Path]:
+    """A run directory's members, or the one checkpoint (file or native directory) ``source`` is."""
+    path = Path(source)
+    if path.is_dir() and not is_native_checkpoint(path):
+        return find_checkpoints(path)
+    return [path]
+
+
+def checkpoint_sha256(path: Path) -> str:
+    """A file's sha256; for a native directory, the sha256 of its files' relative names and sha256s, in order."""
+    if path.is_file():
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path).as_posix()}\0{file_sha256(file)}\n".encode())
+    return digest.hexdigest()
+
+
+def load_served_model(name: str, source: str | Path, *, default: bool, trust_checkpoint: bool) -> ServedModel:
+    """Read and check the members of model ``name`` (a UserError names the model and the file)."""
+    with user_input():
+        paths = member_paths(source)
+        for path in paths:
+            check_checkpoint_file(path, f"model {name!r}")
+        members = read_members(paths, trust_pickle=trust_checkpoint)
+        plan = plan_features([m.spec for m in members])
+    specs = [m.spec for m in members]
+    paddings = {s.encoder.padding for s in specs}
+    if len(paddings) > 1:
+        raise UserError(f"model {name!r}: members were trained with different padding modes {sorted(paddings)}")
+    first = specs[0]
+    info = ModelInfo(name=name, default=default, tasks=list(task_names(first)), dataset_type=first.head.dataset_type,
+                     features_generator=list(plan.generator), features_scaling=first.features_scaler is not None,
+                     padding=paddings.pop(),
+                     members=[MemberInfo(path=str(m.path), sha256=checkpoint_sha256(Path(m.path))) for m in members])
+    return ServedModel(name, members, tuple(plan.generator), info)
+
+
+__all__ = ["ServedModel", "checkpoint_sha256", "load_served_model", "member_paths"]

@@ -1,0 +1,84 @@
+"""Model replicas: the ensemble loaded once per replica, requests batched across clients with ``@serve.batch``.
+
+A batch is the requests that arrived within ``batch_wait_timeout_s`` (at most ``max_batch_size`` of them). How
+their molecules share forwards follows the batch rule of `kermt predict` (:mod:`kermt.inference`), so a client's
+numbers never depend on what other clients sent:
+
+* ``zero`` padding (each molecule independent of its batch mates): all molecules of the batch go through one
+  ``Ensemble.predict`` in forwards of ``batch_size`` molecules;
+* ``upstream`` padding (a molecule's output depends on its batch's largest atom degree,
+  docs/numerics.md#batch-composition): each request is its own block, cut into forwards of ``batch_size``
+  consecutive molecules, exactly as `kermt predict --batch_size B` cuts a file holding that request's SMILES.
+
+Featurisation (RDKit) runs in the replica; an invalid SMILES is its own entry with RDKit's reason, never an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+from ray import serve
+
+from kermt.data.featurize import featurize_smiles
+from kermt.inference import Ensemble
+from ray_app.screening.stream import STD_SUFFIX  # <task>_std, as `kermt predict --uncertainty` names it
+from ray_app.serve.models import ServedModel
+from ray_app.serve.schemas import PredictJob
+
+
+def _value(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def _entries(ensemble: Ensemble, job: PredictJob, reasons: Sequence[str | None], mean: np.ndarray,
+             std: np.ndarray) -> list[dict]:
+    """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then the tasks (and their std)."""
+    out = []
+    for i, smiles in enumerate(job.smiles):
+        entry = {"smiles": smiles, "valid": reasons[i] is None, "error": reasons[i]}
+        entry.update({task: _value(mean[i, t]) for t, task in enumerate(ensemble.task_names)})
+        if job.uncertainty:
+            entry.update({task + STD_SUFFIX: _value(std[i, t]) for t, task in enumerate(ensemble.task_names)})
+        out.append(entry)
+    return out
+
+
+def predict_jobs(ensemble: Ensemble, features_generator: Sequence[str], jobs: Sequence[PredictJob],
+                 batch_size: int, merge: bool) -> list[list[dict]]:
+    """Every job's entries, in input order. ``merge``: one block for all jobs (batch-independent models only)."""
+    blocks = [list(jobs)] if merge else [[job] for job in jobs]
+    results: list[list[dict]] = []
+    for block in blocks:
+        smiles = [s for job in block for s in job.smiles]
+        molecules = featurize_smiles(smiles, features_generator)
+        prediction = ensemble.predict(molecules, batch_size)
+        start = 0
+        for job in block:
+            rows = slice(start, start + len(job.smiles))
+            results.append(_entries(ensemble, job, molecules.reasons[rows], prediction.mean[rows],
+                                    prediction.std[rows]))
+            start = rows.stop
+    return results
+
+
+@serve.deployment
+class ModelReplica:
+    """One replica of one served model."""
+
+    def __init__(self, model: ServedModel, batch_size: int, max_batch_size: int, batch_wait_timeout_s: float):
+        self.ensemble = Ensemble(model.members, "cpu")
+        self.features_generator = model.features_generator
+        self.batch_size, self.merge = batch_size, model.batch_independent
+        self.predict.set_max_batch_size(max_batch_size)
+        self.predict.set_batch_wait_timeout_s(batch_wait_timeout_s)
+
+    @serve.batch
+    async def predict(self, jobs: list[PredictJob]) -> list[list[dict]]:
+        # the forward runs in a thread, so the replica's event loop keeps queueing the next batch's requests
+        return await asyncio.to_thread(predict_jobs, self.ensemble, self.features_generator, jobs,
+                                       self.batch_size, self.merge)
+
+
+__all__ = ["ModelReplica", "predict_jobs"]

@@ -1,0 +1,66 @@
+"""The HTTP API's bodies (pydantic): what a client sends and gets back. OpenAPI at ``/docs`` is built from them.
+
+Requests are JSON only (never a pickle): ``smiles`` must be a list of strings, an unknown key is an error, so a
+typo (``"uncertainity"``) is a 422 naming it rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    smiles: list[StrictStr] = Field(description="molecules to predict, in the order the predictions come back")
+    uncertainty: StrictBool = Field(False, description="add <task>_std: the standard deviation over the members")
+
+
+class Prediction(BaseModel):
+    """One input molecule: its SMILES as sent, whether RDKit read it (``error``: why not), then one key per task
+    (null for an invalid molecule)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    smiles: str
+    valid: bool
+    error: Optional[str] = None
+
+
+class PredictResponse(BaseModel):
+    model: str
+    predictions: list[Prediction]
+
+
+@dataclass(frozen=True)
+class PredictJob:
+    """One request's molecules as the ingress hands them to a model replica (plain strings, already validated)."""
+
+    smiles: tuple[str, ...]
+    uncertainty: bool = False
+
+
+class MemberInfo(BaseModel):
+    path: str
+    sha256: str
+
+
+class ModelInfo(BaseModel):
+    name: str
+    default: bool
+    tasks: list[str]
+    dataset_type: str
+    features_generator: list[str]
+    features_scaling: bool
+    padding: str
+    members: list[MemberInfo]
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]
+
+
+__all__ = ["MemberInfo", "PredictJob", "ModelInfo", "ModelsResponse", "PredictRequest", "PredictResponse", "Prediction"]

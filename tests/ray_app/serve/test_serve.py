@@ -1,0 +1,134 @@
+"""`kermt serve` on real Ray Serve (the session's local cluster) through a real HTTP client: predictions equal
+`kermt predict`'s, bad input gets its own status, /models describes what is served. One app for the module."""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+
+from ray_app.screening.commands import main_predict
+from ray_app.serve.command import Serving, load_models
+from ray_app.serve.config import ServeConfig
+from tests.conftest import FIXTURE_DIR, free_port
+from tests.kermt.test_inference import SMILES, ensemble_dir
+
+MAX_MOLECULES = 12
+REQUEST = SMILES[:5] + ["not_a_smiles"] + SMILES[5:9]  # 10 molecules, one invalid: one forward, as kermt predict's
+
+
+@pytest.fixture(scope="module")
+def served(ray_cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    config = ServeConfig(checkpoint_dir=str(ensemble_dir(root / "cls_run", "ckpt_ft_cls.pt")), name="cls",
+                         model=[f"reg={FIXTURE_DIR / 'ckpt_ft_reg.pt'}"], port=free_port(),
+                         max_request_molecules=MAX_MOLECULES, app_name="kermt-test")
+    serving = Serving(config).start(load_models(config))
+    try:
+        with httpx.Client(base_url=serving.url, timeout=120) as client:
+            yield config, client
+    finally:
+        serving.stop()
+
+
+def _kermt_predict(tmp_path, checkpoint_flag: list[str], smiles: list[str]) -> pd.DataFrame:
+    pd.DataFrame({"smiles": smiles}).to_csv(tmp_path / "in.csv", index=False)
+    assert main_predict(["--data_path", str(tmp_path / "in.csv"), "--output_path", str(tmp_path / "out.csv"),
+                         *checkpoint_flag, "--uncertainty"]) == 0
+    return pd.read_csv(tmp_path / "out.csv", keep_default_na=False, na_values=[""])
+
+
+def _column(predictions: list[dict], key: str) -> np.ndarray:
+    return np.array([np.nan if p[key] is None else p[key] for p in predictions], dtype=float)
+
+
+def _post(client, path: str, smiles, uncertainty: bool = False) -> dict:
+    response = client.post(path, json={"smiles": smiles, "uncertainty": uncertainty})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.parametrize("path, model, checkpoint", [("/predict", "cls", None),
+                                                       ("/models/reg/predict", "reg", "ckpt_ft_reg.pt")])
+def test_predictions_equal_kermt_predict(served, tmp_path, path, model, checkpoint):
+    config, client = served
+    body = _post(client, path, REQUEST, uncertainty=True)
+    flag = (["--checkpoint_path", str(FIXTURE_DIR / checkpoint)] if checkpoint
+            else ["--checkpoint_dir", config.checkpoint_dir])
+    expected = _kermt_predict(tmp_path, flag, REQUEST)
+    predictions = body["predictions"]
+    assert body["model"] == model
+    assert [p["smiles"] for p in predictions] == REQUEST
+    assert [p["valid"] for p in predictions] == expected["valid"].tolist()
+    assert [p["error"] or "" for p in predictions] == expected["error"].fillna("").tolist()
+    tasks = [c for c in expected.columns if c not in ("smiles", "valid", "error")]
+    assert len(tasks) == 4 and set(tasks) <= set(predictions[0])  # two tasks and their _std
+    for task in tasks:
+        np.testing.assert_allclose(_column(predictions, task), expected[task].to_numpy(), rtol=0, atol=1e-6)
+    if model == "cls":  # an ensemble of two different members: a spread that is not zero
+        assert np.nanmax(_column(predictions, tasks[-1])) > 1e-4
+
+
+def test_an_invalid_smiles_is_its_own_entry_and_the_rest_are_predicted(served):
+    _, client = served
+    predictions = _post(client, "/predict", ["CCO", "CC(C)(C)(C)(C)C", "c1ccccc1"])["predictions"]
+    assert [p["valid"] for p in predictions] == [True, False, True]
+    assert "valence" in predictions[1]["error"]  # RDKit's own message: a five-valent carbon
+    assert predictions[1]["c1"] is None and predictions[0]["error"] is None
+    assert all(isinstance(predictions[i]["c1"], float) for i in (0, 2))
+    assert "c1_std" not in predictions[0]  # uncertainty only when asked
+
+
+def test_concurrent_clients_get_the_numbers_of_their_request_alone(served):
+    _, client = served
+    requests = [SMILES[i : i + 1 + i % 4] for i in range(12)]
+    alone = [_post(client, "/models/reg/predict", r)["predictions"] for r in requests]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda r: _post(client, "/models/reg/predict", r)["predictions"], requests))
+    for one, other in zip(alone, together):
+        assert [p["smiles"] for p in other] == [p["smiles"] for p in one]
+        np.testing.assert_allclose(_column(other, "t1"), _column(one, "t1"), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("content, field", [
+    ('{"smiles": ["CCO"', None),                       # malformed JSON
+    ('{"smiles": "CCO"}', "smiles"),                   # not a list
+    ('{"smiles": ["CCO", 7]}', "smiles"),              # a non-string item
+    ('{"smiles": ["CCO"], "uncertainity": true}', "uncertainity"),  # a typo is not ignored
+    ('{"molecules": ["CCO"]}', "smiles"),              # missing
+])
+def test_malformed_bodies_are_422_naming_the_field(served, content, field):
+    _, client = served
+    response = client.post("/predict", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    if field is None:
+        assert "json" in str(detail).lower()
+    else:
+        assert field in [str(part) for error in detail for part in error["loc"]]
+
+
+def test_too_many_molecules_is_413_and_unknown_model_is_404(served):
+    _, client = served
+    response = client.post("/predict", json={"smiles": ["C"] * (MAX_MOLECULES + 1)})
+    assert response.status_code == 413 and str(MAX_MOLECULES) in response.json()["detail"]
+    response = client.post("/models/nope/predict", json={"smiles": ["CCO"]})
+    assert response.status_code == 404 and "nope" in response.json()["detail"]
+    assert _post(client, "/predict", [])["predictions"] == []
+
+
+def test_healthz_and_models(served):
+    config, client = served
+    health = client.get("/healthz")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    models = {m["name"]: m for m in client.get("/models").json()["models"]}
+    assert set(models) == {"cls", "reg"} and models["cls"]["default"] and not models["reg"]["default"]
+    assert models["cls"]["tasks"] == ["c1", "c2"] and models["cls"]["dataset_type"] == "classification"
+    assert len(models["cls"]["members"]) == 2
+    assert models["reg"]["features_generator"] == ["rdkit_2d_normalized"]
+    assert models["reg"]["members"][0]["sha256"] == hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
+    assert client.get("/docs").status_code == 200 and "/predict" in client.get("/openapi.json").json()["paths"]
