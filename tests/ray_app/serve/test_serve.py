@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -11,8 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kermt.data.featurize import featurize_smiles
+from kermt.inference import Ensemble, read_members
 from ray_app.screening.commands import main_predict
-from ray_app.serve.command import Serving, load_models
+from ray_app.serve.command import Serving, load_models, wait_for_stop_signal
 from ray_app.serve.config import ServeConfig
 from tests.conftest import FIXTURE_DIR, free_port
 from tests.kermt.test_inference import SMILES, ensemble_dir
@@ -33,6 +38,10 @@ def served(ray_cluster, tmp_path_factory):
             yield config, client
     finally:
         serving.stop()
+    import ray
+    from ray import serve
+
+    assert not serve.status().applications and ray.is_initialized()  # the app went, the session's cluster stays
 
 
 def _kermt_predict(tmp_path, checkpoint_flag: list[str], smiles: list[str]) -> pd.DataFrame:
@@ -52,16 +61,12 @@ def _post(client, path: str, smiles, uncertainty: bool = False) -> dict:
     return response.json()
 
 
-@pytest.mark.parametrize("path, model, checkpoint", [("/predict", "cls", None),
-                                                       ("/models/reg/predict", "reg", "ckpt_ft_reg.pt")])
-def test_predictions_equal_kermt_predict(served, tmp_path, path, model, checkpoint):
+def test_ensemble_predictions_equal_kermt_predict(served, tmp_path):
     config, client = served
-    body = _post(client, path, REQUEST, uncertainty=True)
-    flag = (["--checkpoint_path", str(FIXTURE_DIR / checkpoint)] if checkpoint
-            else ["--checkpoint_dir", config.checkpoint_dir])
-    expected = _kermt_predict(tmp_path, flag, REQUEST)
+    body = _post(client, "/predict", REQUEST, uncertainty=True)
+    expected = _kermt_predict(tmp_path, ["--checkpoint_dir", config.checkpoint_dir], REQUEST)
     predictions = body["predictions"]
-    assert body["model"] == model
+    assert body["model"] == "cls"
     assert [p["smiles"] for p in predictions] == REQUEST
     assert [p["valid"] for p in predictions] == expected["valid"].tolist()
     assert [p["error"] or "" for p in predictions] == expected["error"].fillna("").tolist()
@@ -69,8 +74,19 @@ def test_predictions_equal_kermt_predict(served, tmp_path, path, model, checkpoi
     assert len(tasks) == 4 and set(tasks) <= set(predictions[0])  # two tasks and their _std
     for task in tasks:
         np.testing.assert_allclose(_column(predictions, task), expected[task].to_numpy(), rtol=0, atol=1e-6)
-    if model == "cls":  # an ensemble of two different members: a spread that is not zero
-        assert np.nanmax(_column(predictions, tasks[-1])) > 1e-4
+    assert np.nanmax(_column(predictions, tasks[-1])) > 1e-4  # two different members: a spread that is not zero
+
+
+def test_descriptor_model_predictions_equal_kermt_predicts_library_path(served):
+    """The library calls kermt predict makes (bit for bit, tests/ray_app/screening/test_predict.py), here for a
+    model with rdkit_2d_normalized features: featurise the request, one Ensemble.predict in batches of 32."""
+    _, client = served
+    body = _post(client, "/models/reg/predict", REQUEST)
+    assert body["model"] == "reg"
+    members = read_members([FIXTURE_DIR / "ckpt_ft_reg.pt"])
+    expected = Ensemble(members).predict(featurize_smiles(REQUEST, ["rdkit_2d_normalized"]), 32).mean
+    for t, task in enumerate(["t1", "t2"]):
+        np.testing.assert_allclose(_column(body["predictions"], task), expected[:, t], rtol=0, atol=1e-6)
 
 
 def test_an_invalid_smiles_is_its_own_entry_and_the_rest_are_predicted(served):
@@ -132,3 +148,11 @@ def test_healthz_and_models(served):
     assert models["reg"]["features_generator"] == ["rdkit_2d_normalized"]
     assert models["reg"]["members"][0]["sha256"] == hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
     assert client.get("/docs").status_code == 200 and "/predict" in client.get("/openapi.json").json()["paths"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_foreground_wait_ends_on_sigterm_and_sigint(signum):
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signum))
+    timer.start()
+    assert wait_for_stop_signal() == signum
+    timer.join()
