@@ -5,4 +5,5 @@ Plain names only, so that reading them costs no import."""
 RUN_STATE_FILE = "run_state.json"  # a run's id and settings, written when the run starts
 RUN_RECORD_FILE = "run.json"  # written when the run has finished (a finetune's summary names its run id)
 COMPLETE_MEMBER_FILE = "metrics.csv"  # the file a finetune member writes last: a member without it is incomplete
+CALIBRATION_FILE = "calibration.json"  # fold_k/: the fold ensemble's conformal calibration (kermt.uncertainty)
 SWEEP_FILE = "tune_config.yaml"  # a `kermt tune` save_dir: its trials are candidates, not an ensemble

@@ -27,6 +27,7 @@ from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.remote_files import publish
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import is_uri
+from ray_app.finetune.calibrate import calibrate_fold, member_val_predictions
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.ensemble import member_directory, train_members
 from ray_app.finetune.members import member_test_predictions
@@ -75,22 +76,24 @@ def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelC
 
 
 def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: list[FinetuneModelConfig]) \
-        -> list[float]:
+        -> tuple[list[float], dict[str, Any]]:
     """Train every member of every fold (one Tune run, concurrently where resources allow) and write fold_k/;
-    returns each fold's task-averaged test score."""
+    returns each fold's task-averaged test score and its calibration record (ray_app.finetune.calibrate)."""
     c = setup.config
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
                                      for member in range(c.ensemble_size)], fold_configs)
-    scores = []
+    scores, calibrations = [], {}
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)
-        member_preds = []
+        member_preds, member_val = [], []
         for member in range(c.ensemble_size):
             found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
             member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
+            member_val.append(member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
         scores.append(finish_fold(setup, fold, parts, member_preds))
-    return scores
+        calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_val)
+    return scores, calibrations
 
 
 def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
@@ -118,12 +121,12 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
     # graph arrays plus the SMILES) for the rest of the run.
     setup = setup.without_inputs()
-    scores = train_folds(setup, fold_refs, fold_configs)
+    scores, calibrations = train_folds(setup, fold_refs, fold_configs)
     mean = nanmean(scores)
     std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
                f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
-    extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml")}
+    extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml"), "calibration": calibrations}
     settings, setting_sources = _settings_with_checkpoint_values(setup)
     given, used = recorded.model_dump(mode="json"), config.model_dump(mode="json")
     settings.update({k: given[k] for k in given if given[k] != used[k]})  # the URIs, not their local copies

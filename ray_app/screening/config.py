@@ -70,6 +70,9 @@ class ModelScreeningConfig(FeatureFlags, ScreeningConfig):
     checkpoint_dir: Optional[str] = Field(None, description="ensemble: every best model under this directory")
     checkpoint_path: Optional[str] = Field(None, description="one model (.pt or native directory)")
     uncertainty: bool = Field(False, description="add <task>_std columns: standard deviation over the members")
+    interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper: conformal "
+                                      "intervals at this level (e.g. 0.9) from the run's calibration "
+                                      "(docs/uncertainty.md)")
     no_features_scaling: bool = Field(False, description="upstream's flag, accepted so its commands port: the "
                                       "checkpoint decides; an error if a member was trained with feature scaling")
 

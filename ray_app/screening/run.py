@@ -20,9 +20,12 @@ from kermt.errors import UserError, user_input
 from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_features,
                              read_members, task_names)
 from kermt.inputs import check_checkpoint_file
+from kermt.uncertainty import Calibration
 from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScreeningConfig, PredictConfig,
                                       ScreeningConfig, elapsed_line, log)
-from ray_app.screening.stream import STD_SUFFIX, EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain
+from ray_app.screening.calibration import plan_intervals
+from ray_app.screening.stream import (LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX, EmbedStage, InputSpec, PredictStage,
+                                      StreamStats, build_stream, drain)
 from ray_app.screening.files import (
     ArraySpool,
     JsonListSpool,
@@ -69,9 +72,10 @@ def _other_columns(path: str, names: list[str], smiles: str, output_columns: set
     return tuple(n for n in names if n != smiles and n not in output_columns and n not in untextual)
 
 
-def _prediction_columns(tasks: tuple[str, ...] | list[str], uncertainty: bool) -> set[str]:
+def _prediction_columns(tasks: tuple[str, ...] | list[str], uncertainty: bool, interval: bool = False) -> set[str]:
     """The columns a prediction file names itself (besides its SMILES column, which takes the input's name)."""
-    return {"smiles", *tasks, *(t + STD_SUFFIX for t in tasks if uncertainty), "valid", "error"}
+    bounds = [t + suffix for t in tasks for suffix in (LOWER_SUFFIX, UPPER_SUFFIX)] if interval else []
+    return {"smiles", *tasks, *(t + STD_SUFFIX for t in tasks if uncertainty), *bounds, "valid", "error"}
 
 
 def _connect(config: ScreeningConfig) -> int:
@@ -145,6 +149,7 @@ class PredictPlan:
     features: FeaturePlan
     file_features: tuple[np.ndarray, np.ndarray] | None
     source: Source
+    calibrations: dict[str, Calibration] | None = None  # --interval: each task's calibration
 
 
 def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False) -> PredictPlan:
@@ -155,17 +160,19 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
         if config.uncertainty and len(members) == 1:
             log("warning: --uncertainty with one model writes <task>_std = 0: a spread needs an ensemble of two or "
                 "more members (--checkpoint_dir)")
+        calibrations = plan_intervals(config, members)
         plan, file_features = _feature_plan(config, [m.spec for m in members])
         scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
         if config.no_features_scaling and scaled:
             raise UserError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
                             "(its scaler is applied); drop the flag")
         names = task_names(members[0].spec)
-        source = _source(config, _prediction_columns(names, config.uncertainty) if carry_other_columns else None)
+        source = _source(config, _prediction_columns(names, config.uncertainty, calibrations is not None)
+                         if carry_other_columns else None)
         clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
         if clash:
             raise UserError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
-    return PredictPlan(members, plan, file_features, source)
+    return PredictPlan(members, plan, file_features, source, calibrations)
 
 
 def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
@@ -173,7 +180,8 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
     plan, source = checked.features, checked.source
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
                      label_columns=label_columns)
-    return _stream(config, spec, PredictStage, {"members": checked.members, "uncertainty": config.uncertainty},
+    return _stream(config, spec, PredictStage, {"members": checked.members, "uncertainty": config.uncertainty,
+                                                "calibrations": checked.calibrations, "interval": config.interval},
                    checked.file_features)
 
 

@@ -25,9 +25,11 @@ from kermt.errors import UserError
 from kermt.inference import task_names
 from kermt.metric_names import resolve_metric
 from kermt.metrics import nanmean, task_scores, unscored_note
+from kermt.uncertainty.run_calibration import calibration_files
 from ray_app.common import outputs
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.files import column_names, pick_columns
+from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, IntervalRows
 from ray_app.screening.run import plan_predict, predict_stream
 from ray_app.screening.stream import LABEL_PREFIX, drain
 
@@ -75,13 +77,19 @@ def _labels(config: EvalConfig, tasks: tuple[str, ...], smiles_column: str) -> t
 
 def run_eval(config: EvalConfig) -> int:
     started = time.perf_counter()
+    if config.interval is None and config.checkpoint_dir and calibration_files(config.checkpoint_dir) is not None:
+        config = config.model_copy(update={"interval": DEFAULT_EVAL_LEVEL})  # a calibrated model: score it too
     checked = plan_predict(config)
     head = checked.members[0].spec.head
     tasks = task_names(checked.members[0].spec)
     labels = _labels(config, tasks, checked.source.smiles_column)
     metric = resolve_metric(config.metric, head.dataset_type, "from the checkpoint")  # before Ray starts
     rows = LabelledRows(config.data_path, tasks, labels, head.dataset_type == "classification")
-    stats = drain(predict_stream(config, checked, labels), rows.add)
+    scored = IntervalRows(tasks, checked.calibrations, config.interval) if checked.calibrations else None
+    if scored is not None:  # the spread is needed for the metrics
+        config = config.model_copy(update={"uncertainty": True})
+    stats = drain(predict_stream(config, checked, labels),
+                  rows.add if scored is None else (lambda block: (rows.add(block), scored.add(block))))
     if stats.valid == 0:
         raise UserError(stats.all_invalid_message(config.data_path))
     preds, targets = rows.arrays()
@@ -98,6 +106,8 @@ def run_eval(config: EvalConfig) -> int:
     value = nanmean(per_task)
     print(f"test {metric} = {value:.6f}", flush=True)
     print(f"overall_test_{metric}={value:.6f}", flush=True)
+    if scored is not None:
+        scored.print_and_write(preds, targets, config.output_path)
     return 0
 
 

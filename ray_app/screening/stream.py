@@ -35,11 +35,13 @@ from kermt.chem.validation import reason_kind
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
+from kermt.uncertainty import Calibration, intervals
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
 STD_SUFFIX = "_std"  # --uncertainty: <task>_std, the members' standard deviation
+LOWER_SUFFIX, UPPER_SUFFIX = "_lower", "_upper"  # --interval: <task>_lower / <task>_upper, conformal bounds
 FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
 NO_FILE_FEATURES = "no features for this row in --features_path"
 TARGET_ROWS_PER_BLOCK = 1024
@@ -130,9 +132,11 @@ def _float_column(values: np.ndarray, valid: np.ndarray) -> pa.Array:
 class PredictStage:
     """Actor: loads the ensemble once, then predicts block after block (upstream's CSV columns first)."""
 
-    def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool) -> None:
+    def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool,
+                 calibrations: dict[str, Calibration] | None = None, interval: float | None = None) -> None:
         self.ensemble = Ensemble(members, _device(use_gpu))
         self.batch_size, self.uncertainty = batch_size, uncertainty
+        self.calibrations, self.interval = calibrations, interval  # --interval: the run's calibration and level
 
     def __call__(self, table: pa.Table) -> pa.Table:
         molecules = molecules_from_table(table)
@@ -144,6 +148,12 @@ class PredictStage:
         if self.uncertainty:
             for t, name in enumerate(self.ensemble.task_names):
                 columns[name + STD_SUFFIX] = _float_column(prediction.std[:, t], valid)
+        if self.calibrations is not None:
+            for t, name in enumerate(self.ensemble.task_names):
+                lower, upper = intervals(self.calibrations[name], prediction.mean[:, t], prediction.std[:, t],
+                                         self.interval)
+                columns[name + LOWER_SUFFIX] = _float_column(lower, valid)
+                columns[name + UPPER_SUFFIX] = _float_column(upper, valid)
         return pa.table({**columns, **carried_columns(table, molecules)})
 
 

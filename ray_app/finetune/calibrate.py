@@ -1,0 +1,69 @@
+"""The last step of a finetune fold: its ensemble calibrated on the fold's validation split.
+
+The members' mean is the prediction (``mu``), their population spread is ``sigma`` (what `kermt predict
+--uncertainty` writes as ``<task>_std``), so the calibration describes exactly the intervals predict will serve.
+Normalised conformal by default; with one member per fold the spread is 0 and the fold falls back to plain
+conformal. A fold whose validation split is too small (or a classification run: not calibrated yet) is reported in
+one line and recorded in run.json, never a failed run: the models are trained and usable without intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from kermt.errors import UserError
+from kermt.run_layout import CALIBRATION_FILE
+from kermt.uncertainty import DEFAULT_METHOD, fit_calibration, intervals, save_calibrations
+from ray_app.finetune.members import member_test_predictions
+from ray_app.finetune.prepare import ScaledSplits
+from ray_app.finetune.run_setup import RunSetup
+
+PLAIN_FALLBACK = "plain"
+REPORTED_LEVEL = 0.9  # the level whose validation coverage and width run.json records
+
+
+def member_val_predictions(model, splits: ScaledSplits, batch_size: int, use_gpu: bool, precision: str) -> np.ndarray:
+    """(n_val, n_tasks) predictions in label units, made exactly as the test predictions are."""
+    return member_test_predictions(model, replace(splits, test=splits.val), batch_size, use_gpu, precision)
+
+
+def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> dict[str, Any]:
+    """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json."""
+    if setup.dataset_type != "regression":
+        return _skipped(fold, f"{setup.dataset_type} models are not calibrated yet (regression only)")
+    members = np.stack(member_preds)  # [K, N, T]
+    mu, sigma = members.mean(axis=0), members.std(axis=0)
+    labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
+        np.asarray(splits.val.targets, dtype=np.float64)
+    method = DEFAULT_METHOD if len(member_preds) > 1 else PLAIN_FALLBACK
+    if method == PLAIN_FALLBACK:
+        print(f"fold {fold}: one model per fold has no spread, so its intervals use plain conformal (one width for "
+              "every molecule); train --ensemble_size 2 or more for intervals that adapt per molecule", flush=True)
+    source = f"fold_{fold} validation split"
+    try:
+        fitted = {task: fit_calibration(task, mu[:, t], labels[:, t], sigma[:, t], method, source)
+                  for t, task in enumerate(setup.task_names)}
+    except UserError as error:
+        return _skipped(fold, str(error))
+    path = setup.save_dir / f"fold_{fold}" / CALIBRATION_FILE
+    save_calibrations(str(path), fitted, source=f"{source}, {len(member_preds)} member(s)")
+    record: dict[str, Any] = {"file": str(path.relative_to(setup.save_dir)), "method": method, "tasks": {}}
+    for t, (task, calibration) in enumerate(fitted.items()):
+        lower, upper = intervals(calibration, mu[:, t], sigma[:, t], REPORTED_LEVEL)
+        record["tasks"][task] = {"n": calibration.n, "z_scale": calibration.z_scale,
+                                 f"width_{REPORTED_LEVEL}": float(np.nanmean(upper - lower))}
+    print(f"fold {fold}: calibrated ({method} conformal) on {source}: " + ", ".join(
+        f"{task} n={v['n']} mean {REPORTED_LEVEL:.0%} width {v[f'width_{REPORTED_LEVEL}']:.4g}"
+        for task, v in record["tasks"].items()), flush=True)
+    return record
+
+
+def _skipped(fold: int, reason: str) -> dict[str, Any]:
+    print(f"fold {fold}: no calibration ({reason}); its models predict, but not with --interval", flush=True)
+    return {"file": None, "reason": reason}
+
+
+__all__ = ["calibrate_fold", "member_val_predictions"]

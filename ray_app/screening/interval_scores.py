@@ -1,0 +1,55 @@
+"""`kermt eval` of a calibrated model: the uncertainty metrics of its intervals on the labelled file, per task.
+
+The stream carries ``<task>_std`` and the bounds; this keeps them for the valid rows (as ``LabelledRows`` keeps the
+predictions) and scores them once the stream is drained (kermt.uncertainty.metrics)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from kermt.data import atomic_files
+from kermt.uncertainty import Calibration
+from kermt.uncertainty.metrics import interval_report
+from ray_app.screening.stream import LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
+
+DEFAULT_EVAL_LEVEL = 0.9  # eval of a calibrated model without --interval scores its 90 % intervals
+
+
+@dataclass
+class IntervalRows:
+    tasks: tuple[str, ...]
+    calibrations: dict[str, Calibration]
+    level: float
+    parts: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"sigma": [], "lower": [], "upper": []})
+
+    def add(self, block: pa.Table) -> None:
+        valid = block.column("valid").to_numpy(zero_copy_only=False).astype(bool)
+        for key, suffix in (("sigma", STD_SUFFIX), ("lower", LOWER_SUFFIX), ("upper", UPPER_SUFFIX)):
+            values = np.stack([block.column(t + suffix).to_numpy(zero_copy_only=False) for t in self.tasks], axis=1)
+            self.parts[key].append(values[valid].astype(np.float64))
+
+    def report(self, preds: np.ndarray, targets: np.ndarray) -> dict[str, dict[str, float]]:
+        """Per task: coverage, width, width/RMSE and, with a spread, the z-scaled sigma's calibration metrics."""
+        width = len(self.tasks)
+        sigma, lower, upper = (np.concatenate(p) if p else np.zeros((0, width)) for p in self.parts.values())
+        report = {}
+        for t, task in enumerate(self.tasks):
+            calibration = self.calibrations[task]
+            scaled = calibration.calibrated_sigma(sigma[:, t]) if calibration.z_scale is not None else None
+            report[task] = interval_report(targets[:, t], preds[:, t], scaled, lower[:, t], upper[:, t])
+        return report
+
+    def print_and_write(self, preds: np.ndarray, targets: np.ndarray, output_path: str) -> None:
+        report = self.report(preds, targets)
+        for task, values in report.items():
+            print(f"test {task} {self.level:.0%} interval: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()),
+                  flush=True)
+        path = Path(output_path)
+        atomic_files.write_text(str(path.with_name(f"{path.stem}_uncertainty.json")), json.dumps(
+            {"level": self.level, "method": next(iter(self.calibrations.values())).method, "tasks": report},
+            indent=1) + "\n")

@@ -1,0 +1,119 @@
+"""A finetune calibrates each fold's ensemble on its validation split; `kermt predict --interval` serves the
+intervals. One small real run (2 members, a validation split large enough to calibrate) shared by the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kermt.uncertainty import load_calibrations
+from ray_app.finetune.config import resolve
+from ray_app.finetune.run import run_finetune
+from ray_app.screening.commands import main_predict
+from tests.conftest import DATA_DIR, FIXTURE_DIR
+
+ROOT = DATA_DIR.parents[1]
+# A finetune of its own (the shared runs in test_finetune.py have validation splits of 8 molecules, too few to
+# calibrate): 130-220 s on the 2-core dev machine, so outside the default suite.
+pytestmark = pytest.mark.slow
+TASKS = ["logp", "tpsa_100", "fsp3"]
+
+
+@pytest.fixture(scope="module")
+def calibrated_run(ray_cluster, tmp_path_factory):
+    """(save_dir, summary, output, the validation rows as a CSV): 120 molecules, 70 % of them validation (each
+    task has NaN labels: >= 20 labelled per task are needed)."""
+    base = tmp_path_factory.mktemp("calibrated")
+    with open(ROOT / "data/sample/admet_demo.csv") as f:
+        rows = list(csv.reader(f))[:121]
+    data = base / "data.csv"
+    with open(data, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    save_dir = base / "run"
+    config, sources = resolve([
+        "--data_path", str(data), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+        "--save_dir", str(save_dir), "--ensemble_size", "2", "--epochs", "1", "--batch_size", "16",
+        "--ffn_hidden_size", "8", "--split_sizes", "0.2", "0.7", "0.1",
+    ])
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        summary = run_finetune(config, sources)
+    val_rows = json.loads((save_dir / "splits.json").read_text())["fold_0"]["val"]
+    val_csv = base / "val.csv"
+    pd.read_csv(data).iloc[val_rows].to_csv(val_csv, index=False)
+    return save_dir, summary, out.getvalue(), val_csv
+
+
+def test_finetune_saves_and_records_the_fold_calibration(calibrated_run):
+    save_dir, _, out, val_csv = calibrated_run
+    labelled = pd.read_csv(val_csv)[TASKS].notna().sum()  # NaN labels are skipped per task
+    calibrations = load_calibrations(str(save_dir / "fold_0" / "calibration.json"))
+    assert sorted(calibrations) == sorted(TASKS)
+    assert {t: c.n for t, c in calibrations.items()} == labelled.to_dict() and min(labelled) >= 20
+    assert all(c.method == "normalised" and c.z_scale > 0 for c in calibrations.values())
+    record = json.loads((save_dir / "run.json").read_text())["calibration"]["fold_0"]
+    assert record["file"] == "fold_0/calibration.json" and record["method"] == "normalised"
+    assert record["tasks"]["logp"]["n"] == labelled["logp"]
+    assert "fold 0: calibrated (normalised conformal) on fold_0 validation split" in out
+
+
+def test_predict_interval_covers_its_own_validation_split(calibrated_run, tmp_path):
+    save_dir, _, _, val_csv = calibrated_run
+    out = tmp_path / "preds.csv"
+    assert main_predict(["--data_path", str(val_csv), "--output_path", str(out), "--checkpoint_dir", str(save_dir),
+                         "--interval", "0.9", "--uncertainty", "--drop_extra_columns"]) == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == ["smiles", *TASKS, *(t + "_std" for t in TASKS),
+                                   *(f"{t}_{b}" for t in TASKS for b in ("lower", "upper")), "valid", "error"]
+    labels = pd.read_csv(val_csv)
+    for task in TASKS:
+        lower, mean, upper = (frame[c].to_numpy() for c in (f"{task}_lower", task, f"{task}_upper"))
+        assert np.all(lower <= mean) and np.all(mean <= upper)
+        width = upper - lower
+        assert width.std() > 0.05 * width.mean()  # adaptive: not one width for every molecule
+        y = labels[task].to_numpy(float)
+        labelled = ~np.isnan(y)
+        covered = np.mean((lower <= y) & (y <= upper), where=labelled)
+        assert covered >= 0.89, (task, covered)  # its own calibration set: >= ceil((n+1)0.9)/n up to float ties
+
+
+def test_interval_bad_inputs_are_one_line_errors(calibrated_run, tmp_path, capsys):
+    save_dir, _, _, val_csv = calibrated_run
+    common = ["--data_path", str(val_csv), "--output_path", str(tmp_path / "p.csv")]
+    assert main_predict([*common, "--checkpoint_dir", str(save_dir), "--interval", "1.5"]) == 2
+    assert "interval" in capsys.readouterr().err
+    member = save_dir / "fold_0" / "model_0" / "model"
+    assert main_predict([*common, "--checkpoint_path", str(member), "--interval", "0.9"]) == 2
+    assert "needs the calibrated ensemble: pass --checkpoint_dir" in capsys.readouterr().err
+    old = shutil.copytree(save_dir, tmp_path / "old_run", ignore=shutil.ignore_patterns("ray_results"))
+    (old / "fold_0" / "calibration.json").unlink()  # as a run trained before calibration existed
+    assert main_predict([*common, "--checkpoint_dir", str(old), "--interval", "0.9"]) == 2
+    error = capsys.readouterr().err.splitlines()[-1]  # the one error line, after predict's own log lines
+    assert error.startswith("kermt predict: error: --interval 0.9: --checkpoint_dir")
+    assert "has no calibration" in error and "`kermt finetune` calibrates" in error
+    assert main_predict([*common, "--checkpoint_dir", str(save_dir), "--interval", "0.99"]) == 2
+    assert "molecules, and a 0.99 interval needs at least 99" in capsys.readouterr().err
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_eval_scores_the_intervals_of_a_calibrated_model(calibrated_run, tmp_path, capsys):
+    from ray_app.screening.commands import main_eval
+
+    save_dir, _, _, val_csv = calibrated_run
+    out = tmp_path / "test_result.csv"
+    assert main_eval(["--data_path", str(val_csv), "--output_path", str(out), "--checkpoint_dir", str(save_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "test logp 90% interval: coverage = " in printed and "spearman = " in printed
+    report = json.loads((tmp_path / "test_result_uncertainty.json").read_text())
+    assert report["level"] == 0.9 and report["method"] == "normalised"
+    for task in TASKS:
+        values = report["tasks"][task]
+        assert values["coverage"] >= 0.89 and values["mean_width"] > 0 and np.isfinite(values["nll"])
+        assert set(values) == {"coverage", "mean_width", "width_over_rmse", "miscalibration_area", "ence",
+                               "spearman", "nll"}
