@@ -86,8 +86,8 @@ def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray 
     n = int(labelled.sum())
     if n < MIN_CALIBRATION_ROWS:
         raise UserError(f"{source}: column {task!r} has {n} labelled molecule(s); a calibration needs at least "
-                        f"{MIN_CALIBRATION_ROWS}: use a larger validation split (--split_sizes) or a calibration file "
-                        "with more labelled rows")
+                        f"{MIN_CALIBRATION_ROWS}: use a larger validation split (--split_sizes) or more labelled "
+                        "molecules")
     if not np.isfinite(mu[labelled]).all():
         raise UserError(f"{source}: column {task!r}: a labelled molecule has no finite prediction")
     residual = np.abs(y[labelled] - mu[labelled])

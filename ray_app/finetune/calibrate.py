@@ -39,15 +39,15 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
     labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
         np.asarray(splits.val.targets, dtype=np.float64)
     method = DEFAULT_METHOD if len(member_preds) > 1 else PLAIN_FALLBACK
-    if method == PLAIN_FALLBACK:
-        print(f"fold {fold}: one model per fold has no spread, so its intervals use plain conformal (one width for "
-              "every molecule); train --ensemble_size 2 or more for intervals that adapt per molecule", flush=True)
     source = f"fold_{fold} validation split"
     try:
         fitted = {task: fit_calibration(task, mu[:, t], labels[:, t], sigma[:, t], method, source)
                   for t, task in enumerate(setup.task_names)}
     except UserError as error:
         return _skipped(fold, str(error))
+    if method == PLAIN_FALLBACK:
+        print(f"fold {fold}: one model per fold has no spread, so its intervals use plain conformal (one width for "
+              "every molecule); train --ensemble_size 2 or more for intervals that adapt per molecule", flush=True)
     path = setup.save_dir / f"fold_{fold}" / CALIBRATION_FILE
     save_calibrations(str(path), fitted, source=f"{source}, {len(member_preds)} member(s)")
     record: dict[str, Any] = {"file": str(path.relative_to(setup.save_dir)), "method": method, "tasks": {}}

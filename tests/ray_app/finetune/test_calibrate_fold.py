@@ -1,0 +1,45 @@
+"""A fold's calibration step on real arrays, without a cluster (the end-to-end run is in test_calibration.py, slow):
+the file and run.json record, the plain fallback with one member, a validation split too small to calibrate."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from kermt.data.scalers import StandardScaler
+from kermt.uncertainty import load_calibrations
+from ray_app.finetune.calibrate import calibrate_fold
+
+
+def _fold_inputs(tmp_path, rows: int):
+    """A stand-in for the run's settings and the fold's splits with the fields the step reads; scaled labels."""
+    rng = np.random.default_rng(0)
+    raw = rng.normal(loc=5.0, scale=2.0, size=(rows, 1))
+    scaler = StandardScaler.fit(raw)
+    setup = types.SimpleNamespace(dataset_type="regression", task_names=["logS"], save_dir=tmp_path)
+    splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=scaler.transform(raw)), target_scaler=scaler)
+    members = [raw + rng.normal(scale=0.5, size=raw.shape) for _ in range(2)]
+    return setup, splits, raw, members
+
+
+def test_two_members_normalised_on_label_units(tmp_path, capsys):
+    setup, splits, raw, members = _fold_inputs(tmp_path, rows=40)
+    record = calibrate_fold(setup, 0, splits, members)
+    calibration = load_calibrations(str(tmp_path / "fold_0" / "calibration.json"))["logS"]
+    mu, sigma = np.mean(members, axis=0)[:, 0], np.std(members, axis=0)[:, 0]
+    expected = np.sort(np.abs(raw[:, 0] - mu) / np.maximum(sigma, calibration.sigma_floor))
+    np.testing.assert_allclose(calibration.scores, expected, rtol=1e-12)  # labels de-scaled before scoring
+    assert record["method"] == "normalised" and record["tasks"]["logS"]["n"] == 40
+    assert "fold 0: calibrated (normalised conformal)" in capsys.readouterr().out
+
+
+def test_one_member_falls_back_to_plain_and_a_small_split_is_skipped(tmp_path, capsys):
+    setup, splits, _, members = _fold_inputs(tmp_path, rows=40)
+    assert calibrate_fold(setup, 0, splits, members[:1])["method"] == "plain"
+    assert "one model per fold has no spread, so its intervals use plain conformal" in capsys.readouterr().out
+    setup, splits, _, members = _fold_inputs(tmp_path, rows=10)
+    record = calibrate_fold(setup, 1, splits, members)
+    assert record["file"] is None and "has 10 labelled molecule(s)" in record["reason"]
+    assert not (tmp_path / "fold_1" / "calibration.json").exists()
+    assert "fold 1: no calibration (" in capsys.readouterr().out
