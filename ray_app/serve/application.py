@@ -8,15 +8,22 @@ from ray_app.serve.models import ServedModel
 from ray_app.serve.predictor import ModelReplica
 
 
+# The ingress only validates and awaits the model replicas, so it holds many requests at once (Serve's default, 5,
+# would cap how many requests from different clients can reach a model batch together).
+GATEWAY_ONGOING_REQUESTS = 256
+
+
 def deployment_name(model: str) -> str:
     return f"model-{model}"
 
 
 def _replica_options(config: ServeConfig) -> dict:
     low, high = config.replica_range
+    # a replica must accept at least a full batch of requests at once, else @serve.batch never fills one
+    options: dict = {"max_ongoing_requests": 2 * config.max_batch_size}
     if low == high:
-        return {"num_replicas": low}
-    return {"autoscaling_config": {"min_replicas": low, "max_replicas": high}}
+        return {**options, "num_replicas": low}
+    return {**options, "autoscaling_config": {"min_replicas": low, "max_replicas": high}}
 
 
 def build_app(config: ServeConfig, models: list[ServedModel]):
@@ -26,7 +33,8 @@ def build_app(config: ServeConfig, models: list[ServedModel]):
             m, config.batch_size, config.max_batch_size, config.batch_wait_timeout_s)
         for m in models
     }
-    return Gateway.options(num_replicas=1, ray_actor_options={"num_cpus": 0}).bind(
+    return Gateway.options(num_replicas=1, max_ongoing_requests=GATEWAY_ONGOING_REQUESTS,
+                           ray_actor_options={"num_cpus": 0}).bind(
         handles, [m.info for m in models], config.max_request_molecules)
 
 

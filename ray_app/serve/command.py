@@ -16,6 +16,7 @@ from ray_app.serve.config import ServeConfig
 from ray_app.serve.models import ServedModel, load_served_model
 
 PROG = "kermt serve"
+STOP_STEP_S = 60.0  # the longest one stop step may take (Serve drains a replica in seconds)
 
 
 def log(message: str) -> None:
@@ -42,7 +43,7 @@ class Serving:
     def url(self) -> str:
         return f"http://{self.config.host}:{self.config.port}"
 
-    def start(self, models: list[ServedModel]) -> "Serving":
+    def start(self, models: list[ServedModel], stop_signal: "StopSignal | None" = None) -> "Serving":
         import ray
         from ray import serve
 
@@ -51,6 +52,8 @@ class Serving:
 
         self.started_ray = not ray.is_initialized()
         connect(self.config.address)
+        if stop_signal is not None:  # from here on: ray.init installed its own SIGTERM handler, which exits at once
+            stop_signal.catch()
         status = serve.status()
         if self.config.app_name in status.applications:
             raise UserError(f"a Serve application named {self.config.app_name!r} already runs on this cluster; "
@@ -68,44 +71,71 @@ class Serving:
         from ray import serve
 
         if self.running:
-            serve.delete(self.config.app_name)
+            _bounded(lambda: serve.delete(self.config.app_name), f"removing the application {self.config.app_name!r}")
             self.running = False
         if self.started_serve:
-            serve.shutdown()
+            _bounded(serve.shutdown, "stopping Ray Serve")
             self.started_serve = False
         if self.started_ray:
             ray.shutdown()
             self.started_ray = False
 
 
+def _bounded(step, what: str, seconds: float = STOP_STEP_S) -> None:
+    """Run one stop step, giving up after ``seconds``: when the cluster itself is already gone (a signal sent to
+    the whole process group also stops the local raylet), Serve's calls would wait for it forever."""
+    worker = threading.Thread(target=step, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        log(f"{what} did not finish within {seconds:.0f} s (is the Ray cluster still up?); going on")
+
+
+class StopSignal:
+    """SIGINT/SIGTERM recorded from :meth:`catch` on (a signal during start-up is not lost: the app stops as soon as
+    it is up); :meth:`wait` blocks until one came and puts the previous handlers back."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._event = threading.Event()
+        self._previous: dict[int, object] = {}
+
+    def _handler(self, signum, _frame) -> None:
+        self.received = signum
+        self._event.set()
+
+    def catch(self) -> None:
+        for s in self.SIGNALS:
+            previous = signal.signal(s, self._handler)
+            self._previous.setdefault(s, previous)
+
+    def wait(self) -> int:
+        self.catch()
+        try:
+            while not self._event.wait(0.5):
+                pass
+        finally:
+            for s, handler in self._previous.items():
+                signal.signal(s, handler)
+        return self.received
+
+
 def wait_for_stop_signal() -> int:
     """Block until SIGINT or SIGTERM; returns the signal's number."""
-    received: list[int] = []
-    stop = threading.Event()
-
-    def handler(signum, _frame) -> None:
-        received.append(signum)
-        stop.set()
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-    return received[0]
+    return StopSignal().wait()
 
 
 def run_serve(config: ServeConfig) -> int:
     models = load_models(config)  # before Ray starts: a wrong path costs a second
-    serving = Serving(config)
+    serving, stop_signal = Serving(config), StopSignal()
     try:
-        serving.start(models)
+        serving.start(models, stop_signal)
         names = ", ".join(f"{m.name} ({len(m.members)} member(s))" for m in models)
         log(f"serving {names} at {serving.url}{'' if serving.started_serve else '/' + config.app_name} "
             "(POST /predict, GET /models, /docs); Ctrl-C or SIGTERM stops")
-        signum = wait_for_stop_signal()
+        signum = stop_signal.wait()
         log(f"{signal.Signals(signum).name}: stopping")
     finally:
         serving.stop()
@@ -120,4 +150,4 @@ def main(argv: list[str]) -> int:
     return run_serve(config)
 
 
-__all__ = ["Serving", "load_models", "main", "run_serve", "wait_for_stop_signal"]
+__all__ = ["Serving", "StopSignal", "load_models", "main", "run_serve", "wait_for_stop_signal"]

@@ -19,7 +19,8 @@ from tests.conftest import FIXTURE_DIR, free_port
 def _wait_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert process.poll() is None, f"kermt serve exited early with {process.returncode}"
+        if process.poll() is not None:
+            raise AssertionError(f"kermt serve exited early with {process.returncode}:\n{process.stdout.read()}")
         try:
             if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
                 return
