@@ -22,9 +22,10 @@ from kermt.train.step import predict
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.elastic import ElasticTorchTrainer
+from ray_app.common.worker_loop import STATE_FILE
 from ray_app.finetune.prepare import ScaledSplits, fold_count
 from ray_app.finetune.run_setup import RunSetup, StartingWeights, features_width, member_seed, model_config
-from ray_app.finetune.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
+from ray_app.finetune.train_loop import MemberPlan, train_loop_per_worker
 
 
 def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef, fold: int, member: int,

@@ -19,11 +19,10 @@ same size still changes nothing, but the masks follow the ranks, so another worl
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,15 +38,13 @@ from kermt.data.sampling import epoch_order, global_batches, worker_share
 from kermt.data.scalers import StandardScaler
 from kermt.random_streams import Stream, depth_rng, stream_seed
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
+from kermt.train.optim import NoamLR
 from kermt.train.step import FinetuneStepSettings, predict, score, snapshot, train_step, validation_loss
-from ray_app.common.train_worker import all_gather, all_reduce, print_placement, quiet_report_logs
+from ray_app.common.worker_loop import LoopProgress, Training, all_gather, all_reduce, optimizer_and_scheduler, start
 from ray_app.finetune.objective import Objective
 
 if TYPE_CHECKING:
     from ray_app.finetune.run_setup import StartingWeights
-
-STATE_FILE = "training_state.pt"
 
 
 @dataclass(frozen=True, kw_only=True)  # by name: eight floats in a row must not be swappable by position
@@ -76,9 +73,9 @@ class MemberPlan:
     metric: str
     select_by_loss: bool
     early_stop_epoch: int
-    label: str = "model"
-    precision: str = "fp32"  # "bf16": forward under autocast (kermt.nn.precision)
-    dropout_draws: str = "per_molecule"  # "torch": upstream's masks from torch's RNG (kermt.nn.keyed_dropout)
+    label: str  # names the member in log lines
+    precision: str  # "bf16": forward under autocast (kermt.nn.precision)
+    dropout_draws: str  # "torch": upstream's masks from torch's RNG (kermt.nn.keyed_dropout)
 
     @property
     def objective(self) -> Objective:
@@ -87,27 +84,38 @@ class MemberPlan:
 
 
 @dataclass
-class Progress:
-    """Resumable loop state (everything but the model/optimizer/scheduler tensors)."""
+class MemberProgress(LoopProgress):
+    """Also the best epoch so far (by the plan's objective) and the epochs since it (early stopping)."""
 
-    epoch: int = 0
-    global_step: int = 0
     best_value: float = float("nan")
     best_epoch: int = -1
     bad_epochs: int = 0
-    history: list[dict[str, float]] = field(default_factory=list)
 
 
-def _build(plan: MemberPlan) -> tuple[KermtFinetuneModel, torch.optim.Optimizer, NoamLR]:
+@dataclass
+class BestWeights:
+    """The best epoch's weights so far. A checkpoint holds None for them when that epoch is its own (its model)."""
+
+    weights: dict[str, torch.Tensor] | None = None
+
+    def restore(self, model: torch.nn.Module, directory: Path, state: dict[str, Any]) -> None:
+        model.load_state_dict(state["model"])
+        self.weights = state["best_state"] if state["best_state"] is not None else snapshot(model)
+
+    def saved(self, training: Training[MemberProgress]) -> dict[str, Any]:
+        progress = training.progress
+        is_best_now = progress.best_epoch == progress.epoch - 1
+        return {"model": training.core.state_dict(), "best_state": None if is_best_now else self.weights}
+
+
+def _build(plan: MemberPlan, device: torch.device) -> tuple[KermtFinetuneModel, torch.optim.Optimizer, NoamLR]:
     model = KermtFinetuneModel(plan.model_config)
-    if ray.train.get_checkpoint() is None:  # a restarted group takes everything from its checkpoint (_restore)
+    if ray.train.get_checkpoint() is None:  # a restarted group takes everything from its checkpoint
         model.load_state_dict(_starting_state(plan))
-    # On the device before the optimizer exists, so restored Adam state lands next to its parameters.
-    model.to(ray.train.torch.get_device())
-    optimizer = build_optimizer(model, plan.init_lr, plan.weight_decay, plan.fine_tune_coff)
-    schedule = NoamSchedule(plan.warmup_epochs, plan.epochs, len(plan.train) // plan.global_batch_size,
-                            plan.init_lr, plan.max_lr, plan.final_lr)
-    return model, optimizer, NoamLR(optimizer, schedule, plan.fine_tune_coff)
+    model.to(device)
+    optimizer, scheduler = optimizer_and_scheduler(model, plan, len(plan.train) // plan.global_batch_size,
+                                                   plan.fine_tune_coff)
+    return model, optimizer, scheduler
 
 
 def _starting_state(plan: MemberPlan) -> dict[str, torch.Tensor]:
@@ -119,20 +127,6 @@ def _starting_state(plan: MemberPlan) -> dict[str, torch.Tensor]:
     if ray.train.get_context().get_world_rank() == 0:
         print("\n".join(f"{plan.label}: {line}" for line in summary.splitlines()), flush=True)  # each line its own
     return state
-
-
-def _restore(model: torch.nn.Module, optimizer, scheduler, best: dict) -> Progress:
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return Progress()
-    with checkpoint.as_directory() as directory:
-        state = torch.load(os.path.join(directory, STATE_FILE), weights_only=True,
-                           map_location=ray.train.torch.get_device())
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    best["state"] = state["best_state"] if state["best_state"] is not None else snapshot(model)
-    return Progress(**state["progress"])
 
 
 def _worker_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: list[np.ndarray], rank: int, world: int,
@@ -152,11 +146,10 @@ def _worker_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: list[np.
         yield plan.train.batch(rows, keep, operators=operators, global_rows=global_rows, neighbour_width=width)
 
 
-def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, device) -> dict[str, float]:
+def _train_epoch(plan: MemberPlan, training: Training[MemberProgress]) -> dict[str, float]:
     """Train one epoch; returns ``train_loss`` (the label loss over every label of the epoch, without MTL weights)
     and, with MTL, ``train_objective`` (the mean over steps of the loss the optimiser minimised)."""
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    model, progress, rank, world = training.model, training.progress, training.rank, training.world
     settings = FinetuneStepSettings(plan.model_config.head.dataset_type, plan.dist_coff, plan.model_config.use_mtl_loss,
                             precision=plan.precision, dropout_draws=plan.dropout_draws, seed=plan.seed)
     # used by dropout_draws="torch" only: a restarted group of the same size draws what the lost one drew
@@ -164,11 +157,11 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     model.train()
     order = epoch_order(len(plan.train), plan.seed, progress.epoch)
     # [local label-loss sum, local objective share, global label count]: summed on the device, read once per epoch
-    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    sums = torch.zeros(3, dtype=torch.float64, device=training.device)
     steps = global_batches(order, plan.global_batch_size)
-    batches = _worker_batches(plan, getattr(model, "module", model), steps, rank, world, progress.global_step)
-    for batch in prefetch(batches, device):  # the next batches are collated while this step computes
-        step = train_step(model, optimizer, scheduler, batch, settings,
+    batches = _worker_batches(plan, training.core, steps, rank, world, progress.global_step)
+    for batch in prefetch(batches, training.device):  # the next batches are collated while this step computes
+        step = train_step(model, training.optimizer, training.scheduler, batch, settings,
                           depth_rng(plan.seed, progress.global_step), world, all_reduce, progress.global_step)
         sums += torch.stack([step.label_loss_sum, step.objective_share, step.label_count]).to(sums)
         progress.global_step += 1
@@ -180,10 +173,9 @@ def _train_epoch(plan: MemberPlan, model, optimizer, scheduler, progress: Progre
     return metrics
 
 
-def _validate(plan: MemberPlan, model) -> dict[str, float]:
+def _validate(plan: MemberPlan, training: Training[MemberProgress]) -> dict[str, float]:
     """Val loss and metric over every val molecule exactly once, identical on every rank."""
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    model, rank, world = training.model, training.rank, training.world
     chunk = plan.global_batch_size
     chunks = global_batches(np.arange(len(plan.val)), chunk)
     mine = [c for i, c in enumerate(chunks) if i % world == rank]
@@ -199,22 +191,20 @@ def _validate(plan: MemberPlan, model) -> dict[str, float]:
     return {"val_loss": loss, f"val_{plan.metric}": value}
 
 
-def _report(plan: MemberPlan, model, optimizer, scheduler, progress: Progress, best: dict, metrics: dict) -> None:
-    """Every rank reports; rank 0 attaches the checkpoint (ray.train.report must be called by all ranks)."""
-    with tempfile.TemporaryDirectory() as directory:
-        checkpoint = None
-        if ray.train.get_context().get_world_rank() == 0:
-            core = getattr(model, "module", model)
-            is_best_now = progress.best_epoch == progress.epoch - 1
-            torch.save({
-                "model": core.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "best_state": None if is_best_now else best["state"],
-                "progress": vars(progress),
-            }, os.path.join(directory, STATE_FILE))
-            checkpoint = ray.train.Checkpoint.from_directory(directory)
-        ray.train.report(metrics, checkpoint=checkpoint)
+def _epoch(plan: MemberPlan, training: Training[MemberProgress]) -> dict[str, Any]:
+    """Train one epoch and validate: the epoch's row of the history (without its best epoch yet)."""
+    started = time.perf_counter()
+    train_metrics = _train_epoch(plan, training)
+    trained = time.perf_counter()
+    return {"epoch": training.progress.epoch, **train_metrics, **_validate(plan, training),
+            "lr": training.scheduler.get_last_lr()[-1], "train_time_s": trained - started,
+            "val_time_s": time.perf_counter() - trained}
+
+
+def _epoch_line(plan: MemberPlan, metrics: dict[str, Any]) -> str:
+    return (f"[{plan.label}] epoch {metrics['epoch']:4d}  loss_train {metrics['train_loss']:.6f}  "
+            f"loss_val {metrics['val_loss']:.6f}  {plan.metric}_val {metrics[f'val_{plan.metric}']:.6f}  "
+            f"lr {metrics['lr']:.3e}  t_time {metrics['train_time_s']:.1f}s  v_time {metrics['val_time_s']:.1f}s")
 
 
 def _load_plan(config: dict[str, Any]) -> MemberPlan:
@@ -226,34 +216,22 @@ def _load_plan(config: dict[str, Any]) -> MemberPlan:
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    quiet_report_logs()
     plan = _load_plan(config)
-    device = ray.train.torch.get_device()
-    model, optimizer, scheduler = _build(plan)
-    best = {"state": snapshot(model)}
-    progress = _restore(model, optimizer, scheduler, best)
-    model = ray.train.torch.prepare_model(model)
-    objective = plan.objective
-    rank = ray.train.get_context().get_world_rank()
-    print_placement(plan.label, progress.epoch, rank)
+    best = BestWeights()
+    training = start(plan.label, lambda device: _build(plan, device), MemberProgress, best.restore)
+    if best.weights is None:  # a fresh start: the starting model is the best so far
+        best.weights = snapshot(training.model)
+    progress, objective = training.progress, plan.objective
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
-        started = time.perf_counter()
-        train_metrics = _train_epoch(plan, model, optimizer, scheduler, progress, device)
-        trained = time.perf_counter()
-        metrics = {"epoch": progress.epoch, **train_metrics, **_validate(plan, model),
-                   "lr": scheduler.get_last_lr()[-1], "train_time_s": trained - started,
-                   "val_time_s": time.perf_counter() - trained}
+        metrics = _epoch(plan, training)
         if objective.better(metrics[objective.key], progress.best_value):
             progress.best_value, progress.best_epoch, progress.bad_epochs = metrics[objective.key], progress.epoch, 0
-            best["state"] = snapshot(model)
+            best.weights = snapshot(training.model)
         else:
             progress.bad_epochs += 1
         metrics["best_epoch"] = progress.best_epoch
         progress.history.append(metrics)
         progress.epoch += 1
-        if rank == 0:
-            print(f"[{plan.label}] epoch {metrics['epoch']:4d}  loss_train {metrics['train_loss']:.6f}  "
-                  f"loss_val {metrics['val_loss']:.6f}  {plan.metric}_val {metrics[f'val_{plan.metric}']:.6f}  "
-                  f"lr {metrics['lr']:.3e}  t_time {metrics['train_time_s']:.1f}s  "
-                  f"v_time {metrics['val_time_s']:.1f}s", flush=True)
-        _report(plan, model, optimizer, scheduler, progress, best, metrics)
+        if training.rank == 0:
+            print(_epoch_line(plan, metrics), flush=True)
+        training.report(metrics, lambda _: best.saved(training))

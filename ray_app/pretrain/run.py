@@ -35,11 +35,12 @@ from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.remote_files import local_files, publish, with_absolute_paths
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, resolve_storage
+from ray_app.common.worker_loop import STATE_FILE
 from ray_app.finetune.resume import claim_run_id
 from ray_app.pretrain.config import PretrainConfig
 from ray_app.pretrain.corpus_read import read_remote_args
 from ray_app.pretrain.inputs import PretrainInputs, check_pretrain_inputs
-from ray_app.pretrain.train_loop import MODEL_DIR, STATE_FILE, PretrainPlan, train_loop_per_worker
+from ray_app.pretrain.train_loop import MODEL_DIR, PretrainPlan, train_loop_per_worker
 
 ENCODER_KEYS = ("hidden_size", "depth", "num_attn_head", "num_mt_block", "activation", "bias")
 DECODER_KEYS = ("latent_dim", "decoder_num_layers", "decoder_num_attention_heads", "decoder_ffn_hidden_size",
@@ -125,10 +126,13 @@ def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: Pretra
     encoder, heads, loss = model_configs(config, sources, inputs)
     train_rows, val_rows = split_rows(inputs.corpus.manifest.n_molecules, config.val_fraction, config.seed)
     c = config
-    return PretrainPlan(encoder, heads, loss, pretrain_initial_state(encoder, heads, inputs, c.seed), train_rows,
-                        val_rows, c.seed, c.epochs, c.step_batch_size, c.init_lr, c.max_lr, c.final_lr, c.warmup_epochs,
-                        c.weight_decay, c.save_interval, c.val_interval, c.train_interval, c.max_val_batches,
-                        c.stop_after_steps, c.per_rank_loss, c.dropout_draws, c.precision)
+    return PretrainPlan(
+        encoder=encoder, heads=heads, loss=loss, initial_state=pretrain_initial_state(encoder, heads, inputs, c.seed),
+        train_rows=train_rows, val_rows=val_rows, seed=c.seed, epochs=c.epochs, global_batch_size=c.step_batch_size,
+        init_lr=c.init_lr, max_lr=c.max_lr, final_lr=c.final_lr, warmup_epochs=c.warmup_epochs,
+        weight_decay=c.weight_decay, save_interval=c.save_interval, val_interval=c.val_interval,
+        train_interval=c.train_interval, max_val_batches=c.max_val_batches, stop_after_steps=c.stop_after_steps,
+        per_rank_loss=c.per_rank_loss, dropout_draws=c.dropout_draws, precision=c.precision)
 
 
 def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str) -> ray.train.Result:

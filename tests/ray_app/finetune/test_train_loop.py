@@ -1,5 +1,5 @@
 """Distributed math equals single-process math: 2 workers x batch b == 1 worker x batch 2b (same parameters), with
-dropout and bond dropout on (drawn per molecule: MemberPlan.dropout_draws defaults to "per_molecule")."""
+dropout and bond dropout on (drawn per molecule: dropout_draws="per_molecule", the runners' default)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from kermt.data.tables import load_molecule_table
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
 from kermt.random_streams import depth_rng
-from ray_app.finetune.train_loop import STATE_FILE, MemberPlan, train_loop_per_worker
+from ray_app.common.worker_loop import STATE_FILE
+from ray_app.finetune.train_loop import MemberPlan, train_loop_per_worker
 from tests.conftest import DATA_DIR, FIXTURE_DIR
 
 ROOT = DATA_DIR.parents[1]
@@ -71,7 +72,8 @@ def _plan(global_batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: b
         val=_molecule_set(table.smiles[44:], val_y, scaler, features_generator),
         target_scaler=scaler, seed=4, epochs=epochs, global_batch_size=global_batch_size, init_lr=1e-3, max_lr=3e-3,
         final_lr=5e-4, warmup_epochs=1.0, weight_decay=0.0, fine_tune_coff=0.5, dist_coff=0.15, bond_drop_rate=0.2,
-        metric="rmse", select_by_loss=False, early_stop_epoch=100,
+        metric="rmse", select_by_loss=False, early_stop_epoch=100, label="model", precision="fp32",
+        dropout_draws="per_molecule",
     )
 
 
