@@ -19,30 +19,6 @@ from kermt.errors import run_reporting_user_errors
 from ray_app.common.errors import ray_causes
 
 
-def _finetune(argv: list[str]) -> int:
-    from ray_app.common.remote_files import local_files, with_absolute_paths
-    from ray_app.finetune.config import build_parser, resolve
-    from ray_app.finetune.inputs import check_finetune_inputs
-
-    if any(a in ("-h", "--help") for a in argv):
-        build_parser().print_help()
-        return 0
-    config, sources = resolve(argv)
-    config = with_absolute_paths(config)  # what config.yaml and run.json replay, from any directory
-    with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
-        check_finetune_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
-        from ray_app.finetune.run import run_finetune
-
-        run_finetune(local, sources, recorded=config)
-    return 0
-
-
-def _tune(argv: list[str]) -> int:
-    from ray_app.tune.command import main
-
-    return main(argv)
-
-
 def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
     """A subcommand whose module (and so Ray) is imported only when it runs."""
 
@@ -53,8 +29,10 @@ def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
 
 
 RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
-    "finetune": ("finetune on a Ray cluster (upstream main.py finetune flags + --num_workers/--use_gpu)", _finetune),
-    "tune": ("hyperparameter search: finetune trials in parallel with Ray Tune (Optuna, ASHA)", _tune),
+    "finetune": ("finetune on a Ray cluster (upstream main.py finetune flags + --num_workers/--use_gpu)",
+                 _lazy("ray_app.finetune.command", "main")),
+    "tune": ("hyperparameter search: finetune trials in parallel with Ray Tune (Optuna, ASHA)",
+             _lazy("ray_app.tune.command", "main")),
     "predict": ("streaming predictions with Ray Data (upstream main.py predict flags)",
                 _lazy("ray_app.screening.commands", "main_predict")),
     "eval": ("score a model or ensemble on a labelled file (upstream main.py eval; metrics, test_result.csv)",

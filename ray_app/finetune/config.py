@@ -138,10 +138,6 @@ RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_pat
                      "tensorboard", "show_individual_scores", "trust_checkpoint", "overwrite")
 
 
-def build_parser(prog: str = "kermt finetune", schema: type[BaseModel] = FinetuneConfig):
-    return settings.build_parser(prog, schema)
-
-
 def resolve(argv: list[str] | None, schema: type[BaseModel] = FinetuneConfig,
             prog: str = "kermt finetune") -> tuple[Any, dict[str, Source]]:
     """:func:`ray_app.common.settings.resolve` with finetune's schema as the default."""

@@ -107,12 +107,8 @@ class PretrainConfig(DataParallelSettings):
         return self
 
 
-def build_parser():
-    return settings.build_parser("kermt pretrain", PretrainConfig)
-
-
 def resolve(argv: list[str] | None) -> tuple[PretrainConfig, dict[str, Source]]:
     return settings.resolve(argv, PretrainConfig, "kermt pretrain")
 
 
-__all__ = ["PretrainConfig", "build_parser", "resolve"]
+__all__ = ["PretrainConfig", "resolve"]

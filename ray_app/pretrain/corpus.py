@@ -235,14 +235,9 @@ def _duplicates_note(manifest) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from ray_app.common.settings import build_parser, resolve
+    from ray_app.common.command import run_command
 
-    if any(a in ("-h", "--help") for a in argv):
-        build_parser("kermt corpus", CorpusConfig).print_help()
-        return 0
-    config, _ = resolve(argv, CorpusConfig, "kermt corpus")
-    run_corpus(config)
-    return 0
+    return run_command("kermt corpus", CorpusConfig, argv, lambda config, _: run_corpus(config))
 
 
 __all__ = ["build_corpus", "clean_block", "count_block", "featurize_block", "main", "run_corpus", "stage_shard",

@@ -29,10 +29,11 @@ from kermt.run_layout import RUN_STATE_FILE
 from kermt.random_streams import Stream, stream_rng
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
+from ray_app.common.command import run_command
 from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.elastic import ElasticTorchTrainer
 from ray_app.common.interrupt import stopping_on_ctrl_c
-from ray_app.common.remote_files import local_files, publish, with_absolute_paths
+from ray_app.common.remote_files import local_files, publish
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, resolve_storage
 from ray_app.common.worker_loop import STATE_FILE
@@ -226,19 +227,15 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
 
 
 def main(argv: list[str]) -> int:
-    from ray_app.pretrain.config import build_parser, resolve
+    return run_command("kermt pretrain", PretrainConfig, argv, _pretrain, replayable=True)
 
-    if any(a in ("-h", "--help") for a in argv):
-        build_parser().print_help()
-        return 0
-    config, sources = resolve(argv)
-    config = with_absolute_paths(config)  # what config.yaml and run.json replay, from any directory
+
+def _pretrain(config: PretrainConfig, sources: dict[str, Source]) -> None:
     # URIs: --continue_from and vocab files downloaded, --save_dir mirrored (ray_app/common/remote_files); the
     # corpus is read from its URI by the corpus task itself.
     with local_files(config, keep_remote=("data_path",)) as local:
         inputs = check_pretrain_inputs(local)  # corpus, vocabularies, checkpoint: before Ray starts
         run_pretrain(local, sources, inputs, recorded=config)
-    return 0
 
 
 __all__ = ["main", "make_plan", "model_configs", "run_pretrain", "split_rows"]

@@ -1,6 +1,7 @@
 """Entry points of `kermt predict`, `eval`, `fingerprint`, `embed`, `reconstruct` (``ray_app.cli`` dispatches here).
 
-Each resolves its settings, then imports the runner (and so Ray) only once the flags are known to be good.
+Each runs ``ray_app.common.command.run_command``, then imports the runner (and so Ray) only once the flags are known
+to be good.
 """
 
 from __future__ import annotations
@@ -8,26 +9,23 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from kermt.errors import run_reporting_user_errors
+from ray_app.common.command import run_command
 from ray_app.common.errors import ray_causes
 from ray_app.common.remote_files import local_files
-from ray_app.common.settings import build_parser, resolve
 from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig, ReconstructConfig
 
 
 def _run(prog: str, schema: type[BaseModel], argv: list[str], body) -> int:
-    """Resolve the settings and run ``body``; a user error (also one raised in a Ray task) is one line, exit 2."""
-    if any(a in ("-h", "--help") for a in argv):
-        build_parser(prog, schema).print_help()
-        return 0
-    return run_reporting_user_errors(prog, lambda: _run_with_local_files(resolve(argv, schema, prog)[0], body),
-                                     ray_causes)
+    """Run ``body`` on the settings ``argv`` resolves to; a user error (also one raised in a Ray task) is one line,
+    exit 2."""
 
+    def with_local_files(config: BaseModel, sources) -> int:
+        # --checkpoint_path/--checkpoint_dir URIs are downloaded, an --output_path URI is uploaded once complete;
+        # --data_path is streamed by Ray Data itself, URI or not.
+        with local_files(config, keep_remote=("data_path",)) as local:
+            return body(local)
 
-def _run_with_local_files(config: BaseModel, body) -> int:
-    # --checkpoint_path/--checkpoint_dir URIs are downloaded, an --output_path URI is uploaded once complete;
-    # --data_path is streamed by Ray Data itself, URI or not.
-    with local_files(config, keep_remote=("data_path",)) as local:
-        return body(local)
+    return run_reporting_user_errors(prog, lambda: run_command(prog, schema, argv, with_local_files), ray_causes)
 
 
 def main_predict(argv: list[str]) -> int:

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import sys
 
-from ray_app.common.remote_files import local_files, with_absolute_paths
-from ray_app.finetune.config import build_parser, resolve
+from ray_app.common.command import run_command
+from ray_app.common.remote_files import local_files
+from ray_app.common.settings import Source
 from ray_app.finetune.inputs import check_finetune_inputs
 from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
 
 
 def main(argv: list[str]) -> int:
     """`kermt tune ARGS`: 0 when the sweep finished, 1 when no trial completed. Bad input raises
-    :class:`~kermt.errors.UserError` (the entry point's guard prints it as one line, exit 2)."""
-    if any(a in ("-h", "--help") for a in argv):
-        build_parser("kermt tune", TuneConfig).print_help()
-        return 0
-    config, sources = resolve(argv, TuneConfig, "kermt tune")
-    config = with_absolute_paths(config)  # best_config.yaml and each trial's config.yaml replay from any directory
+    :class:`~kermt.errors.UserError` (the entry point's guard prints it as one line, exit 2). Replayable: the
+    sweep's best_config.yaml and each trial's config.yaml name absolute paths."""
+    return run_command("kermt tune", TuneConfig, argv, _sweep, replayable=True)
+
+
+def _sweep(config: TuneConfig, sources: dict[str, Source]) -> int:
     space = config.space()
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
         check_finetune_inputs(local)  # the same input checks as finetune, before Ray starts

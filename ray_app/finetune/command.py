@@ -1,0 +1,26 @@
+"""Entry point of `kermt finetune` (``ray_app.cli`` dispatches here)."""
+
+from __future__ import annotations
+
+from ray_app.common.command import run_command
+from ray_app.common.remote_files import local_files
+from ray_app.common.settings import Source
+from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.inputs import check_finetune_inputs
+
+
+def main(argv: list[str]) -> int:
+    """`kermt finetune ARGS`. Bad input raises :class:`~kermt.errors.UserError` (the entry point's guard prints it as
+    one line, exit 2)."""
+    return run_command("kermt finetune", FinetuneConfig, argv, _finetune, replayable=True)
+
+
+def _finetune(config: FinetuneConfig, sources: dict[str, Source]) -> None:
+    with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
+        check_finetune_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
+        from ray_app.finetune.run import run_finetune  # Ray is imported only once the input is known to be good
+
+        run_finetune(local, sources, recorded=config)
+
+
+__all__ = ["main"]
