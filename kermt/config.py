@@ -32,6 +32,11 @@ ATOM_FDIM = 151
 BOND_FDIM = 165  # source atom features (151) + bond features (14)
 
 
+# The encoder settings a user may give (flags of finetune from scratch and of pretrain); the rest follow from them or
+# from the checkpoint.
+ENCODER_ARCHITECTURE_KEYS = ("hidden_size", "depth", "num_attn_head", "num_mt_block", "activation", "bias")
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """GTransEncoder architecture (docs/upstream-compatibility.md#encoder).
@@ -165,6 +170,7 @@ def _did_you_mean(key: str, valid: Any) -> str:
 
 
 __all__ = [
+    "ENCODER_ARCHITECTURE_KEYS",
     "ACTIVATIONS",
     "ATOM_FDIM",
     "BOND_FDIM",

@@ -29,7 +29,7 @@ from kermt.registry import (
     SplitType,
 )
 from ray_app.common import settings
-from ray_app.common.data_parallel import DataParallelSettings, parse_worker_range
+from ray_app.common.data_parallel import DataParallelSettings
 from ray_app.common.settings import Source, did_you_mean
 
 

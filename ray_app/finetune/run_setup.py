@@ -15,7 +15,7 @@ import torch
 
 from kermt.checkpoint import Checkpoint, load_into_model, merge_finetune_config, read_checkpoint
 from kermt.checkpoint.reader import FRESH_HEAD_PREFIXES
-from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt.config import ENCODER_ARCHITECTURE_KEYS, EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.data.splits import Split
 from kermt.errors import UserError
 from kermt.nn.finetune import KermtFinetuneModel
@@ -35,7 +35,8 @@ from ray_app.finetune.resume import new_run_id
 # Upstream finetune parser defaults for an encoder trained from scratch (no checkpoint).
 SCRATCH_ENCODER = {"hidden_size": 800, "depth": 6, "num_attn_head": 4, "num_mt_block": 1, "activation": "ReLU",
                    "bias": False}
-ENCODER_KEYS = tuple(SCRATCH_ENCODER)
+ENCODER_KEYS = ENCODER_ARCHITECTURE_KEYS
+assert tuple(SCRATCH_ENCODER) == ENCODER_KEYS  # a default for every architecture key
 READOUT_KEYS = ("self_attention", "attn_hidden", "attn_out")
 HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size")
 

@@ -19,7 +19,7 @@ import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
 from kermt.checkpoint import load_into_model, load_native, merge_encoder
-from kermt.config import EncoderConfig
+from kermt.config import ENCODER_ARCHITECTURE_KEYS as ENCODER_KEYS, EncoderConfig
 from kermt.data.corpus import open_corpus
 from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain.model import KermtPretrainModel
@@ -43,7 +43,6 @@ from ray_app.pretrain.corpus_read import read_remote_args
 from ray_app.pretrain.inputs import PretrainInputs, check_pretrain_inputs
 from ray_app.pretrain.train_loop import MODEL_DIR, PretrainPlan, train_loop_per_worker
 
-ENCODER_KEYS = ("hidden_size", "depth", "num_attn_head", "num_mt_block", "activation", "bias")
 DECODER_KEYS = ("latent_dim", "decoder_num_layers", "decoder_num_attention_heads", "decoder_ffn_hidden_size",
                 "decoder_positional_encoding", "decoder_gate_self_attn", "decoder_gate_cross_attn")
 # Heads of the checkpoint that a continued model does not have yet (vocab -> hybrid).
