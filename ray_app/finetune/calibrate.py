@@ -25,6 +25,12 @@ PLAIN_FALLBACK = "plain"
 REPORTED_LEVEL = 0.9  # the level whose validation coverage and width run.json records
 
 
+def is_calibrated(setup: RunSetup) -> bool:
+    """Whether the run's folds are calibrated (regression only, for now): the validation predictions are made only
+    then."""
+    return setup.dataset_type == "regression"
+
+
 def member_val_predictions(model, splits: ScaledSplits, batch_size: int, use_gpu: bool, precision: str) -> np.ndarray:
     """(n_val, n_tasks) predictions in label units, made exactly as the test predictions are."""
     return member_test_predictions(model, replace(splits, test=splits.val), batch_size, use_gpu, precision)
@@ -32,7 +38,7 @@ def member_val_predictions(model, splits: ScaledSplits, batch_size: int, use_gpu
 
 def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> dict[str, Any]:
     """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json."""
-    if setup.dataset_type != "regression":
+    if not is_calibrated(setup):
         return _skipped(fold, f"{setup.dataset_type} models are not calibrated yet (regression only)")
     members = np.stack(member_preds)  # [K, N, T]
     mu, sigma = members.mean(axis=0), members.std(axis=0)
@@ -66,4 +72,4 @@ def _skipped(fold: int, reason: str) -> dict[str, Any]:
     return {"file": None, "reason": reason}
 
 
-__all__ = ["calibrate_fold", "member_val_predictions"]
+__all__ = ["calibrate_fold", "is_calibrated", "member_val_predictions"]

@@ -27,7 +27,7 @@ from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.remote_files import publish
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import is_uri
-from ray_app.finetune.calibrate import calibrate_fold, member_val_predictions
+from ray_app.finetune.calibrate import calibrate_fold, is_calibrated, member_val_predictions
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.ensemble import member_directory, train_members
 from ray_app.finetune.members import member_test_predictions
@@ -90,7 +90,8 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
             found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
             member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
-            member_val.append(member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
+            if is_calibrated(setup):  # a classification fold is reported as uncalibrated without them
+                member_val.append(member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
         scores.append(finish_fold(setup, fold, parts, member_preds))
         calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_val)
     return scores, calibrations
