@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kermt.errors import UserError
 from ray_app.common.remote_files import fetch_input
-from ray_app.common.settings import build_parser, resolve
+from ray_app.common.command import run_command
 from ray_app.serve.config import ServeConfig
 from ray_app.serve.models import ServedModel, load_served_model
 
@@ -143,11 +143,7 @@ def run_serve(config: ServeConfig) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if any(a in ("-h", "--help") for a in argv):
-        build_parser(PROG, ServeConfig).print_help()
-        return 0
-    config, _ = resolve(argv, ServeConfig, PROG)
-    return run_serve(config)
+    return run_command(PROG, ServeConfig, argv, lambda config, _sources: run_serve(config))
 
 
 __all__ = ["Serving", "StopSignal", "load_models", "main", "run_serve", "wait_for_stop_signal"]
