@@ -22,7 +22,8 @@ def test_finetune_help_shows_defaults(capsys):
     text = help_text(capsys, ["finetune", "--help"])
     assert "--seed SEED seed of splits, initialisation, shuffling and dynamic depth (default: 0)" in text
     assert "--split_sizes SPLIT_SIZES SPLIT_SIZES SPLIT_SIZES train/val/test fractions (default: 0.8 0.1 0.1)" in text
-    assert "--epochs EPOCHS (default: 30)" in text and "--dropout DROPOUT (default: 0.0)" in text
+    assert "--epochs EPOCHS training epochs (default: 30)" in text
+    assert "--dropout DROPOUT dropout probability (encoder and FFN head) (default: 0.0)" in text
     assert "--data_path DATA_PATH CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets " \
            "(required)" in text
     # a default the description explains, an unset one and an off switch add nothing
@@ -31,7 +32,7 @@ def test_finetune_help_shows_defaults(capsys):
 
 
 def test_screening_and_tune_help_show_defaults(capsys):
-    assert "--batch_size BATCH_SIZE molecules per model batch (results depend on it, see README) (default: 32)" \
+    assert "--batch_size BATCH_SIZE molecules per model batch (results depend on it: docs/screening.md) (default: 32)" \
         in help_text(capsys, ["predict", "--help"])
     assert "--n_trials N_TRIALS trials to run (as upstream, required) --hpo_mode" in (
         text := help_text(capsys, ["tune", "--help"]))

@@ -36,16 +36,16 @@ class DataParallelSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # schedule (upstream's Noam-style warmup then exponential decay, per optimizer step)
-    epochs: int = Field(30, ge=1)
+    epochs: int = Field(30, ge=1, description="training epochs")
     batch_size: int = Field(32, ge=1, description="molecules per worker per step at MAX workers")
     global_batch_size: Optional[int] = Field(
         None, ge=1, description="molecules per optimizer step over all workers, split over whoever runs (default: "
         "batch_size x num_workers, x MAX for a MIN-MAX range); results do not depend on the number of workers")
-    warmup_epochs: float = Field(2.0, ge=0)
-    init_lr: float = Field(1e-4, gt=0)
-    max_lr: float = Field(1e-3, gt=0)
-    final_lr: float = Field(1e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    warmup_epochs: float = Field(2.0, ge=0, description="epochs of linear warmup from init_lr to max_lr")
+    init_lr: float = Field(1e-4, gt=0, description="learning rate at the start of warmup")
+    max_lr: float = Field(1e-3, gt=0, description="learning rate at the end of warmup")
+    final_lr: float = Field(1e-4, gt=0, description="learning rate at the last step (exponential decay from max_lr)")
+    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay")
     # Ray
     num_workers: Union[str, int] = Field(
         1, description="data-parallel training workers: N, or MIN-MAX for elastic training (Ray Train starts with "

@@ -52,37 +52,37 @@ class PretrainConfig(DataParallelSettings):
     pretrain_mode: PretrainMode = Field(DEFAULT_PRETRAIN_MODE, description="pretraining objective")
     vocab_loss_weight: float = Field(1.0, ge=0, description="hybrid: weight of the vocab loss")
     dist_coff: float = Field(0.1, ge=0, description="weight of the atom/bond vocab disagreement terms")
-    contrastive_temperature: float = Field(0.1, gt=0)
-    reconstruction_loss_weight: float = Field(1.0, ge=0)
+    contrastive_temperature: float = Field(0.1, gt=0, description="cmim/hybrid: temperature of the contrastive term")
+    reconstruction_loss_weight: float = Field(1.0, ge=0, description="cmim/hybrid: weight of the SMILES loss")
     normalize_loss: bool = Field(False, description="scale the Gaussian log-densities by 1/latent_dim")
     normalize_gradient: bool = Field(False, description="scale only their gradient by 1/latent_dim")
     per_rank_loss: bool = Field(
         False, description="upstream's DDP semantics: each worker's batch means and cMIM negatives from its own "
         "batch (results then depend on the number of workers; default: the global batch's)")
     # encoder
-    hidden_size: int = Field(800, ge=1)
-    depth: int = Field(3, ge=1)
-    num_attn_head: int = Field(4, ge=1)
-    num_mt_block: int = Field(1, ge=1)
+    hidden_size: int = Field(800, ge=1, description="encoder width")
+    depth: int = Field(3, ge=1, description="message-passing depth")
+    num_attn_head: int = Field(4, ge=1, description="attention heads per transformer block")
+    num_mt_block: int = Field(1, ge=1, description="multi-head transformer blocks")
     dropout: float = Field(0.0, ge=0, lt=1, description="encoder dropout")
     dropout_draws: DropoutDraws = Field(
         "per_molecule", description="dropout masks drawn per molecule from (seed, step, molecule): N workers equal "
         "1, also after an elastic restart (the sinusoidal decoder's layers excepted); torch: torch's RNG per worker")
-    activation: Activation = Field("PReLU")
-    bias: bool = Field(False)
+    activation: Activation = Field("PReLU", description="activation function")
+    bias: bool = Field(False, description="linear layers with a bias term")
     precision: Precision = Field(
         "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, losses, weights and "
         "optimizer state stay float32); see docs/numerics.md for how far the losses move")
     # cMIM latent and decoder
-    latent_dim: int = Field(512, ge=1)
-    decoder_num_layers: int = Field(3, ge=1)
-    decoder_num_attention_heads: int = Field(8, ge=1)
-    decoder_ffn_hidden_size: int = Field(2048, ge=1)
-    decoder_dropout: float = Field(0.1, ge=0, lt=1)
-    decoder_max_seq_len: int = Field(512, ge=3)
-    decoder_positional_encoding: PositionalEncoding = Field("rope")
-    decoder_gate_self_attn: bool = Field(False)
-    decoder_gate_cross_attn: bool = Field(False)
+    latent_dim: int = Field(512, ge=1, description="cmim/hybrid: latent size (the decoder width)")
+    decoder_num_layers: int = Field(3, ge=1, description="SMILES decoder layers")
+    decoder_num_attention_heads: int = Field(8, ge=1, description="decoder attention heads")
+    decoder_ffn_hidden_size: int = Field(2048, ge=1, description="decoder feed-forward width")
+    decoder_dropout: float = Field(0.1, ge=0, lt=1, description="decoder dropout probability")
+    decoder_max_seq_len: int = Field(512, ge=3, description="longest SMILES token sequence, <start> included")
+    decoder_positional_encoding: PositionalEncoding = Field("rope", description="decoder positional encoding")
+    decoder_gate_self_attn: bool = Field(False, description="gated self-attention in the decoder")
+    decoder_gate_cross_attn: bool = Field(False, description="gated cross-attention to the latent")
     # schedule (epochs, batch sizes, learning rates) and Ray placement: DataParallelSettings
     # outputs and logging
     save_dir: str = Field("runs/pretrain", description="model/ (native), model.pt (upstream layout), metrics.csv")

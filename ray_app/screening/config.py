@@ -34,7 +34,7 @@ class ScreeningConfig(BaseModel):
     smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")
     id_columns: Optional[list[str]] = Field(None, description="columns copied to the output (as text; default: "
                                             "kermt predict every other column, else a SMILES file's name column)")
-    batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it, see README)")
+    batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it: docs/screening.md)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
     dataset_type: Optional[DatasetType] = Field(
         None, description="only for an upstream finetuned checkpoint that stores neither its dataset type nor "

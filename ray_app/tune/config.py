@@ -36,7 +36,7 @@ class TuneConfig(FinetuneConfig):
     n_trials: int = Field(ge=1, description="trials to run (as upstream, required)")
     hpo_mode: Optional[HpoMode] = Field(
         None, description="upstream's search space presets (default: all, unless --search_space is given)")
-    search_space: Optional[str] = Field(None, description="YAML search space (see README: choice, uniform, "
+    search_space: Optional[str] = Field(None, description="YAML search space (docs/tuning.md: choice, uniform, "
                                         "loguniform, fixed values, when-conditions, lr factors)")
     search: Literal["optuna", "random"] = Field("optuna", description="Optuna TPE or random sampling (seeded)")
     scheduler: Literal["asha", "fifo"] = Field("asha", description="asha: stop poor trials early (per-epoch "
