@@ -1,0 +1,24 @@
+"""`kermt report PATH`: rebuild a run's report.html from the files it left (a finetune --save_dir, or the
+--output_path of kermt eval), e.g. after copying the run down from object storage."""
+
+from __future__ import annotations
+
+import argparse
+
+from kermt.errors import UserError
+from ray_app.common.storage import is_uri
+from ray_app.report.build import write_report
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="kermt report", description=__doc__)
+    parser.add_argument("path", help="a kermt finetune --save_dir, or the --output_path file of kermt eval")
+    args = parser.parse_args(argv)
+    if is_uri(args.path):
+        raise UserError(f"kermt report {args.path}: reads local files; copy the run down first (e.g. aws s3 cp "
+                        "--recursive, without the model files if you like) and give its local directory")
+    print(f"report: {write_report(args.path)}", flush=True)
+    return 0
+
+
+__all__ = ["main"]

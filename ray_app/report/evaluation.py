@@ -1,0 +1,37 @@
+"""The report of a file `kermt eval` scored (upstream's test_result.csv layout at its --output_path): per task the
+same metrics and plots a finetune's test set gets, and the worst-predicted molecules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ray_app.report.page import Report, Section
+from ray_app.report.results import TestResult, read_test_result
+from ray_app.report.tasks import labelled, task_section
+
+
+def guessed_dataset_type(result: TestResult) -> str:
+    """The file does not say: labels all 0/1 with predictions in [0, 1] are a classification's."""
+    if result.targets is None:
+        return "regression"
+    labels, preds = result.targets[~np.isnan(result.targets)], result.preds[np.isfinite(result.preds)]
+    binary = labels.size > 0 and set(np.unique(labels).tolist()) <= {0.0, 1.0}
+    return "classification" if binary and preds.size and preds.min() >= 0 and preds.max() <= 1 else "regression"
+
+
+def eval_report(path: Path, dataset_type: str | None = None) -> Report:
+    result = read_test_result(path)
+    dataset_type = dataset_type or guessed_dataset_type(result)
+    overview = Section("Scored file", notes=[f"{len(result.smiles)} scored molecule(s), {len(result.tasks)} task(s): "
+                                             f"{', '.join(result.tasks)}; read as {dataset_type}"])
+    if result.targets is None:
+        overview.notes.append("the file has no measured values (blinded): nothing to score (not recorded)")
+        return Report(f"kermt eval report: {path.name}", str(path), [overview])
+    sections = [task_section(labelled(task, result.smiles, result.targets[:, t], result.preds[:, t]), dataset_type,
+                             path.name) for t, task in enumerate(result.tasks)]
+    return Report(f"kermt eval report: {path.name}", str(path), [overview, *sections])
+
+
+__all__ = ["eval_report", "guessed_dataset_type"]
