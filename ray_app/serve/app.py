@@ -5,13 +5,25 @@ and FastAPI's ``/docs`` (OpenAPI). Bodies are validated by pydantic (:mod:`ray_a
 JSON, a non-list ``smiles`` or a non-string item is a 422 whose ``detail`` names the field; more than
 ``max_request_molecules`` SMILES is a 413; an unknown model a 404. Only the ingress parses HTTP; the model
 replicas get plain strings. This module imports no torch, so the ingress replica starts light.
+
+``GET /`` is the page for chemists (:mod:`ray_app.serve.page`); with ``--api_key_env`` every route but the page,
+``/healthz`` and the OpenAPI description needs ``Authorization: Bearer <key>`` (401 otherwise).
 """
 
 # no `from __future__ import annotations`: FastAPI reads the routes' body types from the live annotations
-from fastapi import FastAPI, HTTPException
+import asyncio
+from typing import Optional
+
+from fastapi import FastAPI, Header, HTTPException, Request
+from fastapi.responses import Response
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from kermt.errors import UserError
+from kermt.uncertainty import Calibration
+from ray_app.serve.auth import check_bearer
+from ray_app.serve.depict import depict_svg
+from ray_app.serve.page import asset_response, page_response
 from ray_app.serve.schemas import ModelInfo, ModelsResponse, PredictJob, PredictRequest, PredictResponse
 
 api = FastAPI(title="kermt serve", description="Predictions of trained KERMT models")
@@ -22,25 +34,42 @@ api = FastAPI(title="kermt serve", description="Predictions of trained KERMT mod
 class Gateway:
     """Routes requests to the model deployments; holds nothing heavier than their descriptions."""
 
-    def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int):
+    def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int,
+                 calibrations: Optional[dict[str, dict[str, Calibration]]] = None,
+                 api_key_sha256: Optional[str] = None):
         self.models, self.infos = models, {info.name: info for info in infos}
         self.default = next(info.name for info in infos if info.default)
         self.max_request_molecules = max_request_molecules
+        self.calibrations = calibrations or {}
+        self.api_key_sha256 = api_key_sha256  # the key itself never leaves the driver
+
+    @api.get("/", include_in_schema=False)
+    async def page(self, request: Request) -> Response:
+        return page_response(request.scope.get("root_path", ""))
+
+    @api.get("/static/{asset}", include_in_schema=False)
+    async def static(self, asset: str) -> Response:
+        return asset_response(asset)
 
     @api.get("/healthz")
     async def healthz(self) -> dict:
-        return {"status": "ok", "models": list(self.models)}
+        return {"status": "ok", "models": list(self.models), "auth": self.api_key_sha256 is not None}
 
     @api.get("/models", response_model=ModelsResponse)
-    async def list_models(self) -> ModelsResponse:
+    async def list_models(self, authorization: Optional[str] = Header(None)) -> ModelsResponse:
+        check_bearer(authorization, self.api_key_sha256)
         return ModelsResponse(models=list(self.infos.values()))
 
     @api.post("/predict", response_model=PredictResponse)
-    async def predict_default(self, request: PredictRequest) -> PredictResponse:
+    async def predict_default(self, request: PredictRequest,
+                              authorization: Optional[str] = Header(None)) -> PredictResponse:
+        check_bearer(authorization, self.api_key_sha256)
         return await self._predict(self.default, request)
 
     @api.post("/models/{name}/predict", response_model=PredictResponse)
-    async def predict_model(self, name: str, request: PredictRequest) -> PredictResponse:
+    async def predict_model(self, name: str, request: PredictRequest,
+                            authorization: Optional[str] = Header(None)) -> PredictResponse:
+        check_bearer(authorization, self.api_key_sha256)
         return await self._predict(name, request)
 
     async def _predict(self, name: str, request: PredictRequest) -> PredictResponse:
@@ -49,10 +78,37 @@ class Gateway:
         if len(request.smiles) > self.max_request_molecules:
             raise HTTPException(413, f"smiles: {len(request.smiles)} molecules in one request, at most "
                                 f"{self.max_request_molecules} (--max_request_molecules); split the request")
+        self._check_interval(name, request.interval)
         if not request.smiles:
             return PredictResponse(model=name, predictions=[])
-        entries = await self.models[name].predict.remote(PredictJob(tuple(request.smiles), request.uncertainty))
+        job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval)
+        entries = await self.models[name].predict.remote(job)
+        if request.depict:
+            entries = await asyncio.to_thread(self._with_depictions, entries)
         return PredictResponse(model=name, predictions=entries)
+
+    def _check_interval(self, name: str, level: Optional[float]) -> None:
+        """A 400 naming the field before the request reaches a model batch (an error there would fail the batch)."""
+        if level is None:
+            return
+        info = self.infos[name]
+        if info.dataset_type != "regression":
+            raise HTTPException(400, f"interval: intervals are for regression models; model {name!r} is "
+                                f"{info.dataset_type}")
+        if name not in self.calibrations:
+            raise HTTPException(400, f"interval: model {name!r} has no calibration (serve the --save_dir of a "
+                                "`kermt finetune` run, whose folds hold calibration.json); drop interval")
+        try:
+            for calibration in self.calibrations[name].values():
+                calibration.quantile(level)
+        except UserError as error:
+            raise HTTPException(400, f"interval: {error}") from None
+
+    @staticmethod
+    def _with_depictions(entries: list[dict]) -> list[dict]:
+        """Each entry with ``svg``: its molecule drawn (sanitised), null when RDKit cannot read it. A method, not a
+        module function: Serve ships the ingress class by value, and a module-level helper did not travel."""
+        return [{**entry, "svg": depict_svg(entry["smiles"]) if entry["valid"] else None} for entry in entries]
 
 
 __all__ = ["Gateway"]

@@ -26,8 +26,9 @@ def _replica_options(config: ServeConfig) -> dict:
     return {**options, "autoscaling_config": {"min_replicas": low, "max_replicas": high}}
 
 
-def build_app(config: ServeConfig, models: list[ServedModel]):
-    """The Serve application: a Gateway bound to one ModelReplica deployment per model."""
+def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: str | None = None):
+    """The Serve application: a Gateway bound to one ModelReplica deployment per model (``api_key_sha256``: the
+    bearer key's digest when the API needs one)."""
     handles = {
         m.name: ModelReplica.options(name=deployment_name(m.name), **_replica_options(config)).bind(
             m, config.batch_size, config.max_batch_size, config.batch_wait_timeout_s)
@@ -35,7 +36,8 @@ def build_app(config: ServeConfig, models: list[ServedModel]):
     }
     return Gateway.options(num_replicas=1, max_ongoing_requests=GATEWAY_ONGOING_REQUESTS,
                            ray_actor_options={"num_cpus": 0}).bind(
-        handles, [m.info for m in models], config.max_request_molecules)
+        handles, [m.info for m in models], config.max_request_molecules,
+        {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256)
 
 
 __all__ = ["build_app", "deployment_name"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kermt.errors import UserError
 from ray_app.common.remote_files import fetch_input
 from ray_app.common.command import run_command
+from ray_app.serve.auth import exposure_warning, key_sha256, read_api_key
 from ray_app.serve.config import ServeConfig
 from ray_app.serve.models import ServedModel, load_served_model
 
@@ -61,7 +62,8 @@ class Serving:
         self.started_serve = not status.proxies
         if self.started_serve:
             serve.start(http_options={"host": self.config.host, "port": self.config.port})
-        serve.run(build_app(self.config, models), name=self.config.app_name,
+        key = read_api_key(self.config.api_key_env) if self.config.api_key_env else None
+        serve.run(build_app(self.config, models, key and key_sha256(key)), name=self.config.app_name,
                   route_prefix=f"/{self.config.app_name}" if not self.started_serve else "/")
         self.running = True
         return self
@@ -128,6 +130,11 @@ def wait_for_stop_signal() -> int:
 
 
 def run_serve(config: ServeConfig) -> int:
+    warning = exposure_warning(config.host, config.api_key_env)
+    if warning:
+        log(warning)
+    if config.api_key_env:
+        read_api_key(config.api_key_env)  # an unset variable is named before anything starts
     models = load_models(config)  # before Ray starts: a wrong path costs a second
     serving, stop_signal = Serving(config), StopSignal()
     try:

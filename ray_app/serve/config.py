@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ray_app.common.data_parallel import parse_worker_range
 
-DEFAULT_HOST = "127.0.0.1"  # loopback unless --host says otherwise: the API has no authentication yet
+DEFAULT_HOST = "127.0.0.1"  # loopback unless --host says otherwise (then --api_key_env, else a warning)
 
 
 def parse_replica_range(value: Any) -> tuple[int, int]:
@@ -48,6 +48,8 @@ class ServeConfig(BaseModel):
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="how long a replica waits to fill a batch")
     batch_size: int = Field(32, ge=1, description="molecules per model forward, as kermt predict --batch_size")
     max_request_molecules: int = Field(1000, ge=1, description="SMILES one request may hold (more: HTTP 413)")
+    api_key_env: Optional[str] = Field(None, description="require 'Authorization: Bearer KEY' on the API, KEY read "
+                                       "from this environment variable (/healthz and the page stay open)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
     address: Optional[str] = Field(None, description="Ray cluster (default: RAY_ADDRESS, else a local cluster)")
     app_name: str = Field("kermt", description="the Serve application's name on the cluster (one app per name)")

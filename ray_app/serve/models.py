@@ -17,6 +17,8 @@ from kermt.checkpoint.upstream import file_sha256
 from kermt.errors import UserError, user_input
 from kermt.inference import find_checkpoints, plan_features, read_members, task_names
 from kermt.inputs import check_checkpoint_file
+from kermt.uncertainty import Calibration
+from kermt.uncertainty.run_calibration import run_calibration
 from ray_app.serve.schemas import MemberInfo, ModelInfo
 
 
@@ -28,6 +30,7 @@ class ServedModel:
     members: list[Checkpoint]
     features_generator: tuple[str, ...]
     info: ModelInfo
+    calibrations: dict[str, Calibration] | None = None  # per task, when the run was calibrated (intervals)
 
     @property
     def batch_independent(self) -> bool:
@@ -54,6 +57,15 @@ def checkpoint_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def load_calibrations(source: str | Path, tasks: tuple[str, ...], dataset_type: str) -> dict[str, Calibration] | None:
+    """The run's calibration, as `kermt predict --checkpoint_dir DIR --interval` finds it (folds pooled); None for a
+    single checkpoint, a classifier or a run trained before calibration existed."""
+    path = Path(source)
+    if dataset_type != "regression" or not path.is_dir() or is_native_checkpoint(path):
+        return None
+    return run_calibration(path, tasks)
+
+
 def load_served_model(name: str, source: str | Path, *, default: bool, trust_checkpoint: bool) -> ServedModel:
     """Read and check the members of model ``name`` (a UserError names the model and the file)."""
     with user_input():
@@ -67,11 +79,16 @@ def load_served_model(name: str, source: str | Path, *, default: bool, trust_che
     if len(paddings) > 1:
         raise UserError(f"model {name!r}: members were trained with different padding modes {sorted(paddings)}")
     first = specs[0]
+    with user_input():
+        calibrations = load_calibrations(source, tuple(task_names(first)), first.head.dataset_type)
+    calibration = next(iter(calibrations.values())) if calibrations else None
     info = ModelInfo(name=name, default=default, tasks=list(task_names(first)), dataset_type=first.head.dataset_type,
                      features_generator=list(plan.generator), features_scaling=first.features_scaler is not None,
                      padding=paddings.pop(),
-                     members=[MemberInfo(path=str(m.path), sha256=checkpoint_sha256(Path(m.path))) for m in members])
-    return ServedModel(name, members, tuple(plan.generator), info)
+                     members=[MemberInfo(path=str(m.path), sha256=checkpoint_sha256(Path(m.path))) for m in members],
+                     calibrated=calibration is not None, calibration_method=calibration and calibration.method,
+                     calibration_size=calibration and calibration.n)
+    return ServedModel(name, members, tuple(plan.generator), info, calibrations)
 
 
-__all__ = ["ServedModel", "checkpoint_sha256", "load_served_model", "member_paths"]
+__all__ = ["ServedModel", "checkpoint_sha256", "load_calibrations", "load_served_model", "member_paths"]

@@ -23,7 +23,9 @@ from ray import serve
 
 from kermt.data.featurize import featurize_smiles
 from kermt.inference import Ensemble
-from ray_app.screening.stream import STD_SUFFIX  # <task>_std, as `kermt predict --uncertainty` names it
+from kermt.uncertainty import Calibration, intervals
+# <task>_std, <task>_lower/_upper: as `kermt predict --uncertainty --interval` names them
+from ray_app.screening.stream import LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
 from ray_app.serve.models import ServedModel
 from ray_app.serve.schemas import PredictJob
 
@@ -32,21 +34,37 @@ def _value(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
+def _interval_columns(tasks: Sequence[str], calibrations: dict[str, Calibration] | None, level: float | None,
+                      mean: np.ndarray, std: np.ndarray) -> dict[str, np.ndarray]:
+    """<task>_lower/<task>_upper for the block (the library call of `kermt predict --interval`), or nothing."""
+    if level is None or calibrations is None:
+        return {}
+    columns = {}
+    for t, task in enumerate(tasks):
+        columns[task + LOWER_SUFFIX], columns[task + UPPER_SUFFIX] = intervals(calibrations[task], mean[:, t],
+                                                                               std[:, t], level)
+    return columns
+
+
 def _entries(ensemble: Ensemble, job: PredictJob, reasons: Sequence[str | None], mean: np.ndarray,
-             std: np.ndarray) -> list[dict]:
-    """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then the tasks (and their std)."""
+             std: np.ndarray, calibrations: dict[str, Calibration] | None = None) -> list[dict]:
+    """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then the tasks (their std, interval)."""
+    tasks = ensemble.task_names
+    bounds = _interval_columns(tasks, calibrations, job.interval, mean, std)
     out = []
     for i, smiles in enumerate(job.smiles):
         entry = {"smiles": smiles, "valid": reasons[i] is None, "error": reasons[i]}
-        entry.update({task: _value(mean[i, t]) for t, task in enumerate(ensemble.task_names)})
+        entry.update({task: _value(mean[i, t]) for t, task in enumerate(tasks)})
         if job.uncertainty:
-            entry.update({task + STD_SUFFIX: _value(std[i, t]) for t, task in enumerate(ensemble.task_names)})
+            entry.update({task + STD_SUFFIX: _value(std[i, t]) for t, task in enumerate(tasks)})
+        entry.update({column: _value(values[i]) for column, values in bounds.items()})
         out.append(entry)
     return out
 
 
 def predict_jobs(ensemble: Ensemble, features_generator: Sequence[str], jobs: Sequence[PredictJob],
-                 batch_size: int, merge: bool) -> list[list[dict]]:
+                 batch_size: int, merge: bool,
+                 calibrations: dict[str, Calibration] | None = None) -> list[list[dict]]:
     """Every job's entries, in input order. ``merge``: one block for all jobs (batch-independent models only)."""
     blocks = [list(jobs)] if merge else [[job] for job in jobs]
     results: list[list[dict]] = []
@@ -58,7 +76,7 @@ def predict_jobs(ensemble: Ensemble, features_generator: Sequence[str], jobs: Se
         for job in block:
             rows = slice(start, start + len(job.smiles))
             results.append(_entries(ensemble, job, molecules.reasons[rows], prediction.mean[rows],
-                                    prediction.std[rows]))
+                                    prediction.std[rows], calibrations))
             start = rows.stop
     return results
 
@@ -69,7 +87,7 @@ class ModelReplica:
 
     def __init__(self, model: ServedModel, batch_size: int, max_batch_size: int, batch_wait_timeout_s: float):
         self.ensemble = Ensemble(model.members, "cpu")
-        self.features_generator = model.features_generator
+        self.features_generator, self.calibrations = model.features_generator, model.calibrations
         self.batch_size, self.merge = batch_size, model.batch_independent
         self.predict.set_max_batch_size(max_batch_size)
         self.predict.set_batch_wait_timeout_s(batch_wait_timeout_s)
@@ -78,7 +96,7 @@ class ModelReplica:
     async def predict(self, jobs: list[PredictJob]) -> list[list[dict]]:
         # the forward runs in a thread, so the replica's event loop keeps queueing the next batch's requests
         return await asyncio.to_thread(predict_jobs, self.ensemble, self.features_generator, jobs,
-                                       self.batch_size, self.merge)
+                                       self.batch_size, self.merge, self.calibrations)
 
 
 __all__ = ["ModelReplica", "predict_jobs"]

@@ -17,6 +17,11 @@ class PredictRequest(BaseModel):
 
     smiles: list[StrictStr] = Field(description="molecules to predict, in the order the predictions come back")
     uncertainty: StrictBool = Field(False, description="add <task>_std: the standard deviation over the members")
+    interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper: conformal "
+                                      "intervals at this level (e.g. 0.9) from the model's calibration, as "
+                                      "`kermt predict --interval`; regression models trained with calibration")
+    depict: StrictBool = Field(False, description="add svg: the molecule drawn by RDKit (sanitised SVG; null for "
+                               "an invalid SMILES)")
 
 
 class Prediction(BaseModel):
@@ -41,6 +46,7 @@ class PredictJob:
 
     smiles: tuple[str, ...]
     uncertainty: bool = False
+    interval: Optional[float] = None
 
 
 class MemberInfo(BaseModel):
@@ -57,6 +63,9 @@ class ModelInfo(BaseModel):
     features_scaling: bool
     padding: str
     members: list[MemberInfo]
+    calibrated: bool = Field(False, description="the run holds a calibration: requests may ask for an interval")
+    calibration_method: Optional[str] = None
+    calibration_size: Optional[int] = Field(None, description="validation molecules per task it was fitted on")
 
 
 class ModelsResponse(BaseModel):

@@ -1,5 +1,6 @@
 """`kermt serve` on real Ray Serve (the session's local cluster) through a real HTTP client: predictions equal
-`kermt predict`'s, bad input gets its own status, /models describes what is served. One app for the module."""
+`kermt predict`'s, bad input gets its own status, /models describes what is served. One app for the package
+(conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,39 +16,20 @@ import pandas as pd
 import pytest
 
 from kermt.data.featurize import featurize_smiles
-from kermt.inference import Ensemble, read_members
+from kermt.inference import Ensemble, find_checkpoints, read_members
 from ray_app.screening.commands import main_predict
-from ray_app.serve.command import Serving, load_models, wait_for_stop_signal
-from ray_app.serve.config import ServeConfig
-from tests.conftest import FIXTURE_DIR, free_port
-from tests.kermt.test_inference import SMILES, ensemble_dir
+from ray_app.serve.command import wait_for_stop_signal
+from tests.conftest import FIXTURE_DIR
+from tests.kermt.test_inference import SMILES
+from tests.ray_app.serve.conftest import MAX_MOLECULES
 
-MAX_MOLECULES = 12
 REQUEST = SMILES[:5] + ["not_a_smiles"] + SMILES[5:9]  # 10 molecules, one invalid: one forward, as kermt predict's
 
 
-@pytest.fixture(scope="module")
-def served(ray_cluster, tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve")
-    config = ServeConfig(checkpoint_dir=str(ensemble_dir(root / "cls_run", "ckpt_ft_cls.pt")), name="cls",
-                         model=[f"reg={FIXTURE_DIR / 'ckpt_ft_reg.pt'}"], port=free_port(),
-                         max_request_molecules=MAX_MOLECULES, app_name="kermt-test")
-    serving = Serving(config).start(load_models(config))
-    try:
-        with httpx.Client(base_url=serving.url, timeout=120) as client:
-            yield config, client
-    finally:
-        serving.stop()
-    import ray
-    from ray import serve
-
-    assert not serve.status().applications and ray.is_initialized()  # the app went, the session's cluster stays
-
-
-def _kermt_predict(tmp_path, checkpoint_flag: list[str], smiles: list[str]) -> pd.DataFrame:
+def kermt_predict(tmp_path, checkpoint_flag: list[str], smiles: list[str], *flags: str) -> pd.DataFrame:
     pd.DataFrame({"smiles": smiles}).to_csv(tmp_path / "in.csv", index=False)
     assert main_predict(["--data_path", str(tmp_path / "in.csv"), "--output_path", str(tmp_path / "out.csv"),
-                         *checkpoint_flag, "--uncertainty"]) == 0
+                         *checkpoint_flag, "--uncertainty", *flags]) == 0
     return pd.read_csv(tmp_path / "out.csv", keep_default_na=False, na_values=[""])
 
 
@@ -55,16 +37,16 @@ def _column(predictions: list[dict], key: str) -> np.ndarray:
     return np.array([np.nan if p[key] is None else p[key] for p in predictions], dtype=float)
 
 
-def _post(client, path: str, smiles, uncertainty: bool = False) -> dict:
-    response = client.post(path, json={"smiles": smiles, "uncertainty": uncertainty})
+def _post(client, path: str, smiles, uncertainty: bool = False, **fields) -> dict:
+    response = client.post(path, json={"smiles": smiles, "uncertainty": uncertainty, **fields})
     assert response.status_code == 200, response.text
     return response.json()
 
 
 def test_ensemble_predictions_equal_kermt_predict(served, tmp_path):
-    config, client = served
+    config, client = served.config, served.client
     body = _post(client, "/predict", REQUEST, uncertainty=True)
-    expected = _kermt_predict(tmp_path, ["--checkpoint_dir", config.checkpoint_dir], REQUEST)
+    expected = kermt_predict(tmp_path, ["--checkpoint_dir", config.checkpoint_dir], REQUEST)
     predictions = body["predictions"]
     assert body["model"] == "cls"
     assert [p["smiles"] for p in predictions] == REQUEST
@@ -80,17 +62,45 @@ def test_ensemble_predictions_equal_kermt_predict(served, tmp_path):
 def test_descriptor_model_predictions_equal_kermt_predicts_library_path(served):
     """The library calls kermt predict makes (bit for bit, tests/ray_app/screening/test_predict.py), here for a
     model with rdkit_2d_normalized features: featurise the request, one Ensemble.predict in batches of 32."""
-    _, client = served
-    body = _post(client, "/models/reg/predict", REQUEST)
+    body = _post(served.client, "/models/reg/predict", REQUEST)
     assert body["model"] == "reg"
-    members = read_members([FIXTURE_DIR / "ckpt_ft_reg.pt"])
+    members = read_members(find_checkpoints(served.reg_dir))
     expected = Ensemble(members).predict(featurize_smiles(REQUEST, ["rdkit_2d_normalized"]), 32).mean
     for t, task in enumerate(["t1", "t2"]):
         np.testing.assert_allclose(_column(body["predictions"], task), expected[:, t], rtol=0, atol=1e-6)
 
 
+def test_intervals_and_spread_equal_kermt_predict_interval_uncertainty(served, tmp_path):
+    body = _post(served.client, "/models/reg/predict", REQUEST, uncertainty=True, interval=0.9)
+    expected = kermt_predict(tmp_path, ["--checkpoint_dir", served.reg_dir], REQUEST, "--interval", "0.9")
+    columns = [f"{t}{suffix}" for t in ("t1", "t2") for suffix in ("", "_std", "_lower", "_upper")]
+    assert set(columns) <= set(expected.columns) and set(columns) <= set(body["predictions"][0])
+    for column in columns:
+        np.testing.assert_allclose(_column(body["predictions"], column), expected[column].to_numpy(), rtol=0,
+                                   atol=1e-6)
+    widths = _column(body["predictions"], "t1_upper") - _column(body["predictions"], "t1_lower")
+    assert np.nanmin(widths) > 0 and np.nanstd(widths) > 0  # normalised conformal: per-molecule widths
+
+
+@pytest.mark.parametrize("path, level, message", [
+    ("/predict", 0.9, "regression"),                  # the classifier
+    ("/models/reg/predict", 0.99, "calibrated on 30"),  # a level its 30 calibration molecules cannot give
+])
+def test_an_interval_the_model_cannot_give_is_400_naming_it(served, path, level, message):
+    response = served.client.post(path, json={"smiles": ["CCO"], "interval": level})
+    assert response.status_code == 400 and message in response.json()["detail"], response.text
+    assert response.json()["detail"].startswith("interval: ")
+
+
+def test_depict_draws_valid_molecules_as_sanitised_svg(served):
+    predictions = _post(served.client, "/predict", ["c1ccccc1O", "not_a_smiles"], depict=True)["predictions"]
+    assert predictions[0]["svg"].startswith("<svg") and "<path" in predictions[0]["svg"]
+    assert predictions[1]["svg"] is None and predictions[1]["valid"] is False
+    assert "svg" not in _post(served.client, "/predict", ["CCO"])["predictions"][0]
+
+
 def test_an_invalid_smiles_is_its_own_entry_and_the_rest_are_predicted(served):
-    _, client = served
+    client = served.client
     predictions = _post(client, "/predict", ["CCO", "CC(C)(C)(C)(C)C", "c1ccccc1"])["predictions"]
     assert [p["valid"] for p in predictions] == [True, False, True]
     assert "valence" in predictions[1]["error"]  # RDKit's own message: a five-valent carbon
@@ -100,7 +110,7 @@ def test_an_invalid_smiles_is_its_own_entry_and_the_rest_are_predicted(served):
 
 
 def test_concurrent_clients_get_the_numbers_of_their_request_alone(served):
-    _, client = served
+    client = served.client
     requests = [SMILES[i : i + 1 + i % 4] for i in range(12)]
     alone = [_post(client, "/models/reg/predict", r)["predictions"] for r in requests]
     with ThreadPoolExecutor(8) as pool:
@@ -118,7 +128,7 @@ def test_concurrent_clients_get_the_numbers_of_their_request_alone(served):
     ('{"molecules": ["CCO"]}', "smiles"),              # missing
 ])
 def test_malformed_bodies_are_422_naming_the_field(served, content, field):
-    _, client = served
+    client = served.client
     response = client.post("/predict", content=content, headers={"content-type": "application/json"})
     assert response.status_code == 422, response.text
     detail = response.json()["detail"]
@@ -129,7 +139,7 @@ def test_malformed_bodies_are_422_naming_the_field(served, content, field):
 
 
 def test_too_many_molecules_is_413_and_unknown_model_is_404(served):
-    _, client = served
+    client = served.client
     response = client.post("/predict", json={"smiles": ["C"] * (MAX_MOLECULES + 1)})
     assert response.status_code == 413 and str(MAX_MOLECULES) in response.json()["detail"]
     response = client.post("/models/nope/predict", json={"smiles": ["CCO"]})
@@ -138,14 +148,15 @@ def test_too_many_molecules_is_413_and_unknown_model_is_404(served):
 
 
 def test_healthz_and_models(served):
-    config, client = served
+    client = served.client
     health = client.get("/healthz")
     assert health.status_code == 200 and health.json()["status"] == "ok"
     models = {m["name"]: m for m in client.get("/models").json()["models"]}
     assert set(models) == {"cls", "reg"} and models["cls"]["default"] and not models["reg"]["default"]
     assert models["cls"]["tasks"] == ["c1", "c2"] and models["cls"]["dataset_type"] == "classification"
-    assert len(models["cls"]["members"]) == 2
+    assert len(models["cls"]["members"]) == 2 and not models["cls"]["calibrated"]
     assert models["reg"]["features_generator"] == ["rdkit_2d_normalized"]
+    assert (models["reg"]["calibrated"], models["reg"]["calibration_size"]) == (True, 30)
     assert models["reg"]["members"][0]["sha256"] == hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
     assert client.get("/docs").status_code == 200 and "/predict" in client.get("/openapi.json").json()["paths"]
 

@@ -1,0 +1,67 @@
+"""One `kermt serve` app for every test of the package (Ray Serve starts once): a classifier ensemble (the
+default), a calibrated regression ensemble with molecule features, and bearer-token auth on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from kermt.uncertainty import fit_calibration, save_calibrations
+from ray_app.serve.command import Serving, load_models
+from ray_app.serve.config import ServeConfig
+from tests.conftest import free_port
+from tests.kermt.test_inference import ensemble_dir
+
+MAX_MOLECULES = 12
+API_KEY_ENV = "KERMT_TEST_SERVE_KEY"
+API_KEY = "test-key-0123456789abcdef"
+
+
+def calibrated_run(root: Path) -> Path:
+    """A two-member regression run (t1, t2) whose fold holds a calibration.json, as `kermt finetune` writes it."""
+    run = ensemble_dir(root, "ckpt_ft_reg.pt")
+    rng = np.random.default_rng(0)
+    mu, sigma = rng.normal(size=30), 0.05 + rng.random(30)
+    y = mu + sigma * rng.normal(size=30)
+    save_calibrations(str(run / "fold_0" / "calibration.json"),
+                      {task: fit_calibration(task, mu, y, sigma) for task in ("t1", "t2")}, source="test")
+    return run
+
+
+@dataclass
+class Served:
+    config: ServeConfig
+    url: str
+    client: httpx.Client  # sends the API key
+
+    @property
+    def reg_dir(self) -> str:
+        return dict(self.config.model_sources())["reg"]
+
+
+@pytest.fixture(scope="package")
+def served(ray_cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    config = ServeConfig(checkpoint_dir=str(ensemble_dir(root / "cls_run", "ckpt_ft_cls.pt")), name="cls",
+                         model=[f"reg={calibrated_run(root / 'reg_run')}"], port=free_port(),
+                         max_request_molecules=MAX_MOLECULES, app_name="kermt-test", api_key_env=API_KEY_ENV)
+    os.environ[API_KEY_ENV] = API_KEY
+    try:
+        serving = Serving(config).start(load_models(config))
+    finally:
+        os.environ.pop(API_KEY_ENV)  # read at start: the running app no longer needs it
+    try:
+        with httpx.Client(base_url=serving.url, timeout=120,
+                          headers={"authorization": f"Bearer {API_KEY}"}) as client:
+            yield Served(config, serving.url, client)
+    finally:
+        serving.stop()
+    import ray
+    from ray import serve
+
+    assert not serve.status().applications and ray.is_initialized()  # the app went, the session's cluster stays
