@@ -16,7 +16,7 @@ from rdkit import Chem, RDLogger
 from rdkit.Chem.Draw import rdMolDraw2D
 
 SVG_NS = "http://www.w3.org/2000/svg"
-DRAWING_SIZE = (260, 180)  # pixels: a table cell's molecule
+DRAWING_SIZE = (200, 140)  # pixels: a table cell's molecule
 ALLOWED_ELEMENTS = {"svg", "g", "rect", "path", "line", "polyline", "polygon", "circle", "ellipse", "text", "tspan"}
 ALLOWED_ATTRIBUTES = {
     "width", "height", "viewBox", "x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "rx", "ry", "d", "points",

@@ -27,7 +27,7 @@ def test_scripts_handlers_links_and_external_references_are_dropped():
 def test_a_cxsmiles_label_with_markup_is_drawn_without_it():
     svg = depict_svg("CCO |$<script>alert(1)</script>;;$|")
     assert svg.startswith("<svg") and "<path" in svg and "<script" not in svg.lower()
-    assert ET.fromstring(svg).get("width") == "260px"
+    assert ET.fromstring(svg).get("width") == "200px"
 
 
 def test_an_invalid_or_empty_smiles_has_no_drawing():
