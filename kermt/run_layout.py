@@ -7,3 +7,4 @@ RUN_RECORD_FILE = "run.json"  # written when the run has finished (a finetune's 
 COMPLETE_MEMBER_FILE = "metrics.csv"  # the file a finetune member writes last: a member without it is incomplete
 CALIBRATION_FILE = "calibration.json"  # fold_k/: the fold ensemble's conformal calibration (kermt.uncertainty)
 SWEEP_FILE = "tune_config.yaml"  # a `kermt tune` save_dir: its trials are candidates, not an ensemble
+TEST_SPREAD_FILE = "test_spread.csv"  # fold_k/: the members' spread on each test molecule (the report's intervals)

@@ -17,6 +17,7 @@ import ray
 
 from kermt.config import FinetuneModelConfig
 from kermt.data.splits import Split
+from kermt.errors import Interrupted
 from kermt.metrics import nanmean, unscored_note
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import RUN_STATE_FILE
@@ -30,11 +31,13 @@ from ray_app.common.storage import is_uri
 from ray_app.finetune.calibrate import calibrate_fold, is_calibrated, member_val_predictions
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.ensemble import member_directory, train_members
+from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
 from ray_app.finetune.resume import finished_member, start_finetune_run
 from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, \
     member_initial_state, model_config, resolve_setup
+from ray_app.report import announce_report
 
 
 def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
@@ -76,13 +79,14 @@ def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelC
 
 
 def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: list[FinetuneModelConfig]) \
-        -> tuple[list[float], dict[str, Any]]:
+        -> tuple[list[float], dict[str, Any], dict[str, Any]]:
     """Train every member of every fold (one Tune run, concurrently where resources allow) and write fold_k/;
-    returns each fold's task-averaged test score and its calibration record (ray_app.finetune.calibrate)."""
+    returns each fold's task-averaged test score, its calibration record (ray_app.finetune.calibrate) and its
+    record for the report (ray_app.finetune.fold_record)."""
     c = setup.config
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
                                      for member in range(c.ensemble_size)], fold_configs)
-    scores, calibrations = [], {}
+    scores, calibrations, folds = [], {}, {}
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)
         member_preds, member_val = [], []
@@ -94,7 +98,8 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
                 member_val.append(member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
         scores.append(finish_fold(setup, fold, parts, member_preds))
         calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_val)
-    return scores, calibrations
+        folds[f"fold_{fold}"] = fold_record(setup, fold, parts, member_preds)
+    return scores, calibrations, folds
 
 
 def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
@@ -122,12 +127,17 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
     # graph arrays plus the SMILES) for the rest of the run.
     setup = setup.without_inputs()
-    scores, calibrations = train_folds(setup, fold_refs, fold_configs)
+    try:
+        scores, calibrations, folds = train_folds(setup, fold_refs, fold_configs)
+    except (Interrupted, RuntimeError):  # stopped, or a member failed: the report shows the members that finished
+        announce_report(setup.save_dir, recorded.save_dir)
+        raise
     mean = nanmean(scores)
     std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
                f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
-    extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml"), "calibration": calibrations}
+    extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml"), "calibration": calibrations,
+             "folds": folds}
     settings, setting_sources = _settings_with_checkpoint_values(setup)
     given, used = recorded.model_dump(mode="json"), config.model_dump(mode="json")
     settings.update({k: given[k] for k in given if given[k] != used[k]})  # the URIs, not their local copies
@@ -135,6 +145,7 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
         settings, setting_sources, resources, extra))
     print(f"overall_{config.split_type}_test_{setup.metric}={mean:.6f}", flush=True)
     print(f"std={std:.6f}", flush=True)
+    announce_report(setup.save_dir, recorded.save_dir)
     return summary
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kermt.errors import UserError
+from kermt.data import atomic_files
+from kermt.errors import UserError, first_line
 from kermt.run_layout import RUN_STATE_FILE
 from ray_app.report.page import write_page
 from ray_app.report.run_files import numbered
@@ -18,13 +19,14 @@ def report_path(path: Path) -> Path:
     return path / REPORT_FILE if path.is_dir() else path.with_name(f"{path.stem}_report.html")
 
 
-def write_report(path: Path | str) -> Path:
-    """Build the report of ``path`` from its files and write it; returns where it is."""
+def write_report(path: Path | str, dataset_type: str | None = None) -> Path:
+    """Build the report of ``path`` from its files and write it; returns where it is. ``dataset_type``: what a
+    scored file holds, when the caller knows (else it is read off the values)."""
     path = Path(path)
     if path.is_file():
         from ray_app.report.evaluation import eval_report
 
-        return write_page(eval_report(path), report_path(path))
+        return write_page(eval_report(path, dataset_type), report_path(path))
     if not path.is_dir():
         raise UserError(f"{path} does not exist: give a finetune --save_dir or a file kermt eval wrote")
     if (path / RUN_STATE_FILE).exists() or numbered(path, "fold"):
@@ -35,4 +37,30 @@ def write_report(path: Path | str) -> Path:
                     "give the directory kermt finetune wrote, or the --output_path of kermt eval")
 
 
-__all__ = ["REPORT_FILE", "report_path", "write_report"]
+def report_uri(shown: str, of_file: bool) -> str:
+    """Where the report of the run at the URI ``shown`` lands: a directory's report.html, or beside a file."""
+    path, query = shown.split("?", 1) if "?" in shown else (shown, None)
+    name = Path(path.rstrip("/")).name
+    if of_file:
+        path = atomic_files.join(path.rstrip("/").rsplit("/", 1)[0], f"{Path(name).stem}_report.html")
+    else:
+        path = atomic_files.join(path, REPORT_FILE)
+    return path if query is None else f"{path}?{query}"
+
+
+def announce_report(local: Path, shown: str, dataset_type: str | None = None) -> Path | None:
+    """Write the report of a run that just ended (or was stopped) and print one line saying where it is: ``shown``
+    is the run's own --save_dir or --output_path (a URI: the report goes up with the run's other files when the
+    command ends). A report that cannot be built is a note, never the run's failure: its models and files are
+    what matters, and ``kermt report`` can rebuild it later."""
+    try:
+        path = write_report(local, dataset_type)
+    except Exception as error:  # noqa: BLE001 - any bug in a figure must not fail a finished run
+        print(f"report: not written ({type(error).__name__}: {first_line(error)}); `kermt report {local}` retries",
+              flush=True)
+        return None
+    print(f"report: {report_uri(shown, local.is_file()) if '://' in shown else path}", flush=True)
+    return path
+
+
+__all__ = ["REPORT_FILE", "announce_report", "report_path", "report_uri", "write_report"]

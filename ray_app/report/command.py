@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from kermt.errors import UserError
-from ray_app.common.storage import is_uri
 from ray_app.report.build import write_report
 
 
@@ -14,7 +13,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="kermt report", description=__doc__)
     parser.add_argument("path", help="a kermt finetune --save_dir, or the --output_path file of kermt eval")
     args = parser.parse_args(argv)
-    if is_uri(args.path):
+    if "://" in args.path:  # (ray_app.common.storage.is_uri would import Ray)
         raise UserError(f"kermt report {args.path}: reads local files; copy the run down first (e.g. aws s3 cp "
                         "--recursive, without the model files if you like) and give its local directory")
     print(f"report: {write_report(args.path)}", flush=True)

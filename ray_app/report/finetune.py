@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kermt.errors import UserError
-from kermt.run_layout import CALIBRATION_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
+from kermt.run_layout import CALIBRATION_FILE, RUN_RECORD_FILE, RUN_STATE_FILE, TEST_SPREAD_FILE
 from kermt.uncertainty import intervals, load_calibrations
 from ray_app.report import figures
 from ray_app.report.page import NOT_RECORDED, Figure, Report, Section, Table, fmt
@@ -21,7 +21,6 @@ from ray_app.report.run_files import columns, numbered, read_json, read_rows, re
 from ray_app.report.tasks import TaskData, labelled, task_section
 
 LEVEL = 0.9
-SPREAD_FILE = "test_spread.csv"
 SPLITS = ("train", "val", "test")
 
 
@@ -225,10 +224,10 @@ def _interval(fold_dir: Path, result: TestResult, task: str, t: int, notes: list
         calibration = load_calibrations(str(path)).get(task)
         if calibration is None:
             return None
-        spread = read_spread(fold_dir / SPREAD_FILE, result.tasks)
+        spread = read_spread(fold_dir / TEST_SPREAD_FILE, result.tasks)
         if calibration.method != "plain" and spread is None:
             notes.append(f"intervals not drawn: the members' spread on the test set is {NOT_RECORDED} "
-                         f"({fold_dir.name}/{SPREAD_FILE}; runs made before the report do not have it)")
+                         f"({fold_dir.name}/{TEST_SPREAD_FILE}; runs made before the report do not have it)")
             return None
         return intervals(calibration, result.preds[:, t], None if spread is None else spread[:, t], LEVEL)
     except UserError as error:

@@ -10,11 +10,13 @@ import base64
 
 from rdkit import Chem
 from rdkit.Chem.Draw import rdMolDraw2D
+from rdkit.rdBase import BlockLogs
 
 
 def molecule_svg(smiles: str, width: int = 220, height: int = 160) -> str | None:
     """The drawing of ``smiles`` as SVG text, or None when RDKit cannot parse it."""
-    molecule = Chem.MolFromSmiles(smiles)
+    with BlockLogs():  # a SMILES RDKit cannot parse is shown as text; its parse error is no news to the reader
+        molecule = Chem.MolFromSmiles(smiles)
     if molecule is None:
         return None
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)

@@ -1,0 +1,49 @@
+"""What a fold's report needs that the other files do not hold, recorded when the fold finishes: its split sizes and
+labelled molecules per task (run.json ``folds``), each member's test score per task (run.json), and the members'
+spread on each test molecule (``fold_k/test_spread.csv``, which turns the fold's calibration into test intervals)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kermt.metrics import task_scores
+from kermt.run_layout import TEST_SPREAD_FILE
+from ray_app.common import outputs
+from ray_app.finetune.prepare import ScaledSplits
+from ray_app.finetune.run_setup import RunSetup
+
+
+def _labels(targets: np.ndarray, tasks: list[str], classification: bool) -> dict[str, dict[str, int]]:
+    counts = {task: {"labelled": int(np.sum(~np.isnan(targets[:, t])))} for t, task in enumerate(tasks)}
+    if classification:
+        for t, task in enumerate(tasks):
+            counts[task]["positives"] = int(np.nansum(targets[:, t] == 1))
+    return counts
+
+
+def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> dict[str, Any]:
+    """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has members and tasks."""
+    tasks, classification = list(setup.task_names), setup.dataset_type == "classification"
+    parts = {"train": splits.train.targets, "val": splits.val.targets, "test": splits.test_targets_raw}
+    labels = {name: _labels(np.asarray(t, dtype=np.float64).reshape(len(t), -1), tasks, classification)
+              for name, t in parts.items()}
+    record: dict[str, Any] = {
+        "sizes": {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)},
+        "labels": {task: {name: labels[name][task]["labelled"] for name in parts} for task in tasks},
+    }
+    if classification:
+        record["positives"] = {task: {name: labels[name][task]["positives"] for name in parts} for task in tasks}
+    scorable = len(splits.test) and tasks and not np.isnan(splits.test_targets_raw).all()
+    record["member_test_scores"] = [
+        dict(zip(tasks, task_scores(preds, splits.test_targets_raw, setup.metric, setup.dataset_type)))
+        for preds in member_preds] if scorable else None
+    if member_preds and tasks:
+        spread = np.stack(member_preds).std(axis=0)  # the population spread, as calibrate_fold's sigma
+        outputs.atomic_write_text(setup.save_dir / f"fold_{fold}" / TEST_SPREAD_FILE,
+                                  outputs.test_result_csv(splits.test.smiles, tasks, spread, None))
+    return record
+
+
+__all__ = ["fold_record"]
