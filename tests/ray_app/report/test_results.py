@@ -1,0 +1,38 @@
+"""test_result.csv as the run writes it (ray_app.common.outputs), read back for the report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kermt.errors import UserError
+from ray_app.common import outputs
+from ray_app.report.results import read_spread, read_test_result
+
+SMILES = ["CCO", "c1ccccc1", "CC(=O)O"]
+PREDS = np.array([[0.1, 1.5], [0.2, np.nan], [0.3, 2.5]])
+TARGETS = np.array([[0.0, np.nan], [1.0, 2.0], [np.nan, 3.0]])
+
+
+def test_two_header_layout_round_trips(tmp_path):
+    path = tmp_path / "test_result.csv"
+    path.write_text(outputs.test_result_csv(SMILES, ["a", "b"], PREDS, TARGETS))
+    result = read_test_result(path)
+    assert result.smiles == SMILES and result.tasks == ["a", "b"]
+    np.testing.assert_array_equal(result.preds, PREDS)
+    np.testing.assert_array_equal(result.targets, TARGETS)
+
+
+def test_blinded_file_and_spread(tmp_path):
+    path = tmp_path / "test_spread.csv"
+    path.write_text(outputs.test_result_csv(SMILES, ["a", "b"], PREDS, None))
+    assert read_test_result(path).targets is None
+    np.testing.assert_array_equal(read_spread(path, ["a", "b"]), PREDS)
+    assert read_spread(path, ["a"]) is None and read_spread(tmp_path / "missing.csv", ["a", "b"]) is None
+
+
+def test_a_cell_that_is_not_a_number_names_the_file(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text(",a\nCCO,high\n")
+    with pytest.raises(UserError, match="bad.csv: a cell is not a number"):
+        read_test_result(path)
