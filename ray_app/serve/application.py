@@ -23,7 +23,12 @@ def _replica_options(config: ServeConfig) -> dict:
     options: dict = {"max_ongoing_requests": 2 * config.max_batch_size}
     if low == high:
         return {**options, "num_replicas": low}
-    return {**options, "autoscaling_config": {"min_replicas": low, "max_replicas": high}}
+    return {**options, "autoscaling_config": {
+        "min_replicas": low, "max_replicas": high, "target_ongoing_requests": config.target_ongoing_requests,
+        "upscale_delay_s": config.upscale_delay_s, "downscale_delay_s": config.downscale_delay_s,
+        "look_back_period_s": config.look_back_period_s,
+        # replicas report their load this often: never slower than the window it is averaged over
+        "metrics_interval_s": min(10.0, config.look_back_period_s)}}
 
 
 def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: str | None = None):

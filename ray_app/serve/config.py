@@ -44,6 +44,12 @@ class ServeConfig(BaseModel):
     host: str = Field(DEFAULT_HOST, description="address to listen on (0.0.0.0: every interface)")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port")
     num_replicas: Union[str, int] = Field(1, description="replicas per model: N, or MIN-MAX to autoscale")
+    # autoscaling (--num_replicas MIN-MAX), Ray Serve's own knobs under its names and defaults
+    target_ongoing_requests: float = Field(2.0, gt=0, description="autoscaling: requests in flight per replica "
+                                           "it aims at (more: add replicas)")
+    upscale_delay_s: float = Field(30.0, ge=0, description="autoscaling: how long load must stay high to add one")
+    downscale_delay_s: float = Field(600.0, ge=0, description="autoscaling: how long load must stay low to remove one")
+    look_back_period_s: float = Field(30.0, gt=0, description="autoscaling: the window load is averaged over")
     max_batch_size: int = Field(16, ge=1, description="requests one model replica call takes together")
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="how long a replica waits to fill a batch")
     batch_size: int = Field(32, ge=1, description="molecules per model forward, as kermt predict --batch_size")
