@@ -7,4 +7,5 @@ RUN_RECORD_FILE = "run.json"  # written when the run has finished (a finetune's 
 COMPLETE_MEMBER_FILE = "metrics.csv"  # the file a finetune member writes last: a member without it is incomplete
 CALIBRATION_FILE = "calibration.json"  # fold_k/: the fold ensemble's conformal calibration (kermt.uncertainty)
 SWEEP_FILE = "tune_config.yaml"  # a `kermt tune` save_dir: its trials are candidates, not an ensemble
+REPORT_FILE = "report.html"  # the run's report (ray_app.report), rebuilt from the other files by `kermt report`
 TEST_SPREAD_FILE = "test_spread.csv"  # fold_k/: the members' spread on each test molecule (the report's intervals)

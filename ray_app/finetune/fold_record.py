@@ -24,7 +24,7 @@ def _labels(targets: np.ndarray, tasks: list[str], classification: bool) -> dict
 
 
 def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> dict[str, Any]:
-    """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has members and tasks."""
+    """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has 2 or more members."""
     tasks, classification = list(setup.task_names), setup.dataset_type == "classification"
     parts = {"train": splits.train.targets, "val": splits.val.targets, "test": splits.test_targets_raw}
     labels = {name: _labels(np.asarray(t, dtype=np.float64).reshape(len(t), -1), tasks, classification)
@@ -39,7 +39,7 @@ def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
     record["member_test_scores"] = [
         dict(zip(tasks, task_scores(preds, splits.test_targets_raw, setup.metric, setup.dataset_type)))
         for preds in member_preds] if scorable else None
-    if member_preds and tasks:
+    if len(member_preds) > 1 and tasks:  # one member has no spread (its calibration is plain conformal)
         spread = np.stack(member_preds).std(axis=0)  # the population spread, as calibrate_fold's sigma
         outputs.atomic_write_text(setup.save_dir / f"fold_{fold}" / TEST_SPREAD_FILE,
                                   outputs.test_result_csv(splits.test.smiles, tasks, spread, None))

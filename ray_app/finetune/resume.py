@@ -27,14 +27,14 @@ from typing import Any
 from kermt.checkpoint.native import is_native_checkpoint, load_native, saved_run_id
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.inference.members import finished_run_id
-from kermt.run_layout import COMPLETE_MEMBER_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
+from kermt.run_layout import COMPLETE_MEMBER_FILE, REPORT_FILE, RUN_RECORD_FILE, RUN_STATE_FILE
 from ray_app.common import outputs
 from ray_app.finetune.config import RESUMABLE_CHANGES, FinetuneConfig
 
 EARLIER_RUNS = "earlier_runs"
 # What a finetune writes into save_dir besides run_state.json (and its fold_k/ directories): an earlier run's
 # outputs, which a new run moves aside or deletes. ray_results is the default storage of its Tune experiment.
-RUN_OUTPUTS = ("config.yaml", "splits.json", "invalid_smiles.csv", RUN_RECORD_FILE, "ray_results")
+RUN_OUTPUTS = ("config.yaml", "splits.json", "invalid_smiles.csv", RUN_RECORD_FILE, REPORT_FILE, "ray_results")
 
 
 def new_run_id() -> str:

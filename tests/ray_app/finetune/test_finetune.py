@@ -249,8 +249,8 @@ def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members
     moved = save_dir / "earlier_runs" / earlier["run_id"]
     assert f"moved its outputs to {moved}" in out and "other settings (ensemble_size, epochs, num_folds, save_dir)" in out
     assert sorted(p.name for p in save_dir.iterdir()) == [
-        "config.yaml", "earlier_runs", "fold_0", "invalid_smiles.csv", "ray_results", "run.json", "run_state.json",
-        "splits.json"]
+        "config.yaml", "earlier_runs", "fold_0", "invalid_smiles.csv", "ray_results", "report.html", "run.json",
+        "run_state.json", "splits.json"]
     assert [p.relative_to(save_dir).as_posix() for p in find_checkpoints(save_dir)] == ["fold_0/model_0/model"]
     assert [p.relative_to(moved).as_posix() for p in find_checkpoints(moved)] == [
         f"fold_{f}/model_{m}/model" for f in (0, 1) for m in (0, 1)]

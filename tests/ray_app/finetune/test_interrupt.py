@@ -50,6 +50,7 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, sm
               f"and {save_dir / 'ray_results'}; re-run the same command to resume")
     assert advice in err.splitlines()  # Ray may still forward a worker's log line after it
     assert not (save_dir / "fold_0" / "test_result.csv").exists()
+    assert "no finished member: learning curves not recorded" in (save_dir / "report.html").read_text()
 
     assert main(argv) == 0  # the same command: resumes from the kept epoch and finishes
     with open(save_dir / "fold_0" / "model_0" / "metrics.csv") as f:
