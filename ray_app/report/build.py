@@ -7,12 +7,9 @@ from pathlib import Path
 
 from kermt.data import atomic_files
 from kermt.errors import UserError, first_line
-from kermt.run_layout import RUN_STATE_FILE
+from kermt.run_layout import REPORT_FILE, RUN_STATE_FILE, SWEEP_FILE
 from ray_app.report.page import write_page
 from ray_app.report.run_files import numbered
-
-REPORT_FILE = "report.html"
-
 
 def report_path(path: Path) -> Path:
     """Where the report of ``path`` (a run's directory, or a scored file) goes."""
@@ -29,12 +26,17 @@ def write_report(path: Path | str, dataset_type: str | None = None) -> Path:
         return write_page(eval_report(path, dataset_type), report_path(path))
     if not path.is_dir():
         raise UserError(f"{path} does not exist: give a finetune --save_dir or a file kermt eval wrote")
+    if (path / SWEEP_FILE).exists() or (path / "all_trials.csv").exists():
+        from ray_app.report.tune import tune_report
+
+        return write_page(tune_report(path), report_path(path))
     if (path / RUN_STATE_FILE).exists() or numbered(path, "fold"):
         from ray_app.report.finetune import finetune_report
 
         return write_page(finetune_report(path), report_path(path))
-    raise UserError(f"{path}: neither a finetune --save_dir (no {RUN_STATE_FILE}, no fold_0/) nor a scored file; "
-                    "give the directory kermt finetune wrote, or the --output_path of kermt eval")
+    raise UserError(f"{path}: neither a finetune nor a tune --save_dir (no {RUN_STATE_FILE}, fold_0/ or "
+                    f"{SWEEP_FILE}) nor a scored file; give the directory kermt finetune or kermt tune wrote, or the "
+                    "--output_path of kermt eval")
 
 
 def report_uri(shown: str, of_file: bool) -> str:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ray_app.report.page import Report, Section
+from ray_app.report.page import Report, Section, Table, fmt
 from ray_app.report.results import TestResult, read_test_result
+from ray_app.report.run_files import read_json
 from ray_app.report.tasks import labelled, task_section
 
 
@@ -29,9 +30,23 @@ def eval_report(path: Path, dataset_type: str | None = None) -> Report:
     if result.targets is None:
         overview.notes.append("the file has no measured values (blinded): nothing to score (not recorded)")
         return Report(f"kermt eval report: {path.name}", str(path), [overview])
+    uncertainty = _uncertainty_table(path)
+    if uncertainty is not None:
+        overview.tables.append(uncertainty)
     sections = [task_section(labelled(task, result.smiles, result.targets[:, t], result.preds[:, t]), dataset_type,
                              path.name) for t, task in enumerate(result.tasks)]
     return Report(f"kermt eval report: {path.name}", str(path), [overview, *sections])
+
+
+def _uncertainty_table(path: Path) -> Table | None:
+    """The interval scores eval wrote beside the file (``<stem>_uncertainty.json``, a calibrated model), if any."""
+    record = read_json(path.with_name(f"{path.stem}_uncertainty.json"))
+    tasks = (record or {}).get("tasks")
+    if not isinstance(tasks, dict) or not tasks:
+        return None
+    names = list(dict.fromkeys(k for values in tasks.values() for k in values))
+    return Table(["task", *names], [[task, *(fmt(values.get(k)) for k in names)] for task, values in tasks.items()],
+                 caption=f"{fmt(record.get('level'))} interval ({fmt(record.get('method'))} conformal) on this file")
 
 
 __all__ = ["eval_report", "guessed_dataset_type"]

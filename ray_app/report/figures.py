@@ -33,7 +33,8 @@ def data_uri(figure) -> str:
 def learning_curves(members: Mapping[str, Mapping[str, Sequence[float]]], metric: str) -> str:
     """One row of panels: train and validation loss, validation ``metric``, learning rate (when recorded) against
     the epoch, a line per member. ``members``: label -> column -> values (``epoch`` included)."""
-    panels = [("loss", ("train_loss", "val_loss")), (f"validation {metric}", (f"val_{metric}",)), ("learning rate", ("lr",))]
+    panels = [("loss", ("train_loss", "val_loss")), (f"validation {metric}", (f"val_{metric}",)),
+              ("learning rate", ("lr",))]
     panels = [p for p in panels if any(c in columns for columns in members.values() for c in p[1])]
     figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
     for ax, (title, columns) in zip(axes[0], panels):
@@ -126,6 +127,46 @@ def confusion(measured: np.ndarray, predicted: np.ndarray, task: str, threshold:
     return data_uri(figure)
 
 
+def trial_objectives(values: Sequence[float], statuses: Sequence[str], objective: str, mode: str) -> str:
+    """Each trial's objective in the order the trials started (colour: status), and the best so far as a step."""
+    figure, ax = plt.subplots(figsize=(6.0, 3.4))
+    values = np.asarray(values, dtype=np.float64)
+    order = np.arange(len(values))
+    for i, status in enumerate(dict.fromkeys(statuses)):
+        pick = np.array([s == status for s in statuses]) & np.isfinite(values)
+        ax.scatter(order[pick], values[pick], s=22, color=COLOURS[i % len(COLOURS)], label=status, zorder=2)
+    finite = np.where(np.isfinite(values), values, np.inf if mode == "min" else -np.inf)
+    best = np.minimum.accumulate(finite) if mode == "min" else np.maximum.accumulate(finite)
+    shown = np.isfinite(best)
+    ax.step(order[shown], best[shown], where="post", color="k", linewidth=1, label="best so far", zorder=1)
+    ax.set_xlabel("trial (in the order started)")
+    ax.set_ylabel(objective)
+    ax.legend(fontsize=7)
+    figure.tight_layout()
+    return data_uri(figure)
+
+
+def against_setting(cells: Sequence[str], values: Sequence[float], setting: str, objective: str) -> str:
+    """The objective against one sampled setting: a scatter for numbers (log axis over a wide positive range),
+    one column per value otherwise."""
+    figure, ax = plt.subplots(figsize=(4.0, 3.2))
+    values = np.asarray(values, dtype=np.float64)
+    try:
+        x = np.array([float(c) if c != "" else np.nan for c in cells])
+        ax.scatter(x, values, s=22)
+        positive = x[np.isfinite(x) & (x > 0)]
+        if len(positive) == np.isfinite(x).sum() and len(positive) and positive.max() / positive.min() > 20:
+            ax.set_xscale("log")
+    except ValueError:  # words (choices such as an activation): one column each
+        labels = list(dict.fromkeys(cells))
+        ax.scatter([labels.index(c) for c in cells], values, s=22)
+        ax.set_xticks(range(len(labels)), [c or "(none)" for c in labels])
+    ax.set_xlabel(setting)
+    ax.set_ylabel(objective)
+    figure.tight_layout()
+    return data_uri(figure)
+
+
 def histogram(values: np.ndarray, label: str) -> str:
     """The distribution of one column."""
     figure, ax = plt.subplots(figsize=(4.2, 3.0))
@@ -138,4 +179,5 @@ def histogram(values: np.ndarray, label: str) -> str:
     return data_uri(figure)
 
 
-__all__ = ["confusion", "data_uri", "histogram", "learning_curves", "parity", "residuals", "roc_and_pr"]
+__all__ = ["against_setting", "confusion", "data_uri", "histogram", "learning_curves", "parity", "residuals",
+           "roc_and_pr", "trial_objectives"]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from kermt.errors import UserError
+from kermt.metrics import task_scores
 from kermt.run_layout import CALIBRATION_FILE, RUN_RECORD_FILE, RUN_STATE_FILE, TEST_SPREAD_FILE
 from kermt.uncertainty import intervals, load_calibrations
 from ray_app.report import figures
@@ -145,7 +146,8 @@ def _learning_section(folds: list[tuple[int, Path]], metric: str) -> Section:
                 section.notes.append(f"fold {k} model {m}: no metrics.csv (not finished)")
                 continue
             members[f"model {m}"] = history
-            best = int(history["best_epoch"][-1]) if history.get("best_epoch") else None
+            recorded_best = history.get("best_epoch", [float("nan")])[-1]
+            best = int(recorded_best) if np.isfinite(recorded_best) else None
             val = history.get(f"val_{metric}", [])
             best_rows.append([f"fold {k}", f"model {m}", str(len(history["epoch"])), fmt(best),
                               fmt(val[best] if best is not None and best < len(val) else None)])
@@ -171,8 +173,6 @@ def _metrics_section(record: dict[str, Any], results: dict[int, TestResult], met
         if scores is None:
             rows.append([f"fold {k}", "each member", *([NOT_RECORDED] * len(result.tasks))])
         if result.targets is not None:
-            from kermt.metrics import task_scores
-
             ensemble = task_scores(result.preds, result.targets, metric, dataset_type)
             rows.append([f"fold {k}", "ensemble (mean)", *(fmt(v) for v in ensemble)])
     if not rows:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ray_app.common.command import run_command
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
 from ray_app.finetune.inputs import check_finetune_inputs
+from ray_app.report import announce_report
 from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
 
 
@@ -30,6 +32,9 @@ def _sweep(config: TuneConfig, sources: dict[str, Source]) -> int:
         except SweepFailedError as error:
             print(f"kermt tune: error: {error}", file=sys.stderr)
             return 1
+        finally:  # also for a stopped or failed sweep: the trials it reported
+            if (Path(local.save_dir) / "all_trials.csv").exists():
+                announce_report(Path(local.save_dir), config.save_dir)
     return 0
 
 

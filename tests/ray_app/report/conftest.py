@@ -56,7 +56,8 @@ def classification_run(ray_cluster, tmp_path_factory) -> tuple[Path, str]:
         writer = csv.writer(f)
         writer.writerow(["smiles", "logp_high", "tpsa_high"])
         for smiles, *values in rows[1:]:
-            writer.writerow([smiles, *("" if v == "" else int(float(v) > THRESHOLDS[t]) for v, t in zip(values, TASKS))])
+            labels = ("" if v == "" else int(float(v) > THRESHOLDS[t]) for v, t in zip(values, TASKS))
+            writer.writerow([smiles, *labels])
     out = _finetune(base / "run", base / "data.csv", "--dataset_type", "classification", "--split_sizes", "0.6", "0.2",
                     "0.2")
     return base / "run", out

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 from ray_app.report.evaluation import eval_report
+from ray_app.report.page import fmt
 from ray_app.screening.commands import main_eval
 from tests.conftest import FIXTURE_DIR
 
@@ -17,3 +20,16 @@ def test_eval_writes_its_report_beside_the_output(ray_cluster, tmp_path, capsys)
     report = eval_report(out)
     assert report.image_count() == 2 * (2 + 8)
     assert [row for row in report.sections[1].tables[0].columns] == ["rmse", "mae", "r2", "spearmanr"]
+
+
+def test_eval_of_a_calibrated_run_shows_its_interval_scores(regression_run, tmp_path, capsys):
+    save_dir, _ = regression_run
+    out = tmp_path / "again.csv"
+    assert main_eval(["--data_path", str(save_dir.parent / "data.csv"), "--output_path", str(out),
+                      "--checkpoint_dir", str(save_dir)]) == 0
+    scores = json.loads((tmp_path / "again_uncertainty.json").read_text())
+    table = eval_report(out).sections[0].tables[0]
+    assert table.caption == f"{scores['level']} interval ({scores['method']} conformal) on this file"
+    assert [row[0] for row in table.rows] == ["logp", "tpsa_100"]
+    assert table.rows[0][1:] == [fmt(v) for v in scores["tasks"]["logp"].values()]
+    assert f"report: {tmp_path / 'again_report.html'}" in capsys.readouterr().out.splitlines()

@@ -58,7 +58,8 @@ def test_report_shows_every_part_of_a_finished_regression_run(regression_run):
     assert [row[1] for row in metrics.rows] == ["model 0", "model 1", "ensemble (mean)"]
     task = report.sections[5]
     assert any(n.startswith("90% interval from the fold calibration") for n in task.notes)
-    assert len(task.molecules) == WORST and all(m.uri and m.uri.startswith("data:image/svg+xml") for m in task.molecules)
+    assert len(task.molecules) == WORST
+    assert all(m.uri and m.uri.startswith("data:image/svg+xml") for m in task.molecules)
 
 
 def test_worst_molecules_carry_their_errors_and_the_calibrated_interval(regression_run):
