@@ -19,8 +19,10 @@ def deployment_name(model: str) -> str:
 
 def _replica_options(config: ServeConfig) -> dict:
     low, high = config.replica_range
-    # a replica must accept at least a full batch of requests at once, else @serve.batch never fills one
-    options: dict = {"max_ongoing_requests": 2 * config.max_batch_size}
+    # a replica must accept well over a full batch of requests at once: at 2 batches (32), 64 clients left the
+    # router backing off between retries and throughput fell to a fifth of 8 clients' (bench/serve.py: 117 vs
+    # 495 mol/s); at 8 batches the replica queues them itself and 64 clients get 8 clients' rate
+    options: dict = {"max_ongoing_requests": 8 * config.max_batch_size}
     if low == high:
         return {**options, "num_replicas": low}
     return {**options, "autoscaling_config": {
