@@ -23,14 +23,16 @@ from typing import Any
 
 import ray
 
-from ray_app.common.ray_internals import (GCS_PORT_VARIABLE, HEAD_NODE_RESOURCE, TRAIN_PREEMPTION_WATCHER_VARIABLE,
-                                          TRAIN_PRINT_PATCH_VARIABLE)
+from ray_app.common.ray_internals import (AUTH_TOKEN_SETUP_LOGGER, DATA_PROGRESS_LOGGER, GCS_PORT_VARIABLE, HEAD_NODE_RESOURCE,
+                                          TRAIN_PREEMPTION_WATCHER_VARIABLE, TRAIN_PRINT_PATCH_VARIABLE,
+                                          TUNE_NEW_OUTPUT_VARIABLE)
 
 # Quiet, local-friendly defaults; a user's own environment always wins (setdefault).
 _LOCAL_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     TRAIN_PRINT_PATCH_VARIABLE: "0",  # otherwise every worker print appears twice in the driver output
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300",  # loaded CI machines can exceed the 60 s default
+    TUNE_NEW_OUTPUT_VARIABLE: "0",  # no experiment table at the start of every Tuner.fit (ray_internals says why)
 }
 # Only for a cluster started here: one machine has no spot preemption to watch for. On a real cluster the watcher
 # stays on, so Ray Train counts a preempted node apart from --max_failures (FailureConfig.max_preemption_failures).
@@ -67,9 +69,15 @@ def _start_local_cluster(kwargs: dict[str, Any]) -> None:
     cluster_env = {"RAY_ADDRESS": f"{ray.util.get_node_ip_address()}:{port}", GCS_PORT_VARIABLE: port}
     saved = {key: os.environ.get(key) for key in cluster_env}
     os.environ.update(cluster_env)  # the GCS and the raylet copy it; every worker the raylet spawns inherits it
+    # Ray turns token authentication on for a cluster that ray.init starts (the secure default we want) and warns
+    # that it did, at every start; the warning asks nothing of our users.
+    token_setup = logging.getLogger(AUTH_TOKEN_SETUP_LOGGER)
+    level = token_setup.level
+    token_setup.setLevel(logging.ERROR)
     try:
         ray.init(address="local", **kwargs)
     finally:
+        token_setup.setLevel(level)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -88,6 +96,7 @@ def _quiet_ray_data() -> None:
     from ray.data import DataContext
 
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # per-dataset execution plans are noise for users
+    logging.getLogger(DATA_PROGRESS_LOGGER).setLevel(logging.ERROR)  # "Progress bars disabled": we chose that
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.execution_options.preserve_order = True  # results come back in input order

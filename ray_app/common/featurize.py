@@ -15,6 +15,7 @@ import ray
 from kermt.chem.molgraph import RAGGED_WIDTH, FlatGraphs
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.data.ragged import flat_values, list_column, offsets_of
+from ray_app.common.progress import Progress
 
 
 class FeaturizeBatch:
@@ -43,9 +44,11 @@ class FeaturizeBatch:
 
 
 def featurize_on_cluster(
-    smiles: Sequence[str], features_generator: Sequence[str] = (), rows_per_task: int = 512
+    smiles: Sequence[str], features_generator: Sequence[str] = (), rows_per_task: int = 512,
+    label: str = "featurising"
 ) -> FeaturizedMolecules:
-    """Featurise ``smiles`` with Ray Data CPU tasks; the result is row-aligned with the input."""
+    """Featurise ``smiles`` with Ray Data CPU tasks; the result is row-aligned with the input. A long run prints
+    progress lines headed ``label``."""
     generators = tuple(features_generator)
     if not smiles:
         return featurize_smiles([], generators)
@@ -58,7 +61,13 @@ def featurize_on_cluster(
     # reservation.
     ds.context.op_resource_reservation_enabled = False
     # permissive: a block with a molecule of > 65,536 atoms carries int32 local ids where the others carry uint16
-    table = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive")
+    progress = Progress(label, total=len(smiles))
+    blocks = []
+    for block in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=2):
+        blocks.append(block)
+        progress.advance(block.num_rows)
+    progress.finish()
+    table = pa.concat_tables(blocks, promote_options="permissive")
     return molecules_from_table(in_input_order(table, len(smiles)), generators)
 
 

@@ -55,6 +55,22 @@ def train_report_logger() -> logging.Logger | None:
     return logging.getLogger(module.__file__)
 
 
+# Loggers of routine INFO/WARNING lines a user cannot act on (module ``logger = logging.getLogger(__name__)``):
+# every checkpoint a trial reports through Tune ("Checkpoint successfully created at: ...", Ray Train's storage
+# module, used by Tune's function trainables) and Ray Data's one-time "Progress bars disabled" notice (we disable
+# them on purpose: bars are noise in job logs; our own progress lines say how far a step is).
+CHECKPOINT_PERSIST_LOGGER = "ray.train._internal.storage"
+# ...and, at every local cluster start, "Token authentication is enabled for this Ray cluster" (Ray's default for a
+# cluster that ray.init starts; setting RAY_AUTH_MODE=token instead is read too late once ray is imported).
+AUTH_TOKEN_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+DATA_PROGRESS_LOGGER = "ray.data._internal.progress"
+
+# Ray Tune's "new output engine" prints an experiment table, "View detailed results here" and a TensorBoard hint
+# at the start of every Tuner.fit even with verbose=0 (ray.tune.experimental.output, read at each fit); "0" selects
+# the legacy engine, which at verbose=0 prints nothing. finetune's members run as a Tune experiment that users
+# never asked to see.
+TUNE_NEW_OUTPUT_VARIABLE = "RAY_AIR_NEW_OUTPUT"
+
 # Ray Train V2 settings read from the environment (ray.train.v2._internal.constants), not among Ray's documented
 # settings. "0" for the first: a worker's print reaches the driver once, not also as a log record. "0" for the
 # second: no spot-preemption watcher actor (one machine has nothing to watch).

@@ -57,7 +57,7 @@ def load_source(
     table, blinded = read_labelled(path, config, target_names, blinded_ok)
     if blinded:
         print(f"{path}: no label columns, so it is a blinded test set (predictions only, no test score)", flush=True)
-    featurized = featurize_on_cluster(table.smiles, config.features_generator or ())
+    featurized = featurize_on_cluster(table.smiles, config.features_generator or (), label=f"featurising {path}")
     if features_paths:
         extra = [load_features(p, expected_rows=len(table))[0] for p in features_paths]
         featurized = FeaturizedMolecules(featurized.smiles, featurized.reasons, featurized.graphs,

@@ -16,6 +16,7 @@ import numpy as np
 import ray
 
 from kermt.config import FinetuneModelConfig
+from kermt.data import atomic_files
 from kermt.data.splits import Split
 from kermt.errors import Interrupted
 from kermt.metrics import nanmean, unscored_note
@@ -37,7 +38,7 @@ from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
 from ray_app.finetune.resume import finished_member, start_finetune_run
 from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, \
     member_initial_state, model_config, resolve_setup
-from ray_app.report import announce_report
+from ray_app.report import REPORT_FILE, announce_report
 
 
 def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
@@ -109,6 +110,9 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     recorded = recorded or config
     resources = connect(config.address)
     setup = resolve_setup(config, sources)
+    if not config.dry_run:
+        print(f"outputs: {recorded.save_dir} (the report, {atomic_files.join(str(recorded.save_dir), REPORT_FILE)}, "
+              "is written when the run ends)", flush=True)
     print(f"dataset_type={setup.dataset_type}{' (inferred from the labels)' if config.dataset_type is None else ''} "
           f"metric={setup.metric} tasks={setup.task_names}", flush=True)
     n_invalid = sum(len(s.invalid) for s in (setup.data, setup.val, setup.test) if s is not None)

@@ -40,6 +40,7 @@ from kermt.random_streams import Stream, depth_rng, stream_seed
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.train.optim import NoamLR
 from kermt.train.step import FinetuneStepSettings, predict, score, snapshot, train_step, validation_loss
+from ray_app.common.progress import duration
 from ray_app.common.worker_loop import LoopProgress, Training, all_gather, all_reduce, optimizer_and_scheduler, start
 from ray_app.finetune.objective import Objective
 
@@ -201,10 +202,15 @@ def _epoch(plan: MemberPlan, training: Training[MemberProgress]) -> dict[str, An
             "val_time_s": time.perf_counter() - trained}
 
 
-def _epoch_line(plan: MemberPlan, metrics: dict[str, Any]) -> str:
+def _epoch_line(plan: MemberPlan, metrics: dict[str, Any], history: list[dict[str, Any]]) -> str:
+    """Upstream's epoch line, then how long the epochs left would take at the mean pace so far (early stopping
+    may end sooner)."""
+    pace = sum(row["train_time_s"] + row["val_time_s"] for row in history) / max(1, len(history))
+    left = plan.epochs - metrics["epoch"] - 1
     return (f"[{plan.label}] epoch {metrics['epoch']:4d}  loss_train {metrics['train_loss']:.6f}  "
             f"loss_val {metrics['val_loss']:.6f}  {plan.metric}_val {metrics[f'val_{plan.metric}']:.6f}  "
-            f"lr {metrics['lr']:.3e}  t_time {metrics['train_time_s']:.1f}s  v_time {metrics['val_time_s']:.1f}s")
+            f"lr {metrics['lr']:.3e}  t_time {metrics['train_time_s']:.1f}s  v_time {metrics['val_time_s']:.1f}s"
+            + (f"  ({left} epoch(s) left, about {duration(left * pace)})" if left > 0 else ""))
 
 
 def _load_plan(config: dict[str, Any]) -> MemberPlan:
@@ -233,5 +239,5 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         progress.history.append(metrics)
         progress.epoch += 1
         if training.rank == 0:
-            print(_epoch_line(plan, metrics), flush=True)
+            print(_epoch_line(plan, metrics, progress.history), flush=True)
         training.report(metrics, lambda _: best.saved(training))

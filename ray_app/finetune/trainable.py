@@ -15,6 +15,7 @@ What differs between finetune members and tune trials (which settings, which fol
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from ray import tune
 from kermt.config import FinetuneModelConfig
 from kermt.nn.finetune import KermtFinetuneModel
 from ray_app.common import outputs
-from ray_app.common.ray_internals import HEAD_NODE_RESOURCE
+from ray_app.common.ray_internals import CHECKPOINT_PERSIST_LOGGER, HEAD_NODE_RESOURCE
 from ray_app.finetune.members import run_member, save_member
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
@@ -97,6 +98,8 @@ def train_member(params: dict[str, Any], setup: RunSetup, fold_splits: Sequence[
 
     ``fold_splits``: one object reference per fold (put once by the driver). A trial that Tune restarts after an
     interruption gets the same Train run name, so Ray Train resumes it from its last epoch checkpoint."""
+    # the member's epochs already print; Ray's line for the checkpoint reported below is noise to users
+    logging.getLogger(CHECKPOINT_PERSIST_LOGGER).setLevel(logging.WARNING)
     previous = tune.get_checkpoint()
     if previous is not None:  # a restored trial that had already finished: report its result again
         with previous.as_directory() as directory:

@@ -56,6 +56,26 @@ def _first_line(path: str) -> str:
         raise UserError(f"data_path {path}: cannot read its first line ({' '.join(str(error).split())})") from error
 
 
+def row_estimate(path: str) -> int | None:
+    """About how many data rows ``path`` holds, when that is cheap to know (for progress lines, never for results):
+    a Parquet file's metadata, local or URI; the line count of a local uncompressed text file (a quoted field
+    spanning lines makes it a little high). None otherwise."""
+    fmt = input_format(path)
+    try:
+        if fmt.kind == "parquet":
+            filesystem, inner = _filesystem(path)
+            with filesystem.open_input_file(inner) as handle:
+                return pq.ParquetFile(handle).metadata.num_rows
+        if fmt.compression is None and "://" not in path:
+            with open(path, "rb") as handle:
+                lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 24), b""))
+            header = fmt.kind != "smi" or SmiLayout.from_first_line(_first_line(path)).header
+            return max(0, lines - int(header))
+    except (OSError, pa.ArrowException, UserError):
+        return None
+    return None
+
+
 def column_names(path: str) -> list[str]:
     """Header of a CSV / schema names of a Parquet file / the two columns of a SMILES file, local path or URI
     (only the first bytes are read)."""

@@ -37,7 +37,7 @@ from ray_app.common.featurize import molecules_from_table
 from ray_app.common.remote_files import fetch_input
 from ray_app.screening.config import ReconstructConfig, log
 from ray_app.screening.files import TableWriter
-from ray_app.screening.run import Source, _connect, _source
+from ray_app.screening.run import Source, _connect, _source, input_progress
 from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _device, carried_columns, drain,
                                       featurize_block)
 
@@ -230,7 +230,7 @@ def run_reconstruct(config: ReconstructConfig) -> int:
         quality.add(rows)
         writer.write(rows)
 
-    stats = drain(reconstruct_stream(config, plan), write)
+    stats = drain(reconstruct_stream(config, plan), write, input_progress(config.data_path, "reconstructing"))
     _finish(stats, config, started, writer)
     log(quality.line(plan.checkpoint.path))
     return 0

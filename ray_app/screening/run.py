@@ -26,6 +26,7 @@ from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScree
 from ray_app.screening.calibration import plan_intervals
 from ray_app.screening.stream import (LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX, EmbedStage, InputSpec, PredictStage,
                                       StreamStats, build_stream, drain)
+from ray_app.common.progress import Progress
 from ray_app.screening.files import (
     ArraySpool,
     JsonListSpool,
@@ -33,6 +34,7 @@ from ray_app.screening.files import (
     column_names,
     default_id_columns,
     pick_columns,
+    row_estimate,
     untextual_columns,
     write_metadata_json,
     write_npy,
@@ -111,6 +113,11 @@ def _check_row_count(data_path: str, spec: InputSpec, feature_rows: int) -> None
     if rows != feature_rows:
         raise UserError(f"--features_path has {feature_rows} rows but {data_path} has {rows}; feature files need "
                         "one row per data row")
+
+
+def input_progress(data_path: str, verb: str) -> Progress:
+    """Progress lines for streaming ``data_path`` (an ETA where its row count is cheap to know)."""
+    return Progress(f"{verb} {data_path}", total=row_estimate(data_path), unit="rows")
 
 
 def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit, abort) -> int:
@@ -194,7 +201,7 @@ def run_predict(config: PredictConfig) -> int:
     def write(block: pa.Table) -> None:
         writer.write(block.rename_columns([checked.source.smiles_column, *block.column_names[1:]]))
 
-    stats = drain(ds, write)
+    stats = drain(ds, write, input_progress(config.data_path, "predicting"))
     return _finish(stats, config, started, writer.commit, writer.abort)
 
 
@@ -239,7 +246,7 @@ def run_fingerprint(config: FingerprintConfig) -> int:
         spools["fps"].append(fps.combine_chunks().flatten().to_numpy())
         spools["valid"].append(block.column("valid").to_numpy(zero_copy_only=False))
 
-    stats = drain(ds, write)
+    stats = drain(ds, write, input_progress(config.data_path, "fingerprinting"))
     return _finish(stats, config, started, lambda: write_npz(output, spools), lambda: None)
 
 
@@ -252,11 +259,12 @@ def run_embed(config: EmbedConfig) -> int:
     if output.suffix.lower() in (".csv", ".npy", ".npz"):
         raise UserError(f"output_path {output}: embed writes a .parquet file or a directory of .npy files")
     ds = _stream(config, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
+    progress = input_progress(config.data_path, "embedding")
     if output.suffix.lower() == ".parquet":
         writer = TableWriter(output)
-        return _finish(drain(ds, writer.write), config, started, writer.commit, writer.abort)
+        return _finish(drain(ds, writer.write, progress), config, started, writer.commit, writer.abort)
     writer = NpyDirectoryWriter(output, {"checkpoint": str(checkpoint.path), "kind": checkpoint.spec.kind})
-    return _finish(drain(ds, writer.write), config, started, writer.commit, lambda: None)
+    return _finish(drain(ds, writer.write, progress), config, started, writer.commit, lambda: None)
 
 
 class NpyDirectoryWriter:

@@ -31,7 +31,7 @@ from ray_app.report import announce_report
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.files import column_names, pick_columns
 from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, IntervalRows
-from ray_app.screening.run import plan_predict, predict_stream
+from ray_app.screening.run import input_progress, plan_predict, predict_stream
 from ray_app.screening.stream import LABEL_PREFIX, drain
 
 
@@ -90,7 +90,8 @@ def run_eval(config: EvalConfig) -> int:
     if scored is not None:  # the spread is needed for the metrics
         config = config.model_copy(update={"uncertainty": True})
     stats = drain(predict_stream(config, checked, labels),
-                  rows.add if scored is None else (lambda block: (rows.add(block), scored.add(block))))
+                  rows.add if scored is None else (lambda block: (rows.add(block), scored.add(block))),
+                  input_progress(config.data_path, "scoring"))
     if stats.valid == 0:
         raise UserError(stats.all_invalid_message(config.data_path))
     preds, targets = rows.arrays()

@@ -37,6 +37,7 @@ from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
 from kermt.uncertainty import Calibration, intervals
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
+from ray_app.common.progress import Progress
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
@@ -256,14 +257,18 @@ def _file_features_dataset(features: np.ndarray, valid: np.ndarray):
     return ray.data.from_arrow(pa.table({FILE_FEATURES: column, FILE_FEATURES_VALID: pa.array(valid)}))
 
 
-def drain(ds, write: Callable[[pa.Table], None]) -> StreamStats:
-    """Iterate the output blocks in input order on the driver, handing each to ``write``. A malformed CSV (found
-    by a read task) is a UserError."""
+def drain(ds, write: Callable[[pa.Table], None], progress: Progress | None = None) -> StreamStats:
+    """Iterate the output blocks in input order on the driver, handing each to ``write`` (and counting them on
+    ``progress``). A malformed CSV (found by a read task) is a UserError."""
     stats = StreamStats()
     try:
         for block in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1):
             stats.add(block)
             write(block)
+            if progress is not None:
+                progress.advance(block.num_rows)
+        if progress is not None:
+            progress.finish()
     except Exception as error:
         unreadable = _malformed_csv(error)
         if unreadable is None:

@@ -98,6 +98,29 @@ def test_train_reports_log_on_the_logger_named_after_the_context_module():
     assert "Reporting training result" in inspect.getsource(module), UPGRADED
 
 
+def test_the_quieted_loggers_are_the_ones_that_log_those_lines():
+    storage = importlib.import_module(internals.CHECKPOINT_PERSIST_LOGGER)
+    assert storage.logger.name == internals.CHECKPOINT_PERSIST_LOGGER, UPGRADED
+    assert "Checkpoint successfully created" in inspect.getsource(storage), UPGRADED
+    trainable = importlib.import_module("ray.tune.trainable.trainable")
+    assert trainable.StorageContext.__module__ == internals.CHECKPOINT_PERSIST_LOGGER, \
+        f"Tune's trainables persist checkpoints elsewhere now; {UPGRADED}"
+    token_setup = importlib.import_module(internals.AUTH_TOKEN_SETUP_LOGGER)
+    assert token_setup.logger.name == internals.AUTH_TOKEN_SETUP_LOGGER, UPGRADED
+    assert "Token authentication is enabled for this Ray cluster" in inspect.getsource(token_setup), UPGRADED
+    progress = importlib.import_module(internals.DATA_PROGRESS_LOGGER)
+    assert progress.logger.name == internals.DATA_PROGRESS_LOGGER, UPGRADED
+    assert "Progress bars disabled" in inspect.getsource(progress), UPGRADED
+
+
+def test_the_legacy_tune_output_is_chosen_by_its_variable(monkeypatch):
+    output = importlib.import_module("ray.tune.experimental.output")
+    monkeypatch.setenv(internals.TUNE_NEW_OUTPUT_VARIABLE, "0")
+    assert output.get_air_verbosity(0) is None, UPGRADED
+    monkeypatch.setenv(internals.TUNE_NEW_OUTPUT_VARIABLE, "1")
+    assert output.get_air_verbosity(0) is not None, UPGRADED
+
+
 def test_the_train_settings_are_the_variables_ray_train_reads():
     constants = "ray.train.v2._internal.constants"
     assert _private(constants, "ENABLE_PRINT_PATCH_ENV_VAR") == internals.TRAIN_PRINT_PATCH_VARIABLE, UPGRADED

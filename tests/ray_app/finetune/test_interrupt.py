@@ -35,8 +35,8 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, sm
     argv = ["finetune", "--data_path", str(small_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
             "--save_dir", str(save_dir), "--epochs", "40", "--batch_size", "16", "--ffn_hidden_size", "16"]
     command = [sys.executable, "-m", "ray_app.cli", *argv, "--address", ray.get_runtime_context().gcs_address]
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        driver = subprocess.Popen(command, cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=stderr)
+    with open(tmp_path / "stderr.txt", "w") as stderr, open(tmp_path / "stdout.txt", "w") as stdout:
+        driver = subprocess.Popen(command, cwd=ROOT, env=os.environ.copy(), stdout=stdout, stderr=stderr)
         deadline = time.monotonic() + 300
         epoch_checkpoints = "*-fold0-model0/checkpoint_*/training_state.pt"  # Ray Train's, one per epoch
         while not list((save_dir / "ray_results").glob(epoch_checkpoints)):
@@ -44,8 +44,14 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, sm
             time.sleep(0.2)
         driver.send_signal(signal.SIGINT)
         assert driver.wait(timeout=120) == 130
-    err = (tmp_path / "stderr.txt").read_text()
+    err, out = (tmp_path / "stderr.txt").read_text(), (tmp_path / "stdout.txt").read_text()
     assert "Traceback" not in err and "Tuner.restore" not in err
+    # the first line says where everything lands; Ray's lines about its own bookkeeping are not shown
+    assert out.splitlines()[0] == (f"outputs: {save_dir} (the report, {save_dir / 'report.html'}, is written when "
+                                   "the run ends)"), out
+    for noise in ("Configuration for experiment", "View detailed results", "tensorboard --logdir",
+                  "Checkpoint successfully created", "Progress bars disabled"):
+        assert noise not in out + err, f"{noise!r} in the driver's output:\n{out}\n{err}"
     advice = (f"kermt finetune: interrupted; finished models and each member's last epoch are kept in {save_dir} "
               f"and {save_dir / 'ray_results'}; re-run the same command to resume")
     assert advice in err.splitlines()  # Ray may still forward a worker's log line after it
