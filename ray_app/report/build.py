@@ -50,19 +50,24 @@ def report_uri(shown: str, of_file: bool) -> str:
     return path if query is None else f"{path}?{query}"
 
 
-def announce_report(local: Path, shown: str, dataset_type: str | None = None) -> Path | None:
-    """Write the report of a run that just ended (or was stopped) and print one line saying where it is: ``shown``
-    is the run's own --save_dir or --output_path (a URI: the report goes up with the run's other files when the
-    command ends). A report that cannot be built is a note, never the run's failure: its models and files are
-    what matters, and ``kermt report`` can rebuild it later."""
+def report_of_finished_run(local: Path, dataset_type: str | None = None) -> Path | None:
+    """Write the report of a run that just ended (or was stopped). A report that cannot be built is a one-line
+    note, never the run's failure: its models and files are what matters, and ``kermt report`` rebuilds it."""
     try:
-        path = write_report(local, dataset_type)
+        return write_report(local, dataset_type)
     except Exception as error:  # noqa: BLE001 - any bug in a figure must not fail a finished run
         print(f"report: not written ({type(error).__name__}: {first_line(error)}); `kermt report {local}` retries",
               flush=True)
         return None
-    print(f"report: {report_uri(shown, local.is_file()) if '://' in shown else path}", flush=True)
+
+
+def announce_report(local: Path, shown: str, dataset_type: str | None = None) -> Path | None:
+    """:func:`report_of_finished_run`, and one line saying where the report is: ``shown`` is the run's own
+    --save_dir (a URI: the report goes up with the run's other files when the command ends)."""
+    path = report_of_finished_run(local, dataset_type)
+    if path is not None:
+        print(f"report: {report_uri(shown, local.is_file()) if '://' in shown else path}", flush=True)
     return path
 
 
-__all__ = ["REPORT_FILE", "announce_report", "report_path", "report_uri", "write_report"]
+__all__ = ["REPORT_FILE", "announce_report", "report_of_finished_run", "report_path", "report_uri", "write_report"]

@@ -6,24 +6,32 @@ to be good.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from kermt.errors import run_reporting_user_errors
 from ray_app.common.command import run_command
 from ray_app.common.errors import ray_causes
-from ray_app.common.remote_files import local_files
+from ray_app.common.remote_files import local_files, upload
+from ray_app.common.storage import is_uri
+from ray_app.report.build import report_path, report_uri
 from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig, ReconstructConfig
 
 
-def _run(prog: str, schema: type[BaseModel], argv: list[str], body) -> int:
+def _run(prog: str, schema: type[BaseModel], argv: list[str], body, reported: bool = False) -> int:
     """Run ``body`` on the settings ``argv`` resolves to; a user error (also one raised in a Ray task) is one line,
-    exit 2."""
+    exit 2. ``reported``: the body writes a report beside --output_path, which goes to a URI output's directory
+    too."""
 
     def with_local_files(config: BaseModel, sources) -> int:
         # --checkpoint_path/--checkpoint_dir URIs are downloaded, an --output_path URI is uploaded once complete;
         # --data_path is streamed by Ray Data itself, URI or not.
         with local_files(config, keep_remote=("data_path",)) as local:
-            return body(local)
+            status = body(local)
+            if reported:
+                _say_where_the_report_is(Path(local.output_path), config.output_path)
+            return status
 
     return run_reporting_user_errors(prog, lambda: run_command(prog, schema, argv, with_local_files), ray_causes)
 
@@ -37,7 +45,16 @@ def main_predict(argv: list[str]) -> int:
 def main_eval(argv: list[str]) -> int:
     from ray_app.screening.scoring import run_eval
 
-    return _run("kermt eval", EvalConfig, argv, run_eval)
+    return _run("kermt eval", EvalConfig, argv, run_eval, reported=True)
+
+
+def _say_where_the_report_is(output: Path, shown: str) -> None:
+    report = report_path(output)
+    if not report.exists():  # not written (the run printed why)
+        return
+    if is_uri(shown):  # only the output file itself is staged for upload
+        upload(report, report_uri(shown, True), "--output_path")
+    print(f"report: {report_uri(shown, True) if is_uri(shown) else report}", flush=True)
 
 
 def main_fingerprint(argv: list[str]) -> int:

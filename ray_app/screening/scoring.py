@@ -27,7 +27,7 @@ from kermt.metric_names import resolve_metric
 from kermt.metrics import nanmean, task_scores, unscored_note
 from kermt.uncertainty.run_calibration import calibration_files
 from ray_app.common import outputs
-from ray_app.report import announce_report
+from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.files import column_names, pick_columns
 from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, IntervalRows
@@ -110,7 +110,7 @@ def run_eval(config: EvalConfig) -> int:
     print(f"overall_test_{metric}={value:.6f}", flush=True)
     if scored is not None:
         scored.print_and_write(preds, targets, config.output_path)
-    announce_report(Path(config.output_path), config.output_path, head.dataset_type)  # <stem>_report.html beside it
+    report_of_finished_run(Path(config.output_path), head.dataset_type)  # <stem>_report.html; main_eval says where
     return 0
 
 

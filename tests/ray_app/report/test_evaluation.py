@@ -33,3 +33,13 @@ def test_eval_of_a_calibrated_run_shows_its_interval_scores(regression_run, tmp_
     assert [row[0] for row in table.rows] == ["logp", "tpsa_100"]
     assert table.rows[0][1:] == [fmt(v) for v in scores["tasks"]["logp"].values()]
     assert f"report: {tmp_path / 'again_report.html'}" in capsys.readouterr().out.splitlines()
+
+
+def test_eval_to_a_uri_uploads_its_report_beside_the_output(ray_cluster, tmp_path, capsys):
+    uri = f"file://{tmp_path}/remote/scored.csv"  # a URI pyarrow writes like any object store
+    (tmp_path / "remote").mkdir()
+    assert main_eval(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", uri,
+                      "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt")]) == 0
+    assert f"report: file://{tmp_path}/remote/scored_report.html" in capsys.readouterr().out.splitlines()
+    assert "Task t1" in (tmp_path / "remote" / "scored_report.html").read_text()
+    assert (tmp_path / "remote" / "scored.csv").exists()
