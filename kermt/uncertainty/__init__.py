@@ -7,6 +7,8 @@ metrics that say whether an uncertainty can be trusted (pure numpy/scipy; no ray
   plain conformal (one width for every molecule) is there for comparison and for single models (no spread).
 * :mod:`kermt.uncertainty.calibration_file`: a model's calibrations as JSON (no pickle), written atomically.
 * :mod:`kermt.uncertainty.metrics`: coverage, width, miscalibration area, ENCE, Spearman, Gaussian NLL.
+* :mod:`kermt.uncertainty.domain`: the applicability domain, k-nearest-neighbour distance to the training set in the
+  model's own embedding (scikit-learn), a threshold from the validation split, saved as safetensors + JSON.
 
 What the guarantee is (and is not): docs/uncertainty.md.
 """
@@ -21,8 +23,10 @@ from kermt.uncertainty.conformal import (
     fit_calibration,
     intervals,
 )
+from kermt.uncertainty.domain import DomainIndex, DomainSearch, fit_domain, load_domain, model_embeddings, save_domain
 
 __all__ = [
-    "CALIBRATION_FORMAT", "DEFAULT_METHOD", "METHODS", "MIN_CALIBRATION_ROWS", "Calibration", "check_level",
-    "fit_calibration", "intervals", "load_calibrations", "save_calibrations",
+    "CALIBRATION_FORMAT", "DEFAULT_METHOD", "METHODS", "MIN_CALIBRATION_ROWS", "Calibration", "DomainIndex",
+    "DomainSearch", "check_level", "fit_calibration", "fit_domain", "intervals", "load_calibrations", "load_domain",
+    "model_embeddings", "save_calibrations", "save_domain",
 ]

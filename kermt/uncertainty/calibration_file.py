@@ -30,12 +30,7 @@ def save_calibrations(path: str, calibrations: Mapping[str, Calibration], source
 
 def load_calibrations(path: str) -> dict[str, Calibration]:
     """Every task's calibration in ``path``; a missing, unreadable or malformed file is a :class:`UserError`."""
-    try:
-        record = json.loads(atomic_files.read_text(path))
-    except FileNotFoundError as error:
-        raise UserError(f"calibration file {path} does not exist") from error
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UserError(f"calibration file {path} is not readable JSON: {error}") from error
+    record = read_json_file(path, "calibration file")
     if not isinstance(record, dict) or record.get("format") != CALIBRATION_FORMAT:
         raise UserError(f"calibration file {path}: key 'format' is not {CALIBRATION_FORMAT!r}: not a kermt "
                         "calibration")
@@ -46,6 +41,16 @@ def load_calibrations(path: str) -> dict[str, Calibration]:
     if not isinstance(tasks, dict) or not tasks:
         raise UserError(f"calibration file {path}: key 'tasks' must map each task name to its calibration")
     return {name: _calibration(path, name, entry) for name, entry in tasks.items()}
+
+
+def read_json_file(path: str, what: str) -> Any:
+    """The JSON in ``path`` (local or URI); missing or unreadable: a UserError naming ``what`` and the file."""
+    try:
+        return json.loads(atomic_files.read_text(path))
+    except FileNotFoundError as error:
+        raise UserError(f"{what} {path} does not exist") from error
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"{what} {path} is not readable JSON: {error}") from error
 
 
 def _calibration(path: str, task: str, entry: Any) -> Calibration:

@@ -31,6 +31,7 @@ from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import is_uri
 from ray_app.finetune.calibrate import calibrate_fold, is_calibrated, member_val_predictions
 from ray_app.finetune.config import FinetuneConfig
+from ray_app.finetune.domain import write_fold_domain
 from ray_app.finetune.ensemble import member_directory, train_members
 from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
@@ -97,6 +98,8 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
             member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
             if is_calibrated(setup):  # a classification fold is reported as uncalibrated without them
                 member_val.append(member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
+            if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
+                write_fold_domain(setup, fold, parts, found[0])
         scores.append(finish_fold(setup, fold, parts, member_preds))
         calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_val)
         folds[f"fold_{fold}"] = fold_record(setup, fold, parts, member_preds)

@@ -73,6 +73,10 @@ class ModelScreeningConfig(FeatureFlags, ScreeningConfig):
     interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper: conformal "
                                       "intervals at this level (e.g. 0.9) from the run's calibration "
                                       "(docs/uncertainty.md)")
+    applicability_domain: bool = Field(False, description="add domain_distance (mean distance to the 5 nearest "
+                                       "training molecules in the model's embedding) and in_domain (as close as "
+                                       "95 percent of the validation molecules were), from the run's "
+                                       "fold_k/domain.json (docs/uncertainty.md)")
     no_features_scaling: bool = Field(False, description="upstream's flag, accepted so its commands port: the "
                                       "checkpoint decides; an error if a member was trained with feature scaling")
 

@@ -21,9 +21,11 @@ from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_featu
                              read_members, task_names)
 from kermt.inputs import check_checkpoint_file
 from kermt.uncertainty import Calibration
+from kermt.uncertainty.domain import DomainIndex
 from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScreeningConfig, PredictConfig,
                                       ScreeningConfig, elapsed_line, log)
 from ray_app.screening.calibration import plan_intervals
+from ray_app.screening.domain import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, plan_domain
 from ray_app.screening.stream import (LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX, EmbedStage, InputSpec, PredictStage,
                                       StreamStats, build_stream, drain)
 from ray_app.common.progress import Progress
@@ -74,10 +76,13 @@ def _other_columns(path: str, names: list[str], smiles: str, output_columns: set
     return tuple(n for n in names if n != smiles and n not in output_columns and n not in untextual)
 
 
-def _prediction_columns(tasks: tuple[str, ...] | list[str], uncertainty: bool, interval: bool = False) -> set[str]:
+def _prediction_columns(tasks: tuple[str, ...] | list[str], uncertainty: bool, interval: bool = False,
+                        domain: bool = False) -> set[str]:
     """The columns a prediction file names itself (besides its SMILES column, which takes the input's name)."""
     bounds = [t + suffix for t in tasks for suffix in (LOWER_SUFFIX, UPPER_SUFFIX)] if interval else []
-    return {"smiles", *tasks, *(t + STD_SUFFIX for t in tasks if uncertainty), *bounds, "valid", "error"}
+    domain_columns = [DISTANCE_COLUMN, IN_DOMAIN_COLUMN] if domain else []
+    return {"smiles", *tasks, *(t + STD_SUFFIX for t in tasks if uncertainty), *bounds, *domain_columns, "valid",
+            "error"}
 
 
 def _connect(config: ScreeningConfig) -> int:
@@ -157,6 +162,7 @@ class PredictPlan:
     file_features: tuple[np.ndarray, np.ndarray] | None
     source: Source
     calibrations: dict[str, Calibration] | None = None  # --interval: each task's calibration
+    domain: DomainIndex | None = None  # --applicability_domain: fold 0's index
 
 
 def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False) -> PredictPlan:
@@ -168,18 +174,19 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
             log("warning: --uncertainty with one model writes <task>_std = 0: a spread needs an ensemble of two or "
                 "more members (--checkpoint_dir)")
         calibrations = plan_intervals(config, members)
+        domain = plan_domain(config, members)
         plan, file_features = _feature_plan(config, [m.spec for m in members])
         scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
         if config.no_features_scaling and scaled:
             raise UserError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
                             "(its scaler is applied); drop the flag")
         names = task_names(members[0].spec)
-        source = _source(config, _prediction_columns(names, config.uncertainty, calibrations is not None)
-                         if carry_other_columns else None)
+        source = _source(config, _prediction_columns(names, config.uncertainty, calibrations is not None,
+                                                     domain is not None) if carry_other_columns else None)
         clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
         if clash:
             raise UserError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
-    return PredictPlan(members, plan, file_features, source, calibrations)
+    return PredictPlan(members, plan, file_features, source, calibrations, domain)
 
 
 def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
@@ -188,7 +195,8 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
                      label_columns=label_columns)
     return _stream(config, spec, PredictStage, {"members": checked.members, "uncertainty": config.uncertainty,
-                                                "calibrations": checked.calibrations, "interval": config.interval},
+                                                "calibrations": checked.calibrations, "interval": config.interval,
+                                                "domain": checked.domain},
                    checked.file_features)
 
 

@@ -36,6 +36,8 @@ from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
 from kermt.uncertainty import Calibration, intervals
+from kermt.uncertainty.domain import DomainIndex
+from ray_app.screening.domain import DomainColumns
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
 from ray_app.common.progress import Progress
 
@@ -134,10 +136,13 @@ class PredictStage:
     """Actor: loads the ensemble once, then predicts block after block (upstream's CSV columns first)."""
 
     def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool,
-                 calibrations: dict[str, Calibration] | None = None, interval: float | None = None) -> None:
+                 calibrations: dict[str, Calibration] | None = None, interval: float | None = None,
+                 domain: DomainIndex | None = None) -> None:
         self.ensemble = Ensemble(members, _device(use_gpu))
         self.batch_size, self.uncertainty = batch_size, uncertainty
         self.calibrations, self.interval = calibrations, interval  # --interval: the run's calibration and level
+        # --applicability_domain: the index fitted here, once per actor; member 0's embedding (ray_app.screening.domain)
+        self.domain = DomainColumns(domain, self.ensemble.models[0], self.ensemble.device) if domain else None
 
     def __call__(self, table: pa.Table) -> pa.Table:
         molecules = molecules_from_table(table)
@@ -155,6 +160,8 @@ class PredictStage:
                                          self.interval)
                 columns[name + LOWER_SUFFIX] = _float_column(lower, valid)
                 columns[name + UPPER_SUFFIX] = _float_column(upper, valid)
+        if self.domain is not None:
+            columns.update(self.domain(molecules, self.batch_size))
         return pa.table({**columns, **carried_columns(table, molecules)})
 
 

@@ -1,0 +1,66 @@
+"""The last step of a finetune fold, next to its calibration: the fold's applicability domain
+(``fold_k/domain.json`` + ``fold_k/domain_embeddings.safetensors``, kermt.uncertainty.domain).
+
+Member 0's embedding, not every member's: the members share architecture and data, so their distances rank
+molecules alike, and one member keeps `kermt predict --applicability_domain` at one extra encoder pass per batch
+(an index per member would cost one pass and one k-NN query per member). The training molecules (a seeded
+subsample of at most 50,000) form the index; the validation molecules set the threshold. Like the calibration, a
+fold without enough validation molecules is reported in one line, never a failed run. The files are written under
+save_dir, which is uploaded with the other fold files when --save_dir is a URI.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import ray
+import torch
+
+from kermt.data.dataset import MoleculeSet
+from kermt.data.featurize import FeaturizedMolecules
+from kermt.nn.finetune import KermtFinetuneModel
+from kermt.uncertainty.domain import (DOMAIN_FILE, embedding_identity, fit_domain, model_embeddings, save_domain,
+                                     training_rows)
+from ray_app.finetune.prepare import ScaledSplits
+from ray_app.finetune.run_setup import RunSetup
+
+
+def _featurized(molecules: MoleculeSet) -> FeaturizedMolecules:
+    """A split as inference reads it: every row valid; no features (the embedding is read out before them)."""
+    n = len(molecules)
+    return FeaturizedMolecules(smiles=molecules.smiles, reasons=(None,) * n, graphs=molecules.graphs,
+                               features=np.zeros((n, 0)))
+
+
+def split_embeddings(model: KermtFinetuneModel, molecules: FeaturizedMolecules, batch_size: int,
+                     use_gpu: bool) -> np.ndarray:
+    """[n, D] embeddings of a split; with ``use_gpu`` by a task on a GPU node (as the test predictions are)."""
+    if use_gpu and len(molecules):
+        return ray.get(_embed_on_gpu.remote(model, molecules, batch_size))
+    return model_embeddings(model, molecules, batch_size)
+
+
+@ray.remote(num_gpus=1)
+def _embed_on_gpu(model: KermtFinetuneModel, molecules: FeaturizedMolecules, batch_size: int) -> np.ndarray:
+    return model_embeddings(model.to(torch.device("cuda")), molecules, batch_size, "cuda")
+
+
+def write_fold_domain(setup: RunSetup, fold: int, splits: ScaledSplits, member0: KermtFinetuneModel) -> None:
+    """Fit and save the fold's domain from member 0 (one line says what, or why not)."""
+    c = setup.config
+    kept = _featurized(splits.train).select(training_rows(len(splits.train)))  # only the index's molecules
+    train, val = (split_embeddings(member0, part, c.step_batch_size, c.use_gpu)
+                  for part in (kept, _featurized(splits.val)))
+    try:
+        index = fit_domain(train, val, embedding_identity(member0.state_dict()), n_training_total=len(splits.train),
+                           source=f"fold_{fold} member 0: train split (index), validation split (threshold)")
+    except ValueError as error:
+        print(f"fold {fold}: no applicability domain ({error}); predict --applicability_domain needs one",
+              flush=True)
+        return
+    save_domain(str(setup.save_dir / f"fold_{fold}"), index)
+    print(f"fold {fold}: applicability domain ({DOMAIN_FILE}): {index.training.shape[0]} training molecule(s), "
+          f"k={index.k}, threshold {index.threshold:.4g} = the {index.quantile:.0%} quantile of "
+          f"{len(val)} validation molecules' distances", flush=True)
+
+
+__all__ = ["split_embeddings", "write_fold_domain"]

@@ -1,0 +1,77 @@
+"""A real tiny finetune writes fold_0/domain.json + domain_embeddings.safetensors; `kermt predict
+--applicability_domain` on the run serves them: the distances equal the library's on the same molecules (member 0's
+embedding, the fold's index), the training molecules sit on the index, the test split is mostly in domain and other
+chemotypes are not."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from kermt.checkpoint import load_finetune_model, read_checkpoint
+from kermt.data.featurize import featurize_smiles
+from kermt.uncertainty.domain import DOMAIN_ARRAYS_FILE, DOMAIN_FILE, DomainSearch, load_domain, model_embeddings
+from ray_app.finetune.config import resolve
+from ray_app.finetune.run import run_finetune
+from ray_app.screening.commands import main_predict
+from tests.conftest import FIXTURE_DIR
+from tests.kermt.uncertainty.test_domain import DEMO, OTHER_CHEMOTYPES
+
+# a finetune of its own (the shared runs in test_finetune.py have 8 validation molecules, below the 10 a threshold
+# needs), one member, one epoch; like test_calibration.py, outside the default suite
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run_with_domain(ray_cluster, tmp_path_factory):
+    """(save_dir, stdout, the demo rows used): 150 molecules, 70/15/15 % random split."""
+    base = tmp_path_factory.mktemp("domain_run")
+    with open(DEMO) as f:
+        rows = list(csv.reader(f))[:151]
+    data = base / "data.csv"
+    with open(data, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    save_dir = base / "run"
+    config, sources = resolve([
+        "--data_path", str(data), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+        "--save_dir", str(save_dir), "--ensemble_size", "1", "--epochs", "1", "--batch_size", "16",
+        "--ffn_hidden_size", "8", "--split_sizes", "0.7", "0.15", "0.15",
+    ])
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        run_finetune(config, sources)
+    return save_dir, out.getvalue(), pd.read_csv(data)
+
+
+def test_finetune_writes_the_fold_domain_and_predict_serves_it(run_with_domain, tmp_path):
+    save_dir, out, data = run_with_domain
+    fold = save_dir / "fold_0"
+    record = json.loads((fold / DOMAIN_FILE).read_text())
+    splits = json.loads((save_dir / "splits.json").read_text())["fold_0"]
+    assert (fold / DOMAIN_ARRAYS_FILE).is_file() and record["k"] == 5 and record["quantile"] == 0.95
+    assert record["n_training"] == record["n_training_total"] == len(splits["train"])
+    assert record["held_out"]["n"] == len(splits["val"])
+    assert "fold 0: applicability domain (domain.json)" in out
+    query = tmp_path / "query.csv"
+    smiles = data.smiles.iloc[splits["test"] + splits["train"][:5]].tolist() + OTHER_CHEMOTYPES
+    pd.DataFrame({"smiles": smiles}).to_csv(query, index=False)
+    output = tmp_path / "p.parquet"
+    assert main_predict(["--data_path", str(query), "--output_path", str(output), "--checkpoint_dir", str(save_dir),
+                         "--applicability_domain", "--batch_size", "32"]) == 0
+    frame = pq.read_table(output).to_pandas()
+    model, _ = load_finetune_model(read_checkpoint(fold / "model_0" / "model"))
+    index = load_domain(str(fold))
+    embeddings = model_embeddings(model, featurize_smiles(smiles), 32)
+    np.testing.assert_allclose(frame.domain_distance, DomainSearch(index).distances(embeddings), rtol=1e-6)
+    n_test = len(splits["test"])
+    inside = frame.in_domain.to_numpy(bool)
+    assert inside[:n_test].mean() >= 0.7 and inside[n_test:n_test + 5].all() and not inside[n_test + 5:].any()
+    train = model_embeddings(model, featurize_smiles(data.smiles.iloc[splits["train"]].tolist()), 16)
+    near = DomainSearch(index).neighbour_distances(train)
+    assert near[:, 0].max() <= 1e-3 * near[:, 1].min()  # the finetune's batches of 16: the same embeddings
