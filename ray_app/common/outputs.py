@@ -62,16 +62,23 @@ def metrics_csv(history: Sequence[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
+# metrics.csv column -> TensorBoard tag of a finetune epoch: upstream's three scalars, then what upstream does not
+# write (the learning rate at the epoch's end, the epoch's train and validation seconds)
+_EPOCH_TAGS = {"train_loss": "loss/train", "val_loss": "loss/val", "lr": "learning_rate",
+               "train_time_s": "time/train_s", "val_time_s": "time/val_s"}
+
+
 def write_tensorboard(directory: Path, history: Sequence[dict[str, Any]], metric: str) -> None:
-    """Upstream's scalars per epoch: loss/train, loss/val, {metric}_val."""
+    """One event file per member, a scalar per epoch: loss/train, loss/val and {metric}_val (upstream's tags),
+    learning_rate, time/train_s, time/val_s. Open with ``tensorboard --logdir SAVE_DIR``."""
     from torch.utils.tensorboard import SummaryWriter
 
+    tags = {**_EPOCH_TAGS, f"val_{metric}": f"{metric}_val"}
     with SummaryWriter(log_dir=str(directory)) as writer:
         for row in history:
-            step = int(row["epoch"])
-            writer.add_scalar("loss/train", row["train_loss"], step)
-            writer.add_scalar("loss/val", row["val_loss"], step)
-            writer.add_scalar(f"{metric}_val", row[f"val_{metric}"], step)
+            for column, tag in tags.items():
+                if row.get(column) is not None:
+                    writer.add_scalar(tag, float(row[column]), int(row["epoch"]))
 
 
 def _git_sha() -> str | None:

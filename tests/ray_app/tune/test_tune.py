@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from kermt.checkpoint import read_checkpoint
 from ray_app.finetune.config import resolve
@@ -59,7 +60,7 @@ def read_trials(save_dir: Path) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def sweep(ray_cluster, inputs, tmp_path_factory) -> tuple[Path, list[str]]:
     save_dir = tmp_path_factory.mktemp("sweep") / "tune"
-    argv = sweep_argv(inputs, save_dir, n_trials=4, concurrent=2)
+    argv = sweep_argv(inputs, save_dir, n_trials=4, concurrent=2) + ["--tensorboard"]
     assert main(argv) == 0
     return save_dir, argv
 
@@ -80,6 +81,10 @@ def test_sweep_records_every_trial_and_picks_the_best(sweep):
         assert (row["attn_out"] != "") == (row["self_attention"] == "True")
         assert config["self_attention"] == (row["self_attention"] == "True")
         assert float(row["test_rmse"]) > 0
+        # each trial's TensorBoard events (tensorboard --logdir SAVE_DIR/trials compares them) hold its epochs
+        events = EventAccumulator(str(save_dir / "trials" / row["trial_id"])).Reload()
+        assert [e.step for e in events.Scalars("rmse_val")] == [0, 1]
+        assert min(e.value for e in events.Scalars("rmse_val")) == pytest.approx(float(row[objective]), abs=1e-6)
     assert read_checkpoint(save_dir / "best_model").spec.kind == "finetuned"
     assert max_overlap(save_dir) <= 2
     # fold 0's split was put in the object store once: every trial trained from that one object
