@@ -54,8 +54,10 @@ def keep_screenshot(driver, name: str) -> Path:
     """Save the full page as ``<artifacts>/<name>.png`` and return the path."""
     ARTIFACTS_DIR.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS_DIR / f"{name}.png"
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, max(1000, min(int(height), 12000)))
+    # the window's outer size includes the browser's own chrome: add it, so the viewport holds the whole page
+    height, chrome = driver.execute_script(
+        "return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]")
+    driver.set_window_size(1400, max(1000, min(int(height) + max(0, int(chrome)), 12000)))
     driver.save_screenshot(str(path))
     return path
 
