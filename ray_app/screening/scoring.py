@@ -29,6 +29,7 @@ from kermt.uncertainty.run_calibration import calibration_files
 from ray_app.common import outputs
 from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
+from ray_app.screening.domain_scores import DomainRows
 from ray_app.screening.files import column_names, pick_columns
 from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, IntervalRows
 from ray_app.screening.run import input_progress, plan_predict, predict_stream
@@ -89,8 +90,9 @@ def run_eval(config: EvalConfig) -> int:
     scored = IntervalRows(tasks, checked.calibrations, config.interval) if checked.calibrations else None
     if scored is not None:  # the spread is needed for the metrics
         config = config.model_copy(update={"uncertainty": True})
-    stats = drain(predict_stream(config, checked, labels),
-                  rows.add if scored is None else (lambda block: (rows.add(block), scored.add(block))),
+    domain = DomainRows(checked.domain.threshold) if checked.domain is not None else None
+    sinks = [sink.add for sink in (rows, scored, domain) if sink is not None]
+    stats = drain(predict_stream(config, checked, labels), lambda block: [add(block) for add in sinks],
                   input_progress(config.data_path, "scoring"))
     if stats.valid == 0:
         raise UserError(stats.all_invalid_message(config.data_path))
@@ -110,6 +112,8 @@ def run_eval(config: EvalConfig) -> int:
     print(f"overall_test_{metric}={value:.6f}", flush=True)
     if scored is not None:
         scored.print_and_write(preds, targets, config.output_path)
+    if domain is not None:
+        domain.print_and_write(preds, targets, metric, head.dataset_type, config.output_path)
     report_of_finished_run(Path(config.output_path), head.dataset_type)  # <stem>_report.html; main_eval says where
     return 0
 

@@ -1,6 +1,6 @@
-"""`kermt predict --applicability_domain` on the local Ray cluster: the columns equal the library's distances on the
-same molecules, twice the same, other chemotypes out of domain; a model without a domain (or another model's) is a
-one-line error before Ray starts. The index here is built by the library beside the upstream fixture model; the
+"""`kermt predict / eval --applicability_domain` on the local Ray cluster: the columns equal the library's distances
+on the same molecules, twice the same, other chemotypes out of domain; eval's fraction in domain and error inside vs
+outside; a model without a domain (or another model's) is a one-line error before Ray starts. The index here is built by the library beside the upstream fixture model; the
 finetune that writes it itself is in tests/ray_app/finetune/test_domain_finetune.py."""
 
 from __future__ import annotations
@@ -86,3 +86,23 @@ def test_a_model_without_a_domain_or_another_models_is_refused(model_with_domain
     assert main_predict([*args, "--checkpoint_dir", str(stale)]) == 2
     assert "was built from another model than" in capsys.readouterr().err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_eval_reports_the_fraction_in_domain_and_the_error_inside_and_outside(ray_cluster, model_with_domain,
+                                                                            tmp_path, capsys):
+    from ray_app.screening.commands import main_eval
+
+    model_dir, index, _, _ = model_with_domain
+    demo = pd.read_csv(DEMO)
+    labelled = pd.concat([demo.iloc[400:460], pd.DataFrame({"smiles": OTHER_CHEMOTYPES, "logp": 1.0, "tpsa_100": 1.0})])
+    data = tmp_path / "labelled.csv"
+    labelled[["smiles", "logp", "tpsa_100"]].to_csv(data, index=False)
+    assert main_eval(["--data_path", str(data), "--output_path", str(tmp_path / "test_result.csv"),
+                      "--checkpoint_dir", str(model_dir), "--target_columns", "logp", "tpsa_100",
+                      "--applicability_domain"]) == 0
+    report = json.loads((tmp_path / "test_result_domain.json").read_text())
+    assert report["n"] == 60 + len(OTHER_CHEMOTYPES) and report["threshold"] == index.threshold
+    assert 54 <= report["n_in_domain"] <= 60
+    assert np.isfinite([report["rmse_in_domain"], report["rmse_out_of_domain"]]).all()
+    assert f"test applicability domain: {report['n_in_domain']} of {report['n']} molecules in domain" in \
+        capsys.readouterr().out
