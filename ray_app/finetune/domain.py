@@ -5,8 +5,8 @@ Member 0's embedding, not every member's: the members share architecture and dat
 molecules alike (not measured yet), and one member keeps `kermt predict --applicability_domain` at one extra
 encoder pass per batch (an index per member would cost one pass and one k-NN query per member). The training
 molecules (a seeded subsample of at most 50,000) form the index; the validation molecules set the threshold. Like
-the calibration, a fold without enough validation molecules is reported in one line, never a failed run. The files are written under
-save_dir, which is uploaded with the other fold files when --save_dir is a URI.
+the calibration, a fold without enough validation molecules is reported in one line, never a failed run. The
+files are written under save_dir, which is uploaded with the other fold files when --save_dir is a URI.
 """
 
 from __future__ import annotations
