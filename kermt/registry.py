@@ -44,6 +44,10 @@ DEFAULT_METRIC: dict[str, str] = {"classification": "auc", "regression": "rmse"}
 FeatureGenerator = Literal["rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_count", "fgtasklabel"]
 FEATURE_GENERATORS: tuple[str, ...] = get_args(FeatureGenerator)
 
+# Conformal calibration methods of regression intervals. Implementations: kermt.uncertainty.conformal.
+CalibrationMethod = Literal["normalised", "plain", "mondrian", "zscaling"]
+CALIBRATION_METHODS: tuple[str, ...] = get_args(CalibrationMethod)
+
 # How `kermt finetune` splits its data (kermt.data.splits, chosen in ray_app.finetune.prepare).
 SplitType = Literal["random", "scaffold_balanced", "predetermined", "crossval", "index_predetermined"]
 SPLIT_TYPES: tuple[str, ...] = get_args(SplitType)

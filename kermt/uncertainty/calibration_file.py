@@ -1,7 +1,7 @@
 """A model's calibrations as one JSON file (no pickle: a calibration is numbers a reader can check by eye).
 
 Layout: ``{"format": "kermt-calibration", "version": 1, "source": "...", "tasks": {task: {"method", "scores",
-"z_scale", "sigma_floor"}}}``. Written atomically (a reader never sees half a file); read with errors that name
+"z_scale", "sigma_floor"}}}`` (a ``mondrian`` task also has ``"sigmas"``, one per score). Written atomically (a reader never sees half a file); read with errors that name
 the file and the key.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from kermt.data import atomic_files
 from kermt.errors import UserError
-from kermt.uncertainty.conformal import METHODS, Calibration
+from kermt.uncertainty.conformal import METHODS, MONDRIAN, Calibration
 
 CALIBRATION_FORMAT = "kermt-calibration"
 CALIBRATION_VERSION = 1
@@ -23,7 +23,8 @@ def save_calibrations(path: str, calibrations: Mapping[str, Calibration], source
     """Write every task's calibration to ``path``; ``source``: what they were fitted on (e.g. "fold_0 validation
     split, 2 members")."""
     tasks = {name: {"method": c.method, "n": c.n, "scores": list(c.scores), "z_scale": c.z_scale,
-                    "sigma_floor": c.sigma_floor} for name, c in calibrations.items()}
+                    "sigma_floor": c.sigma_floor, **({"sigmas": list(c.sigmas)} if c.sigmas is not None else {})}
+             for name, c in calibrations.items()}
     record = {"format": CALIBRATION_FORMAT, "version": CALIBRATION_VERSION, "source": source, "tasks": tasks}
     atomic_files.write_text(path, json.dumps(record, indent=1, allow_nan=False) + "\n")
 
@@ -71,8 +72,13 @@ def _calibration(path: str, task: str, entry: Any) -> Calibration:
         raise UserError(f"{where}.sigma_floor' is missing: a {method} calibration needs it")
     if method == "zscaling" and entry.get("z_scale") is None:
         raise UserError(f"{where}.z_scale' is missing: a zscaling calibration needs it")
+    sigmas = entry.get("sigmas")
+    if method == MONDRIAN and not (isinstance(sigmas, list) and len(sigmas) == len(scores)
+                                   and all(_number(v) and v > 0 for v in sigmas)):
+        raise UserError(f"{where}.sigmas' must list one positive sigma per score: a mondrian calibration needs them")
     return Calibration(task=task, method=method, scores=tuple(float(s) for s in scores),
-                       z_scale=entry.get("z_scale"), sigma_floor=entry.get("sigma_floor"))
+                       z_scale=entry.get("z_scale"), sigma_floor=entry.get("sigma_floor"),
+                       sigmas=tuple(float(v) for v in sigmas) if method == MONDRIAN else None)
 
 
 def _number(value: Any) -> bool:

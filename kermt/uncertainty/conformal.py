@@ -13,6 +13,10 @@ Methods (the name is stored with the calibration):
   gets an interval (and the score of such a molecule stays finite).
 * ``plain``: score ``|y - mu|``, one width for every molecule (the comparison, and the only choice with one model
   per fold: its spread is 0).
+* ``mondrian``: normalised scores, with one quantile per sigma bin (the calibration set's sigma terciles, fewer
+  bins when it is small: each holds at least :data:`MONDRIAN_MIN_BIN_ROWS`). Group-conditional conformal: the
+  coverage holds within each bin, so the molecules the ensemble is least sure of are not under-covered to pay for
+  the confident ones. Keeps each calibration molecule's sigma beside its score.
 * ``zscaling``: ``sigma`` scaled by the factor that minimises the Gaussian NLL on the calibration set
   (``s² = mean(r² / sigma²)``), interval ``mu ± z·s·sigma``; no coverage guarantee, kept for NLL and comparison.
 
@@ -28,25 +32,29 @@ import numpy as np
 from scipy.stats import norm
 
 from kermt.errors import UserError
+from kermt.registry import CALIBRATION_METHODS
 
-NORMALISED, PLAIN, ZSCALING = "normalised", "plain", "zscaling"
-METHODS = (NORMALISED, PLAIN, ZSCALING)
+METHODS = CALIBRATION_METHODS
+NORMALISED, PLAIN, MONDRIAN, ZSCALING = METHODS
 DEFAULT_METHOD = NORMALISED
 MIN_CALIBRATION_ROWS = 20  # below this the conformal quantile of a 90 % interval is the largest score or undefined
 SIGMA_FLOOR_FRACTION = 0.01  # of the median calibration spread: a floor that only exact ties ever reach
+MONDRIAN_BINS = 3
+MONDRIAN_MIN_BIN_ROWS = 30  # a 90 % quantile of fewer scores is mostly the largest one
 
 
 @dataclass(frozen=True)
 class Calibration:
     """One task's calibration. ``scores``: the sorted nonconformity scores (the method's), ``n`` of them;
     ``z_scale``: the NLL-fitted factor for sigma (None without a spread); ``sigma_floor``: the smallest sigma used
-    (None for ``plain``)."""
+    (None for ``plain``); ``sigmas``: ``mondrian`` only, each score's (floored) sigma, aligned with ``scores``."""
 
     task: str
     method: str
     scores: tuple[float, ...]
     z_scale: float | None
     sigma_floor: float | None
+    sigmas: tuple[float, ...] | None = None
 
     @property
     def n(self) -> int:
@@ -54,20 +62,37 @@ class Calibration:
 
     def quantile(self, level: float) -> float:
         """The finite-sample conformal quantile for a ``level`` interval: the ceil((n+1)·level)-th smallest score."""
-        check_level(level)
-        rank = math.ceil((self.n + 1) * level - 1e-9)  # 1e-9: (n+1)·level that is an integer must not round up
-        if rank > self.n:
-            needed = math.ceil(level / (1 - level) - 1e-9)
-            raise UserError(f"--interval {level}: task {self.task!r} was calibrated on {self.n} molecules, and a "
-                            f"{level} interval needs at least {needed}; ask for a lower level or recalibrate on more "
-                            "labelled molecules")
-        return self.scores[rank - 1]
+        return conformal_quantile(self.scores, level, self.task)
+
+    def bin_edges(self) -> np.ndarray:
+        """``mondrian``: the sigmas that separate its bins (quantiles of the calibration sigmas; empty: one bin)."""
+        bins = max(1, min(MONDRIAN_BINS, self.n // MONDRIAN_MIN_BIN_ROWS))
+        return np.quantile(np.asarray(self.sigmas), np.arange(1, bins) / bins)
+
+    def bin_quantiles(self, level: float) -> np.ndarray:
+        """``mondrian``: one conformal quantile per bin, from the scores of the calibration molecules in it."""
+        scores, edges = np.asarray(self.scores), self.bin_edges()
+        where = np.searchsorted(edges, np.asarray(self.sigmas), side="right")
+        return np.array([conformal_quantile(np.sort(scores[where == b]), level, f"{self.task} (sigma bin {b + 1})")
+                         for b in range(len(edges) + 1)])
 
     def calibrated_sigma(self, sigma: np.ndarray) -> np.ndarray:
         """sigma scaled for NLL (z-scaling); needs a spread."""
         if self.z_scale is None:
             raise UserError(f"task {self.task!r}: its calibration has no spread to scale (one model per fold)")
         return self.z_scale * np.asarray(sigma, dtype=np.float64)
+
+
+def conformal_quantile(sorted_scores, level: float, task: str) -> float:
+    """The ceil((n+1)·level)-th smallest of ``n`` sorted scores; a UserError when ``n`` is too small for ``level``."""
+    check_level(level)
+    n = len(sorted_scores)
+    rank = math.ceil((n + 1) * level - 1e-9)  # 1e-9: (n+1)·level that is an integer must not round up
+    if rank > n:
+        needed = math.ceil(level / (1 - level) - 1e-9)
+        raise UserError(f"--interval {level}: task {task!r} was calibrated on {n} molecules, and a {level} interval "
+                        f"needs at least {needed}; ask for a lower level or recalibrate on more labelled molecules")
+    return float(sorted_scores[rank - 1])
 
 
 def check_level(level: float) -> None:
@@ -99,8 +124,10 @@ def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray 
         SIGMA_FLOOR_FRACTION * float(np.median(spread[spread > 0]))
     z_scale = None if floor is None else float(np.sqrt(np.mean((residual / np.maximum(spread, floor)) ** 2)))
     scores = residual if method == PLAIN else residual / np.maximum(spread, floor)
-    return Calibration(task=task, method=method, scores=tuple(float(s) for s in np.sort(scores)), z_scale=z_scale,
-                       sigma_floor=None if method == PLAIN else floor)
+    order = np.argsort(scores, kind="stable")
+    sigmas = tuple(float(s) for s in np.maximum(spread, floor)[order]) if method == MONDRIAN else None
+    return Calibration(task=task, method=method, scores=tuple(float(s) for s in scores[order]), z_scale=z_scale,
+                       sigma_floor=None if method == PLAIN else floor, sigmas=sigmas)
 
 
 def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None,
@@ -117,8 +144,12 @@ def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None
         spread = np.asarray(sigma, dtype=np.float64)
         valid = ~np.isnan(mu)
         _checked_sigma(spread[valid], calibration.task, "the predictions")
+        floored = np.maximum(spread, calibration.sigma_floor)
         if calibration.method == NORMALISED:
-            half = calibration.quantile(level) * np.maximum(spread, calibration.sigma_floor)
+            half = calibration.quantile(level) * floored
+        elif calibration.method == MONDRIAN:
+            bins = np.searchsorted(calibration.bin_edges(), np.nan_to_num(floored), side="right")
+            half = calibration.bin_quantiles(level)[bins] * floored
         else:
             check_level(level)
             half = norm.ppf(0.5 + level / 2) * calibration.calibrated_sigma(spread)

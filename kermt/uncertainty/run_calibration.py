@@ -57,10 +57,13 @@ def pooled(calibrations: list[Calibration]) -> Calibration:
     if len({c.method for c in calibrations}) > 1:
         raise UserError(f"task {first.task!r}: the folds were calibrated with different methods "
                         f"{sorted({c.method for c in calibrations})}; predict with one fold's directory")
-    scores = tuple(sorted(s for c in calibrations for s in c.scores))
+    pairs = sorted((s, sigma) for c in calibrations for s, sigma in zip(c.scores, c.sigmas or [None] * c.n))
+    scores = tuple(s for s, _ in pairs)
+    sigmas = tuple(sigma for _, sigma in pairs) if first.sigmas is not None else None
     n = np.array([c.n for c in calibrations], dtype=np.float64)
     zs = [c.z_scale for c in calibrations]
     z_scale = None if None in zs else float(np.sqrt(np.sum(n * np.square(zs)) / n.sum()))
     floors = [c.sigma_floor for c in calibrations]
     floor = None if None in floors else float(np.mean(floors))
-    return Calibration(task=first.task, method=first.method, scores=scores, z_scale=z_scale, sigma_floor=floor)
+    return Calibration(task=first.task, method=first.method, scores=scores, z_scale=z_scale, sigma_floor=floor,
+                       sigmas=sigmas)

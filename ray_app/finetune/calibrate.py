@@ -16,7 +16,7 @@ import numpy as np
 
 from kermt.errors import UserError
 from kermt.run_layout import CALIBRATION_FILE
-from kermt.uncertainty import DEFAULT_METHOD, fit_calibration, intervals, save_calibrations
+from kermt.uncertainty import fit_calibration, intervals, save_calibrations
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
@@ -44,7 +44,7 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
     mu, sigma = members.mean(axis=0), members.std(axis=0)
     labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
         np.asarray(splits.val.targets, dtype=np.float64)
-    method = DEFAULT_METHOD if len(member_preds) > 1 else PLAIN_FALLBACK
+    method = setup.config.calibration_method if len(member_preds) > 1 else PLAIN_FALLBACK
     source = f"fold_{fold} validation split"
     try:
         fitted = {task: fit_calibration(task, mu[:, t], labels[:, t], sigma[:, t], method, source)

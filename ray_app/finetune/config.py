@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, model_validator
 from kermt.registry import (
     FEATURE_GENERATORS,
     Activation,
+    CalibrationMethod,
     DatasetType,
     DropoutDraws,
     Metric,
@@ -28,6 +29,7 @@ from kermt.registry import (
     Precision,
     SplitType,
 )
+from kermt.uncertainty.conformal import DEFAULT_METHOD
 from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings
 from ray_app.common.settings import Source, did_you_mean
@@ -76,6 +78,10 @@ class FinetuneConfig(DataParallelSettings):
     use_mtl_loss: bool = Field(False, description="learned per-task uncertainty weights")
     show_individual_scores: bool = Field(False, description="log per-task scores")
     select_by_loss: bool = Field(False, description="select the best epoch by validation loss")
+    calibration_method: CalibrationMethod = Field(
+        DEFAULT_METHOD, description="how each fold's regression intervals are calibrated on its validation split: "
+        "normalised (adapt per molecule), mondrian (normalised, coverage within sigma bins), plain (one width), "
+        "zscaling (Gaussian, for NLL; no guarantee); one model per fold always uses plain")
     # training schedule (epochs, batch sizes, learning rates: DataParallelSettings)
     fine_tune_coff: float = Field(1.0, ge=0, description="encoder LR multiplier; 0 freezes the encoder")
     early_stop_epoch: int = Field(1000, ge=1, description="stop after this many epochs without improvement")

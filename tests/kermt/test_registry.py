@@ -98,3 +98,17 @@ def test_every_pretrain_mode_and_positional_encoding_builds_a_heads_config():
             assert heads.uses_vocab or heads.uses_decoder
     assert PretrainHeadsConfig(atom_vocab_size=5, bond_vocab_size=5).pretrain_mode == registry.DEFAULT_PRETRAIN_MODE
     assert registry.CHECKPOINT_KINDS == ("grover_base", *registry.PRETRAIN_MODES, "finetuned")
+
+
+def test_every_calibration_method_fits_and_gives_intervals_around_the_prediction():
+    from kermt.uncertainty import fit_calibration, intervals
+
+    rng = np.random.default_rng(0)
+    mu, sigma = rng.normal(size=200), 0.1 + rng.random(200)
+    y = mu + sigma * rng.normal(size=200)
+    for method in registry.CALIBRATION_METHODS:
+        calibration = fit_calibration("t", mu, y, sigma, method=method)
+        lower, upper = intervals(calibration, mu, sigma, 0.8)
+        assert calibration.method == method and np.all(lower < mu) and np.all(mu < upper), method
+    with pytest.raises(Exception, match="not one of"):
+        fit_calibration("t", mu, y, sigma, method="isotonic")

@@ -143,3 +143,52 @@ def test_malformed_files_name_file_and_key(tmp_path):
             load_calibrations(str(path))
     path.write_text(json.dumps(good))
     assert load_calibrations(str(path))["t"] == Calibration("t", "normalised", (0.1, 0.2), 1.0, 0.01)
+
+
+def sublinear_spread(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mu, y, sigma) where the estimated sigma grows only as the square root of the true noise: normalised scores
+    are then larger for uncertain molecules than for confident ones (one quantile cannot fit both)."""
+    rng = np.random.default_rng(seed)
+    true_sigma = 0.05 + 1.95 * rng.random(n) ** 2
+    mu = rng.normal(size=n)
+    return mu, mu + true_sigma * rng.normal(size=n), 0.3 * np.sqrt(true_sigma) * np.exp(0.2 * rng.normal(size=n))
+
+
+def test_mondrian_covers_within_each_sigma_bin_where_normalised_does_not():
+    mu_c, y_c, s_c = sublinear_spread(3000, seed=4)
+    mu_t, y_t, s_t = sublinear_spread(30000, seed=5)
+    mondrian = fit_calibration("logS", mu_c, y_c, s_c, method="mondrian")
+    normalised = fit_calibration("logS", mu_c, y_c, s_c)
+    assert len(mondrian.bin_edges()) == 2 and len(mondrian.sigmas) == 3000
+    lo_m, hi_m = intervals(mondrian, mu_t, s_t, 0.9)
+    lo_n, hi_n = intervals(normalised, mu_t, s_t, 0.9)
+    tercile = np.searchsorted(np.quantile(s_t, [1 / 3, 2 / 3]), s_t)
+    for b in range(3):
+        inside = tercile == b
+        assert abs(coverage(y_t[inside], lo_m[inside], hi_m[inside]) - 0.9) < 0.03, b
+    top = tercile == 2
+    assert coverage(y_t[top], lo_n[top], hi_n[top]) < 0.86  # normalised pays for the confident with these
+    assert abs(coverage(y_t, lo_m, hi_m) - 0.9) < 0.02
+
+
+def test_mondrian_round_trips_pools_and_shrinks_its_bins_for_small_sets(tmp_path):
+    from kermt.uncertainty.run_calibration import pooled
+
+    mu, y, sigma = sublinear_spread(400, seed=6)
+    halves = [fit_calibration("t", mu[i::2], y[i::2], sigma[i::2], method="mondrian") for i in (0, 1)]
+    path = str(tmp_path / "calibration.json")
+    save_calibrations(path, {"t": halves[0]}, source="synthetic")
+    assert load_calibrations(path)["t"] == halves[0]
+    merged = pooled(halves)
+    assert merged.n == 400 and list(merged.scores) == sorted(merged.scores)
+    assert sorted(zip(merged.scores, merged.sigmas)) == sorted(
+        pair for h in halves for pair in zip(h.scores, h.sigmas))
+    small = fit_calibration("t", mu[:50], y[:50], sigma[:50], method="mondrian")
+    assert len(small.bin_edges()) == 0  # 50 molecules: one bin, the normalised quantile
+    assert np.allclose(intervals(small, mu, sigma, 0.8)[1],
+                       intervals(fit_calibration("t", mu[:50], y[:50], sigma[:50]), mu, sigma, 0.8)[1])
+    record = json.loads(open(path).read())
+    del record["tasks"]["t"]["sigmas"]
+    (tmp_path / "broken.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"tasks\.t\.sigmas' must list one positive sigma per score"):
+        load_calibrations(str(tmp_path / "broken.json"))
