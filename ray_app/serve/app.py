@@ -17,6 +17,7 @@ from typing import Optional
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.responses import Response
 from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.handle import DeploymentHandle
 
 from kermt.errors import UserError
@@ -82,7 +83,11 @@ class Gateway:
         if not request.smiles:
             return PredictResponse(model=name, predictions=[])
         job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval)
-        entries = await self.models[name].predict.remote(job)
+        try:
+            entries = await self.models[name].predict.remote(job)
+        except (RayActorError, ActorUnavailableError):  # the replica died with the request (Serve starts another)
+            raise HTTPException(503, f"model {name!r}: the replica predicting this request stopped (Serve is "
+                                "replacing it); send the request again", headers={"Retry-After": "1"}) from None
         if request.depict:
             entries = await asyncio.to_thread(self._with_depictions, entries)
         return PredictResponse(model=name, predictions=entries)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ray_app.serve.app import Gateway
+from ray_app.serve.auth import key_sha256, read_api_key
 from ray_app.serve.config import ServeConfig
 from ray_app.serve.models import ServedModel
 from ray_app.serve.predictor import ModelReplica
@@ -23,6 +24,8 @@ def _replica_options(config: ServeConfig) -> dict:
     # router backing off between retries and throughput fell to a fifth of 8 clients' (bench/serve.py: 117 vs
     # 495 mol/s); at 8 batches the replica queues them itself and 64 clients get 8 clients' rate
     options: dict = {"max_ongoing_requests": 8 * config.max_batch_size}
+    if config.use_gpu:
+        options["ray_actor_options"] = {"num_gpus": config.num_gpus_per_replica}
     if low == high:
         return {**options, "num_replicas": low}
     return {**options, "autoscaling_config": {
@@ -38,7 +41,8 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
     bearer key's digest when the API needs one)."""
     handles = {
         m.name: ModelReplica.options(name=deployment_name(m.name), **_replica_options(config)).bind(
-            m, config.batch_size, config.max_batch_size, config.batch_wait_timeout_s)
+            m, config.batch_size, config.max_batch_size, config.batch_wait_timeout_s,
+            "cuda" if config.use_gpu else "cpu")
         for m in models
     }
     return Gateway.options(num_replicas=1, max_ongoing_requests=GATEWAY_ONGOING_REQUESTS,
@@ -47,4 +51,11 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
         {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256)
 
 
-__all__ = ["build_app", "deployment_name"]
+def serving_app(config: ServeConfig, models: list[ServedModel]):
+    """The application ``config`` describes, its API key (``--api_key_env``) read from this process's environment:
+    what `kermt serve` runs and what the Serve config file's builder (:mod:`ray_app.serve.builder`) returns."""
+    key = read_api_key(config.api_key_env) if config.api_key_env else None
+    return build_app(config, models, key and key_sha256(key))
+
+
+__all__ = ["build_app", "deployment_name", "serving_app"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kermt.errors import UserError
 from ray_app.common.remote_files import fetch_input
 from ray_app.common.command import run_command
-from ray_app.serve.auth import exposure_warning, key_sha256, read_api_key
+from ray_app.serve.auth import exposure_warning, read_api_key
 from ray_app.serve.config import ServeConfig
 from ray_app.serve.models import ServedModel, load_served_model
 
@@ -49,7 +49,7 @@ class Serving:
         from ray import serve
 
         from ray_app.common.cluster import connect
-        from ray_app.serve.application import build_app
+        from ray_app.serve.application import serving_app
 
         self.started_ray = not ray.is_initialized()
         connect(self.config.address)
@@ -62,8 +62,7 @@ class Serving:
         self.started_serve = not status.proxies
         if self.started_serve:
             serve.start(http_options={"host": self.config.host, "port": self.config.port})
-        key = read_api_key(self.config.api_key_env) if self.config.api_key_env else None
-        serve.run(build_app(self.config, models, key and key_sha256(key)), name=self.config.app_name,
+        serve.run(serving_app(self.config, models), name=self.config.app_name,
                   route_prefix=f"/{self.config.app_name}" if not self.started_serve else "/")
         self.running = True
         return self

@@ -50,6 +50,9 @@ class ServeConfig(BaseModel):
     upscale_delay_s: float = Field(30.0, ge=0, description="autoscaling: how long load must stay high to add one")
     downscale_delay_s: float = Field(600.0, ge=0, description="autoscaling: how long load must stay low to remove one")
     look_back_period_s: float = Field(30.0, gt=0, description="autoscaling: the window load is averaged over")
+    use_gpu: bool = Field(False, description="each model replica on a GPU (its members on cuda)")
+    num_gpus_per_replica: float = Field(1.0, gt=0, description="GPUs per model replica with --use_gpu "
+                                        "(fractions ok: several replicas share one GPU)")
     max_batch_size: int = Field(16, ge=1, description="requests one model replica call takes together")
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="how long a replica waits to fill a batch")
     batch_size: int = Field(32, ge=1, description="molecules per model forward, as kermt predict --batch_size")

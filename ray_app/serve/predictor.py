@@ -85,8 +85,9 @@ def predict_jobs(ensemble: Ensemble, features_generator: Sequence[str], jobs: Se
 class ModelReplica:
     """One replica of one served model."""
 
-    def __init__(self, model: ServedModel, batch_size: int, max_batch_size: int, batch_wait_timeout_s: float):
-        self.ensemble = Ensemble(model.members, "cpu")
+    def __init__(self, model: ServedModel, batch_size: int, max_batch_size: int, batch_wait_timeout_s: float,
+                 device: str = "cpu"):
+        self.ensemble = Ensemble(model.members, device)
         self.features_generator, self.calibrations = model.features_generator, model.calibrations
         self.batch_size, self.merge = batch_size, model.batch_independent
         self.predict.set_max_batch_size(max_batch_size)

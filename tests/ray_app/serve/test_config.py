@@ -34,3 +34,12 @@ def test_a_missing_model_is_named_before_ray_starts(tmp_path):
     config = ServeConfig(checkpoint_dir=str(FIXTURE_DIR / "ckpt_ft_cls.pt"), model=[f"tox={tmp_path / 'nope'}"])
     with pytest.raises(UserError, match="tox"):
         load_models(config)
+
+
+def test_use_gpu_gives_each_model_replica_its_gpus():
+    from ray_app.serve.application import _replica_options
+
+    assert "ray_actor_options" not in _replica_options(ServeConfig(checkpoint_dir="a"))
+    options = _replica_options(ServeConfig(checkpoint_dir="a", use_gpu=True, num_gpus_per_replica=0.5,
+                                           num_replicas="1-3"))
+    assert options["ray_actor_options"] == {"num_gpus": 0.5} and options["autoscaling_config"]["max_replicas"] == 3
