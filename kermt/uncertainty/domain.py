@@ -6,9 +6,9 @@
 * The metric is euclidean on **standardised** embeddings (each dimension centred and scaled by the training
   molecules' mean and spread, so a few large-valued dimensions do not decide every distance), projected onto the
   training set's top principal components (at most :data:`MAX_COMPONENTS`): a readout is a mean over atoms whose
-  magnitude carries information (cosine would call a long alkane and propane the same direction), and the
-  projection keeps the k-NN query cheap at screening scale (1,024 molecules against 50,000 in 64 dimensions) and
-  drops directions the training set does not vary in.
+  length carries information, which cosine would discard, and the projection keeps the k-NN query cheap at
+  screening scale (1,024 molecules against 50,000 in 64 dimensions) and drops directions the training set does not
+  vary in.
 * The distance of a molecule is the mean euclidean distance to its ``k`` nearest training molecules (scikit-learn's
   :class:`~sklearn.neighbors.NearestNeighbors`, brute force: exact and deterministic). The threshold is the
   ``quantile`` of the held-out (validation) molecules' distances to the training set: ``in_domain`` means "as close
@@ -155,6 +155,9 @@ def fit_domain(training: np.ndarray, held_out: np.ndarray, identity: str, k: int
                         training=np.zeros((0, len(components)), np.float32), source=source)
     index = replace(index, training=index.project(kept).astype(np.float32))
     held = DomainSearch(index).distances(held_out)
+    held = held[np.isfinite(held)]  # a held-out row without an embedding (an invalid molecule) sets nothing
+    if len(held) < MIN_HELD_OUT:
+        raise ValueError(f"{len(held)} validation molecule(s) with an embedding: a domain needs {MIN_HELD_OUT}")
     threshold = float(np.quantile(held, quantile))
     return replace(index, threshold=threshold, held_out={"n": len(held), "median": float(np.median(held)),
                                                           f"q{quantile:g}": threshold})
