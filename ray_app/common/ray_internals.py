@@ -77,6 +77,23 @@ TUNE_NEW_OUTPUT_VARIABLE = "RAY_AIR_NEW_OUTPUT"
 TRAIN_PRINT_PATCH_VARIABLE = "RAY_TRAIN_ENABLE_PRINT_PATCH"
 TRAIN_PREEMPTION_WATCHER_VARIABLE = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
+# --- Serve ------------------------------------------------------------------------------------------------------
+
+# Where a Serve instance already running on the cluster listens: serve.status() leaves out its HTTP options, and the
+# public place that has them is the dashboard's REST API (GET /api/serve/applications/, "http_options"), which needs
+# the dashboard's address. The controller's instance details, reached through Serve's own global client
+# (ray.serve.context._get_global_client(raise_if_no_controller_running=False), None without a controller, then
+# ServeControllerClient.get_serve_details()), hold the same dict.
+SERVE_CONTEXT_MODULE = "ray.serve.context"
+
+
+def running_serve_http_options() -> dict | None:
+    """The running Serve instance's ``http_options`` ({"host": ..., "port": ..., ...}); None when none runs."""
+    context = importlib.import_module(SERVE_CONTEXT_MODULE)
+    client = context._get_global_client(raise_if_no_controller_running=False)
+    return None if client is None else client.get_serve_details().get("http_options")
+
+
 # --- Elastic training ---------------------------------------------------------------------------------------------
 
 # Ray Train V2's elastic scaling policy lives in this private module; it sizes a worker group from its

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kermt.errors import UserError
 from ray_app.common.remote_files import fetch_input
 from ray_app.common.command import run_command
+from ray_app.common.ray_internals import running_serve_http_options
 from ray_app.serve.auth import exposure_warning, read_api_key
 from ray_app.serve.config import ServeConfig
 from ray_app.serve.models import ServedModel, load_served_model
@@ -39,10 +40,17 @@ class Serving:
     started_ray: bool = False
     started_serve: bool = False
     running: bool = False
+    listening: tuple[str, int] | None = None  # host, port of a Serve instance this app joined (not --host/--port)
 
     @property
     def url(self) -> str:
-        return f"http://{self.config.host}:{self.config.port}"
+        host, port = self.listening or (self.config.host, self.config.port)
+        return f"http://{host}:{port}"
+
+    @property
+    def app_url(self) -> str:
+        """Where this app's routes are: the instance's root, or /<app_name> on an instance it joined."""
+        return self.url if self.started_serve else f"{self.url}/{self.config.app_name}"
 
     def start(self, models: list[ServedModel], stop_signal: "StopSignal | None" = None) -> "Serving":
         import ray
@@ -62,6 +70,9 @@ class Serving:
         self.started_serve = not status.proxies
         if self.started_serve:
             serve.start(http_options={"host": self.config.host, "port": self.config.port})
+        else:
+            options = running_serve_http_options() or {}
+            self.listening = options.get("host", self.config.host), int(options.get("port", self.config.port))
         serve.run(serving_app(self.config, models), name=self.config.app_name,
                   route_prefix=f"/{self.config.app_name}" if not self.started_serve else "/")
         self.running = True
@@ -139,8 +150,10 @@ def run_serve(config: ServeConfig) -> int:
     try:
         serving.start(models, stop_signal)
         names = ", ".join(f"{m.name} ({len(m.members)} member(s))" for m in models)
-        log(f"serving {names} at {serving.url}{'' if serving.started_serve else '/' + config.app_name} "
-            "(POST /predict, GET /models, /docs); Ctrl-C or SIGTERM stops")
+        joined = "" if serving.listening in (None, (config.host, config.port)) else (
+            f" (Ray Serve already ran on this cluster: its address, not --host {config.host} --port {config.port})")
+        log(f"serving {names} at {serving.app_url}{joined} (POST /predict, GET /models, /docs); "
+            "Ctrl-C or SIGTERM stops")
         signum = stop_signal.wait()
         log(f"{signal.Signals(signum).name}: stopping")
     finally:

@@ -69,6 +69,16 @@ def test_the_state_api_without_an_address_takes_ray_address_first(monkeypatch):
     assert resolve(None) == "10.11.12.13:4321", UPGRADED
 
 
+# --- Serve ------------------------------------------------------------------------------------------------------
+
+def test_serves_global_client_gives_the_running_instances_http_options():
+    get_client = _private(internals.SERVE_CONTEXT_MODULE, "_get_global_client")
+    assert "raise_if_no_controller_running" in inspect.signature(get_client).parameters, UPGRADED
+    client_class = _private("ray.serve._private.client", "ServeControllerClient")
+    assert callable(getattr(client_class, "get_serve_details", None)), UPGRADED
+    # what it returns on a running instance: tests/ray_app/serve/test_serve_command.py (a joining app's URL)
+
+
 # --- Logs -------------------------------------------------------------------------------------------------------
 
 def test_log_dedup_honours_the_allow_regex_read_when_ray_is_imported():

@@ -1,6 +1,5 @@
-"""`kermt serve` as a user runs it: its own local Ray cluster, serving in the foreground, SIGTERM stops it all.
-
-Slow (a second Ray cluster and Serve start in a subprocess): ``-m slow``."""
+"""`kermt serve` as a user runs it: its own local Ray cluster, serving in the foreground, SIGTERM stops it all
+(slow: a second Ray cluster and Serve start in a subprocess, ``-m slow``); and an app that joins a running Serve."""
 
 from __future__ import annotations
 
@@ -13,6 +12,8 @@ import time
 import httpx
 import pytest
 
+from ray_app.serve.command import Serving, load_models
+from ray_app.serve.config import ServeConfig
 from tests.conftest import FIXTURE_DIR, free_port
 
 
@@ -55,3 +56,16 @@ def test_kermt_serve_answers_then_stops_on_sigterm(tmp_path):
     assert "SIGTERM: stopping" in output and f"127.0.0.1:{port}" in output
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/healthz", timeout=5)
+
+
+def test_joining_a_running_serve_gives_that_instances_address_not_its_own_port(served):
+
+    config = ServeConfig(checkpoint_dir=str(FIXTURE_DIR / "ckpt_ft_cls.pt"), port=free_port(), app_name="joiner")
+    serving = Serving(config).start(load_models(config))
+    try:
+        assert not serving.started_serve and serving.url == served.url != f"http://127.0.0.1:{config.port}"
+        assert serving.app_url == f"{served.url}/joiner"
+        body = httpx.post(f"{serving.app_url}/predict", json={"smiles": ["CCO"]}, timeout=60).json()
+        assert body["model"] == "default" and body["predictions"][0]["valid"]
+    finally:
+        serving.stop()
