@@ -17,7 +17,7 @@ from ray_app.serve.config import ServeConfig
 from tests.conftest import FIXTURE_DIR, free_port
 
 
-def _wait_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> None:
+def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -43,7 +43,7 @@ def test_kermt_serve_answers_then_stops_on_sigterm(tmp_path):
                                text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_healthy(url, process, timeout_s=600)
+        wait_healthy(url, process, timeout_s=600)
         body = httpx.post(f"{url}/predict", json={"smiles": ["CCO", "xx"]}, timeout=60).json()
         assert [p["valid"] for p in body["predictions"]] == [True, False]
         process.send_signal(signal.SIGTERM)
