@@ -1,6 +1,6 @@
 """serve_config.yaml's application (what `serve run` / `serve deploy` and the RayService's serveConfigV2 run): built
 by its import_path from its args, as Serve does, and served over real HTTP beside the package's app; then its model
-replica SIGKILLed under load (``-m slow``)."""
+replica SIGKILLed under load, and `serve run` of the file itself (both ``-m slow``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import importlib
 import inspect
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +23,8 @@ from kermt.errors import UserError
 from ray_app.serve.application import deployment_name
 from ray_app.serve.builder import build
 from ray_app.serve.config import ServeConfig
+from tests.conftest import FIXTURE_DIR, free_port
+from tests.ray_app.serve.test_serve_command import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[3]
 APP, PREFIX, KEY = "kermt-config-file", "/config-file", "config-file-key-0123456789"
@@ -176,3 +180,35 @@ def test_a_replica_sigkilled_under_load_is_restarted_and_later_requests_succeed(
     assert later and all(a[2] == 200 for a in later)
     for answer in later:
         assert_same_predictions(answer[3]["predictions"], expected)
+
+
+@pytest.mark.slow
+def test_serve_run_of_the_config_file_builds_the_app_in_serves_own_path(tmp_path):
+    """`serve run serve_config.yaml` as a user runs it (its own local cluster): Serve imports the builder, validates
+    ``args`` into ServeConfig and builds the app in a task on the cluster; the model answers over HTTP."""
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    port = free_port()
+    config["http_options"] = {"host": "127.0.0.1", "port": port}  # loopback on a free port for the test
+    args = config["applications"][0]["args"]
+    args.update(checkpoint_dir=str(FIXTURE_DIR / "ckpt_ft_cls.pt"), use_gpu=False, num_replicas=1)
+    (tmp_path / "serve_config.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", args["api_key_env"]: KEY}
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen([str(Path(sys.executable).parent / "serve"), "run", "serve_config.yaml"],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, process, timeout_s=600)
+        response = httpx.post(f"{url}/predict", json={"smiles": SMILES}, timeout=60,
+                              headers={"authorization": f"Bearer {KEY}"})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["model"] == args["name"]
+        assert [p["valid"] for p in body["predictions"]] == [True, True, True, False]
+    finally:
+        process.send_signal(signal.SIGINT)  # serve run's own stop: it removes the app and the cluster it started
+        try:
+            process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
