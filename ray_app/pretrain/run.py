@@ -21,6 +21,7 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 from kermt.checkpoint import load_into_model, load_native, merge_encoder
 from kermt.config import ENCODER_ARCHITECTURE_KEYS as ENCODER_KEYS, EncoderConfig
 from kermt.data.corpus import open_corpus
+from kermt.errors import Interrupted
 from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record, save_model_vocabs,
@@ -42,6 +43,7 @@ from ray_app.pretrain.config import PretrainConfig
 from ray_app.pretrain.corpus_read import read_remote_args
 from ray_app.pretrain.inputs import PretrainInputs, check_pretrain_inputs
 from ray_app.pretrain.train_loop import MODEL_DIR, PretrainPlan, train_loop_per_worker
+from ray_app.report import announce_report
 
 DECODER_KEYS = ("latent_dim", "decoder_num_layers", "decoder_num_attention_heads", "decoder_ffn_hidden_size",
                 "decoder_positional_encoding", "decoder_gate_self_attn", "decoder_gate_cross_attn")
@@ -213,7 +215,11 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
           f"molecules, global batch {plan.global_batch_size}, {config.num_workers} worker(s); "
           f"{sum(p.numel() for p in KermtPretrainModel(plan.encoder, plan.heads).parameters()):,} parameters",
           flush=True)
-    progress = write_outputs(save_dir, train(config, plan, run_id, storage), plan, run_id, config.tensorboard)
+    try:
+        progress = write_outputs(save_dir, train(config, plan, run_id, storage), plan, run_id, config.tensorboard)
+    except Interrupted:  # stopped: the report shows the steps its last step checkpoint logged
+        announce_report(save_dir, recorded.save_dir)
+        raise
     write_model_files(save_dir, recorded.data_path, inputs)
     finished = progress["epoch"] >= config.epochs
     print(f"{'finished' if finished else 'stopped'} at step {progress['global_step']} (epoch {progress['epoch']}); "
@@ -222,6 +228,7 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     outputs.atomic_write_text(save_dir / "run.json", outputs.run_record(
         recorded.model_dump(mode="json"), dict(sources), resources,
         {"run_id": run_id, "finished": finished, "replay": f"kermt pretrain --config {save_dir / 'config.yaml'}"}))
+    announce_report(save_dir, recorded.save_dir)
     return progress
 
 

@@ -1,8 +1,10 @@
-"""Which report a path gets, and where it is written: a finetune save_dir gets ``save_dir/report.html``; a file
-`kermt eval` scored (upstream's test_result.csv layout) gets ``<stem>_report.html`` beside it."""
+"""Which report a path gets, and where it is written: a finetune, tune or pretrain save_dir gets
+``save_dir/report.html``; a file `kermt eval` scored (upstream's test_result.csv layout) or `kermt predict` wrote
+(its valid/error columns) gets ``<stem>_report.html`` beside it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from kermt.data import atomic_files
@@ -16,11 +18,17 @@ def report_path(path: Path) -> Path:
     return path / REPORT_FILE if path.is_dir() else path.with_name(f"{path.stem}_report.html")
 
 
-def write_report(path: Path | str, dataset_type: str | None = None) -> Path:
-    """Build the report of ``path`` from its files and write it; returns where it is. ``dataset_type``: what a
-    scored file holds, when the caller knows (else it is read off the values)."""
+def write_report(path: Path | str, dataset_type: str | None = None, tasks: Sequence[str] | None = None) -> Path:
+    """Build the report of ``path`` from its files and write it; returns where it is. ``dataset_type`` (and, for a
+    `kermt predict` output, ``tasks``): what a file holds, when the caller knows (else it is read off the file)."""
     path = Path(path)
     if path.is_file():
+        from ray_app.report.library import is_prediction_output
+
+        if is_prediction_output(path):
+            from ray_app.report.predict import predict_report
+
+            return write_page(predict_report(path, dataset_type, tasks), report_path(path))
         from ray_app.report.evaluation import eval_report
 
         return write_page(eval_report(path, dataset_type), report_path(path))
@@ -30,13 +38,19 @@ def write_report(path: Path | str, dataset_type: str | None = None) -> Path:
         from ray_app.report.tune import tune_report
 
         return write_page(tune_report(path), report_path(path))
+    from ray_app.report.pretrain import is_pretrain_dir  # before a finetune's: pretraining writes run_state.json too
+
+    if is_pretrain_dir(path):
+        from ray_app.report.pretrain import pretrain_report
+
+        return write_page(pretrain_report(path), report_path(path))
     if (path / RUN_STATE_FILE).exists() or numbered(path, "fold"):
         from ray_app.report.finetune import finetune_report
 
         return write_page(finetune_report(path), report_path(path))
-    raise UserError(f"{path}: neither a finetune nor a tune --save_dir (no {RUN_STATE_FILE}, fold_0/ or "
-                    f"{SWEEP_FILE}) nor a scored file; give the directory kermt finetune or kermt tune wrote, or the "
-                    "--output_path of kermt eval")
+    raise UserError(f"{path}: neither a finetune, tune nor pretrain --save_dir (no {RUN_STATE_FILE}, fold_0/ or "
+                    f"{SWEEP_FILE}) nor a scored file; give the directory kermt finetune, tune or pretrain wrote, "
+                    "or the --output_path of kermt eval or kermt predict")
 
 
 def report_uri(shown: str, of_file: bool) -> str:
@@ -50,11 +64,12 @@ def report_uri(shown: str, of_file: bool) -> str:
     return path if query is None else f"{path}?{query}"
 
 
-def report_of_finished_run(local: Path, dataset_type: str | None = None) -> Path | None:
+def report_of_finished_run(local: Path, dataset_type: str | None = None,
+                           tasks: Sequence[str] | None = None) -> Path | None:
     """Write the report of a run that just ended (or was stopped). A report that cannot be built is a one-line
     note, never the run's failure: its models and files are what matters, and ``kermt report`` rebuilds it."""
     try:
-        return write_report(local, dataset_type)
+        return write_report(local, dataset_type, tasks)
     except Exception as error:  # noqa: BLE001 - any bug in a figure must not fail a finished run
         print(f"report: not written ({type(error).__name__}: {first_line(error)}); `kermt report {local}` retries",
               flush=True)

@@ -1,5 +1,5 @@
-"""`kermt report PATH`: rebuild a run's report.html from the files it left (a finetune or tune --save_dir, or the
---output_path of kermt eval), e.g. after copying the run down from object storage."""
+"""`kermt report PATH`: rebuild a run's report.html from the files it left (a finetune, tune or pretrain --save_dir,
+or the --output_path of kermt eval or kermt predict), e.g. after copying the run down from object storage."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from ray_app.report.build import write_report
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="kermt report", description=__doc__)
     parser.add_argument("path",
-                        help="a kermt finetune or kermt tune --save_dir, or the --output_path file of kermt eval")
+                        help="a kermt finetune, tune or pretrain --save_dir, or the --output_path file of kermt eval "
+                        "or kermt predict")
     args = parser.parse_args(argv)
     if "://" in args.path:  # (ray_app.common.storage.is_uri would import Ray)
         raise UserError(f"kermt report {args.path}: reads local files; copy the run down first (e.g. aws s3 cp "

@@ -179,5 +179,38 @@ def histogram(values: np.ndarray, label: str) -> str:
     return data_uri(figure)
 
 
-__all__ = ["against_setting", "confusion", "data_uri", "histogram", "learning_curves", "parity", "residuals",
-           "roc_and_pr", "trial_objectives"]
+def binned(edges: np.ndarray, counts: np.ndarray, label: str, title: str) -> str:
+    """A histogram counted elsewhere (chunk by chunk over a file too large to hold): bin ``edges``, their ``counts``."""
+    figure, ax = plt.subplots(figsize=(4.2, 3.0))
+    ax.stairs(counts, edges, fill=True)
+    ax.set_xlabel(label)
+    ax.set_ylabel("molecules")
+    ax.set_title(title)
+    figure.tight_layout()
+    return data_uri(figure)
+
+
+def line_panels(panels: Sequence[tuple[str, Mapping[str, tuple[np.ndarray, np.ndarray]]]], xlabel: str = "step",
+                per_row: int = 4) -> str:
+    """A grid of panels, each a title and its lines (label -> (x, y)); a NaN point is left out of its line (a
+    validation term is recorded at fewer steps than a training one)."""
+    rows = (len(panels) + per_row - 1) // per_row
+    columns = min(per_row, len(panels))
+    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 2.8 * rows), squeeze=False)
+    for ax, (title, lines) in zip(axes.flat, panels):
+        for i, (label, (x, y)) in enumerate(lines.items()):
+            keep = np.isfinite(x) & np.isfinite(y)
+            ax.plot(x[keep], y[keep], marker="o" if keep.sum() < 40 else None, markersize=3,
+                    color=COLOURS[i % len(COLOURS)], linestyle="--" if label.startswith("val") else "-", label=label)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(xlabel)
+        if len(lines) > 1:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    figure.tight_layout()
+    return data_uri(figure)
+
+
+__all__ = ["against_setting", "binned", "confusion", "data_uri", "histogram", "learning_curves", "line_panels",
+           "parity", "residuals", "roc_and_pr", "trial_objectives"]

@@ -27,20 +27,20 @@ SPLITS = ("train", "val", "test")
 
 def finetune_report(save_dir: Path) -> Report:
     record = read_json(save_dir / RUN_RECORD_FILE) or {}
-    settings = _settings(save_dir, record)
+    settings = recorded_settings(save_dir, record)
     summary = record.get("summary", {})
     dataset_type = summary.get("dataset_type") or settings.get("dataset_type") or "regression"
     metric = summary.get("metric") or settings.get("metric") or "rmse"
     folds = numbered(save_dir, "fold")
     results = {k: read_test_result(d / "test_result.csv") for k, d in folds if (d / "test_result.csv").exists()}
-    sections = [_run_section(save_dir, record, settings, summary), _settings_section(record, settings),
+    sections = [_run_section(save_dir, record, settings, summary), settings_section(record, settings),
                 _data_section(save_dir, record, results, dataset_type),
                 _learning_section(folds, metric), _metrics_section(record, results, metric, dataset_type)]
     sections += _task_sections(folds, results, dataset_type, sections[0])
     return Report(title=f"kermt finetune report: {save_dir.name}", source=str(save_dir), sections=sections)
 
 
-def _settings(save_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
+def recorded_settings(save_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Each setting's value: run.json's (the finished run), else config.yaml's, else run_state.json's."""
     if isinstance(record.get("settings"), dict):
         return {k: v.get("value") if isinstance(v, dict) else v for k, v in record["settings"].items()}
@@ -64,7 +64,7 @@ def _run_section(save_dir: Path, record: dict[str, Any], settings: dict[str, Any
     return Section("Run", tables=[Table(["", "value"], rows)])
 
 
-def _settings_section(record: dict[str, Any], settings: dict[str, Any]) -> Section:
+def settings_section(record: dict[str, Any], settings: dict[str, Any]) -> Section:
     recorded = record.get("settings")
     if isinstance(recorded, dict):
         given = {k: v for k, v in recorded.items() if isinstance(v, dict) and v.get("source", "default") != "default"}
@@ -235,4 +235,4 @@ def _interval(fold_dir: Path, result: TestResult, task: str, t: int, notes: list
         return None
 
 
-__all__ = ["finetune_report"]
+__all__ = ["finetune_report", "recorded_settings", "settings_section"]

@@ -15,7 +15,7 @@ from ray_app.common.command import run_command
 from ray_app.common.errors import ray_causes
 from ray_app.common.remote_files import local_files, upload
 from ray_app.common.storage import is_uri
-from ray_app.report.build import report_path, report_uri
+from ray_app.report.build import report_of_finished_run, report_path, report_uri
 from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig, ReconstructConfig
 
 
@@ -37,9 +37,31 @@ def _run(prog: str, schema: type[BaseModel], argv: list[str], body, reported: bo
 
 
 def main_predict(argv: list[str]) -> int:
+    return _run("kermt predict", PredictConfig, argv, _predict_and_report, reported=True)
+
+
+def _predict_and_report(config: PredictConfig) -> int:
+    """`kermt predict`, then ``<stem>_report.html`` from the file it wrote (streamed in bounded memory: a screen
+    of millions of molecules costs seconds more); the model says its tasks and dataset type."""
     from ray_app.screening.run import run_predict
 
-    return _run("kermt predict", PredictConfig, argv, run_predict)
+    status = run_predict(config)
+    report_of_finished_run(Path(config.output_path), *_model_tasks(config))
+    return status
+
+
+def _model_tasks(config: PredictConfig) -> tuple[str | None, tuple[str, ...] | None]:
+    """(dataset type, task names) of the first member (run_predict has read and checked them all); (None, None)
+    when it cannot say, and the report reads them off the file."""
+    from kermt.checkpoint import read_checkpoint
+    from kermt.inference import find_checkpoints, task_names
+
+    try:
+        path = find_checkpoints(config.checkpoint_dir)[0] if config.checkpoint_dir else config.checkpoint_path
+        spec = read_checkpoint(path, trust_pickle=config.trust_checkpoint, dataset_type=config.dataset_type).spec
+        return spec.head.dataset_type, task_names(spec)
+    except Exception:  # noqa: BLE001 - the report guesses instead; the predictions are written either way
+        return None, None
 
 
 def main_eval(argv: list[str]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import signal
 import threading
 import time
@@ -21,6 +22,7 @@ from kermt.chem.molgraph import build_graphs
 from kermt.data.collate import collate_graphs
 from kermt.data.corpus_prep import prepare_corpus
 from ray_app.cli import main as kermt
+from tests.browser import console_errors, headless_chromium, keep_screenshot, rendered_images, requires_browser
 from tests.conftest import DATA_DIR, FIXTURE_DIR
 
 ROOT = DATA_DIR.parents[1]
@@ -78,6 +80,37 @@ def test_outputs(reference):
     assert {"train_av", "train_bv", "train_fg", "train_cmim", "train_recon", "train_recon_accuracy",
             "val_loss"} <= rows[-1].keys()
     assert list(reference.glob("events.out.tfevents.*"))
+
+
+@requires_browser
+def test_the_report_draws_every_loss_term_accuracy_and_the_throughput(reference):
+    """report.html, written as the run ended, opened in headless Chromium: the loss terms, the token accuracies,
+    the learning rate and molecules/s each a figure that decodes, no console error; screenshot kept."""
+    page = (reference / "report.html").read_text()
+    with headless_chromium() as driver:
+        driver.get((reference / "report.html").as_uri())
+        images = rendered_images(driver)
+        assert console_errors(driver) == []
+        screenshot = keep_screenshot(driver, "pretrain_report")
+    assert len(images) == 3
+    assert all(i["kind"] == "img" and i["complete"] and i["natural"] > 0 and i["width"] > 0 for i in images)
+    for shown in ("every loss term against the step", "token accuracies", "molecules/s (median)", "recon_accuracy",
+                  "atom vocabulary", "history read from</td><td>metrics.csv", "status</td><td>finished"):
+        assert shown in page, shown
+    assert screenshot.stat().st_size > 50_000
+
+
+def test_the_report_of_a_stopped_run_reads_its_newest_step_checkpoint(reference, tmp_path):
+    """A run stopped (Ctrl-C) before its end has no metrics.csv or run.json: `kermt report` reads the history of
+    its newest step checkpoint under ray_results/ (the resume point): the same rows up to that step."""
+    stopped = shutil.copytree(reference, tmp_path / "run", ignore=shutil.ignore_patterns("model*", "events.*"))
+    (stopped / "metrics.csv").unlink()
+    (stopped / "run.json").unlink()
+    assert kermt(["report", str(stopped)]) == 0
+    page = (stopped / "report.html").read_text()
+    assert "the newest step checkpoint: the run did not finish" in page
+    assert "last logged step</td><td>14" in page
+    assert page.count('<img src="data:image/png') == 3
 
 
 def _kill_a_worker_after_a_checkpoint(storage: Path, done: threading.Event, killed: list) -> None:

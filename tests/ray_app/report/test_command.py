@@ -19,6 +19,6 @@ def test_kermt_report_says_what_it_needs(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist: give a finetune --save_dir" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 2
-    assert "neither a finetune nor a tune --save_dir" in capsys.readouterr().err
+    assert "neither a finetune, tune nor pretrain --save_dir" in capsys.readouterr().err
     assert main(["report", "s3://bucket/run"]) == 2
     assert "copy the run down first" in capsys.readouterr().err
