@@ -9,6 +9,11 @@ from ray_app.serve.models import ServedModel
 from ray_app.serve.predictor import ModelReplica
 
 
+# Serve notices a dead replica at its next health check (default every 10 s): requests sent meanwhile wait for a
+# replica, so a replica crash cost 9-10 s of latency (tests/ray_app/serve/test_config_file.py); a ping every 2 s is
+# cheap (the forward runs in a thread, the replica's event loop answers it).
+HEALTH_CHECK_PERIOD_S = 2.0
+
 # The ingress only validates and awaits the model replicas, so it holds many requests at once (Serve's default, 5,
 # would cap how many requests from different clients can reach a model batch together).
 GATEWAY_ONGOING_REQUESTS = 256
@@ -23,7 +28,7 @@ def _replica_options(config: ServeConfig) -> dict:
     # a replica must accept well over a full batch of requests at once: at 2 batches (32), 64 clients left the
     # router backing off between retries and throughput fell to a fifth of 8 clients' (bench/serve.py: 117 vs
     # 495 mol/s); at 8 batches the replica queues them itself and 64 clients get 8 clients' rate
-    options: dict = {"max_ongoing_requests": 8 * config.max_batch_size}
+    options: dict = {"max_ongoing_requests": 8 * config.max_batch_size, "health_check_period_s": HEALTH_CHECK_PERIOD_S}
     if config.use_gpu:
         options["ray_actor_options"] = {"num_gpus": config.num_gpus_per_replica}
     if low == high:
