@@ -99,7 +99,9 @@ class ReadoutConfig:
 class HeadConfig:
     """Finetune FFN heads (docs/upstream-compatibility.md#finetune-heads).
 
-    ``ffn_hidden_size`` None means "equal to the encoder's hidden size"."""
+    ``ffn_hidden_size`` None means "equal to the encoder's hidden size". ``variance``: the head also predicts a
+    variance per task (mean-variance estimation, ``kermt finetune --loss mve``; regression only); a checkpoint
+    without the key is a plain (mean-only) model."""
 
     num_tasks: int
     dataset_type: DatasetType
@@ -110,9 +112,12 @@ class HeadConfig:
     ffn_task_specific_hidden_size: int | None = None
     dropout: float = 0.0
     activation: Activation = "PReLU"
+    variance: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("dataset_type", self.dataset_type, DATASET_TYPES)
+        if self.variance and self.dataset_type != "regression":
+            raise ValueError(f"a variance head (--loss mve) is for regression, not {self.dataset_type}")
         if self.num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1, got {self.num_tasks}")
         if self.activation not in ACTIVATIONS:

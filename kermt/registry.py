@@ -48,6 +48,12 @@ FEATURE_GENERATORS: tuple[str, ...] = get_args(FeatureGenerator)
 CalibrationMethod = Literal["normalised", "plain", "mondrian", "zscaling"]
 CALIBRATION_METHODS: tuple[str, ...] = get_args(CalibrationMethod)
 
+# Finetune training losses (kermt.train.losses, chosen by the model's head: HeadConfig.variance). "mse" is upstream's
+# (squared error for regression, BCE for classification); "mve" (regression only) gives the head a variance per task
+# beside the mean and trains both with the Gaussian negative log-likelihood (mean-variance estimation).
+FinetuneLoss = Literal["mse", "mve"]
+FINETUNE_LOSSES: tuple[str, ...] = get_args(FinetuneLoss)
+
 # How `kermt finetune` splits its data (kermt.data.splits, chosen in ray_app.finetune.prepare).
 SplitType = Literal["random", "scaffold_balanced", "predetermined", "crossval", "index_predetermined"]
 SPLIT_TYPES: tuple[str, ...] = get_args(SplitType)
@@ -92,9 +98,10 @@ PRETRAIN_KINDS: tuple[str, ...] = ("grover_base", *PRETRAIN_MODES)
 
 __all__ = [
     "ACTIVATIONS", "CHECKPOINT_KINDS", "DATASET_TYPES", "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS",
-    "EMBEDDING_OUTPUT_TYPES", "FEATURE_GENERATORS", "LOWER_IS_BETTER", "METRICS_FOR", "METRIC_NAMES", "METRIC_TABLE",
+    "EMBEDDING_OUTPUT_TYPES", "FEATURE_GENERATORS", "FINETUNE_LOSSES", "LOWER_IS_BETTER", "METRICS_FOR",
+    "METRIC_NAMES", "METRIC_TABLE",
     "PADDING_MODES", "POSITIONAL_ENCODINGS", "PRECISIONS", "PRETRAIN_KINDS", "PRETRAIN_MODES", "SPLIT_TYPES",
     "Activation", "CheckpointKind", "DatasetType", "DropoutDraws", "EmbeddingOutputType", "FeatureGenerator",
-    "FingerprintSource", "Metric", "MetricDirection", "PaddingMode", "PositionalEncoding", "Precision",
+    "FinetuneLoss", "FingerprintSource", "Metric", "MetricDirection", "PaddingMode", "PositionalEncoding", "Precision",
     "PretrainMode", "SplitType",
 ]

@@ -116,6 +116,10 @@ def export_upstream(path: str | Path, state_dict: dict[str, torch.Tensor], spec:
             "upstream always sums its padding row, so it would predict differently with these weights; use the "
             "native checkpoint with kermt, or train with padding='upstream' for an upstream-compatible file"
         )
+    if spec.head is not None and spec.head.variance:
+        raise UnfaithfulExportError(
+            f"{path}: cannot export a model with a variance head (--loss mve) to upstream's model.pt: upstream's "
+            "heads predict one value per task; use the native checkpoint with kermt")
     upstream_sd, warnings = upstream_state_dict(state_dict, spec, passthrough)
     state = {
         "args": upstream_args(spec, args_overrides),

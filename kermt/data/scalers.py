@@ -43,6 +43,10 @@ class StandardScaler:
         """x * std + mean, computed in float64 as upstream does."""
         return np.asarray(values, dtype=np.float64) * self.stds + self.means
 
+    def inverse_transform_variance(self, variances: np.ndarray) -> np.ndarray:
+        """Variances in scaled units -> target units (times std²; the mean does not enter)."""
+        return np.asarray(variances, dtype=np.float64) * self.stds**2
+
     def to_dict(self) -> dict[str, list[float]]:
         return {"means": self.means.tolist(), "stds": self.stds.tolist()}
 

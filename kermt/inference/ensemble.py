@@ -1,5 +1,9 @@
 """Ensembles of finetuned members predicting blocks of molecules in batches of consecutive rows (see the package
-docstring for why batches are cut that way)."""
+docstring for why batches are cut that way).
+
+The std is the total one of :func:`kermt.uncertainty.estimators.total_std`: the members' spread, plus the mean of
+their predicted variances when they have variance heads (``--loss mve``); with ``dropout_samples`` N every member
+contributes N MC-dropout passes (:mod:`kermt.inference.mc_dropout`) instead of one eval-mode forward."""
 
 from __future__ import annotations
 
@@ -15,12 +19,15 @@ from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
 from kermt.inference.batches import InferenceBatch, run_batches
 from kermt.inference.features import scale_features
+from kermt.inference.mc_dropout import check_dropout, molecule_keys, sampled_outputs
 from kermt.inference.members import task_names
+from kermt.uncertainty.estimators import total_std
 
 
 @dataclass
 class EnsemblePrediction:
-    """mean, std: float64 [N, T]; NaN rows for invalid molecules. ``std`` is the population std over members."""
+    """mean, std: float64 [N, T]; NaN rows for invalid molecules. ``std``: the population std over members (and
+    passes), with variance heads the total std (module docstring)."""
 
     mean: np.ndarray
     std: np.ndarray
@@ -29,7 +36,10 @@ class EnsemblePrediction:
 class Ensemble:
     """Finetuned members that predict together (mean over members, summed in member order as upstream)."""
 
-    def __init__(self, members: Sequence[Checkpoint], device: torch.device | str = "cpu") -> None:
+    def __init__(self, members: Sequence[Checkpoint], device: torch.device | str = "cpu", dropout_samples: int = 0,
+                 dropout_seed: int = 0) -> None:
+        """``dropout_samples``: MC-dropout passes per member (0: one eval-mode forward), masks seeded by
+        ``dropout_seed`` and each molecule's SMILES."""
         if not members:
             raise ValueError("an ensemble needs at least one checkpoint")
         self.specs = [m.spec for m in members]
@@ -41,6 +51,11 @@ class Ensemble:
         self.task_names = names.pop()
         self.dataset_type = kinds.pop()
         self.device = torch.device(device)
+        check_dropout(self.specs, dropout_samples)
+        self.dropout_samples, self.dropout_seed = dropout_samples, dropout_seed
+        self.variance_heads = any(spec.head.variance for spec in self.specs)
+        # the spec that de-scales each sample of _launch: a member's passes follow each other
+        self._sample_specs = [spec for spec in self.specs for _ in range(max(dropout_samples, 1))]
         self.models = [self._load(m) for m in members]
         # the batches are collated with the first member's operators (members of one run share them; another
         # member derives its own from the index arrays)
@@ -56,34 +71,59 @@ class Ensemble:
         return tuple(scale_features(spec, raw) for spec in self.specs)
 
     @torch.no_grad()
-    def _launch(self, batch: InferenceBatch) -> torch.Tensor:
-        """Every member's prediction of ``batch`` (on the device): float64 [K, M, T], model units."""
-        return torch.stack([model(batch.graph, features).prediction.double()
-                            for model, features in zip(self.models, batch.inputs)])
+    def _launch(self, batch: InferenceBatch, keys: np.ndarray | None = None) -> torch.Tensor:
+        """Every sample's prediction of ``batch`` (on the device): float64 [S, M, T] (S = members x passes), model
+        units; [S, M, 2T] with variance heads (the means, then the variances: 0 for a plain member). ``keys``: the
+        block's molecule keys (MC dropout)."""
+        samples = []
+        for model, features in zip(self.models, batch.inputs):
+            if self.dropout_samples:
+                ids = torch.from_numpy(keys[batch.rows]).to(self.device)
+                outputs = sampled_outputs(model, batch.graph, features, ids, self.dropout_samples, self.dropout_seed)
+            else:
+                outputs = [model(batch.graph, features)]
+            samples += [self._values(output) for output in outputs]
+        return torch.stack(samples)
 
-    def _read(self, launched: torch.Tensor) -> np.ndarray:
-        """float64 [K, M, T] in target units, on the host (each member de-scaled with its own scaler)."""
+    def _values(self, output) -> torch.Tensor:
+        if not self.variance_heads:
+            return output.prediction.double()
+        variance = output.variance if output.variance is not None else torch.zeros_like(output.prediction)
+        return torch.cat([output.prediction.double(), variance.double()], dim=1)
+
+    def _read(self, launched: torch.Tensor) -> tuple[np.ndarray, np.ndarray | None]:
+        """(means, variances or None): float64 [S, M, T] in target units, on the host (each sample de-scaled with
+        its member's scaler)."""
         values = launched.cpu().numpy()
+        tasks = len(self.task_names)
+        means, variances = values[..., :tasks], values[..., tasks:] if self.variance_heads else None
         if self.dataset_type != "regression":
-            return values
-        return np.stack([spec.data_scaler.inverse_transform(member) if spec.data_scaler is not None else member
-                         for spec, member in zip(self.specs, values)])
+            return means, variances
+        scalers = [spec.data_scaler for spec in self._sample_specs]
+        means = np.stack([s.inverse_transform(m) if s is not None else m for s, m in zip(scalers, means)])
+        if variances is not None:
+            variances = np.stack([s.inverse_transform_variance(v) if s is not None else v
+                                  for s, v in zip(scalers, variances)])
+        return means, variances
 
     def member_predictions(self, molecules: FeaturizedMolecules) -> np.ndarray:
-        """One batch: every row must be valid. Returns float64 [K members, M, T] in target units."""
+        """One batch: every row must be valid. Returns float64 [S samples, M, T] in target units (S = members, times
+        the passes with MC dropout)."""
         batch = InferenceBatch.of(np.arange(len(molecules)), molecules, self.operators, self._member_features)
-        return self._read(self._launch(batch.to(self.device)))
+        keys = molecule_keys(molecules.smiles) if self.dropout_samples else None
+        return self._read(self._launch(batch.to(self.device), keys))[0]
 
     def predict(self, molecules: FeaturizedMolecules, batch_size: int) -> EnsemblePrediction:
         """Predict a block whose first row starts a batch (see the module docstring for the batch rule)."""
         n, t = len(molecules), len(self.task_names)
         mean, std = np.full((n, t), np.nan), np.full((n, t), np.nan)
+        keys = molecule_keys(molecules.smiles) if self.dropout_samples else None
         batches = run_batches(molecules, batch_size, self.operators, self._member_features, self.device,
-                              self._launch, self._read)
-        for rows, members in batches:
+                              lambda batch: self._launch(batch, keys), self._read)
+        for rows, (members, variances) in batches:
             total = np.zeros_like(members[0])
             for values in members:  # upstream's order of summation
                 total += values
             mean[rows] = total / len(members)
-            std[rows] = members.std(axis=0)
+            std[rows] = total_std(members, variances)
         return EnsemblePrediction(mean, std)

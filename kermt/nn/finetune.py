@@ -6,6 +6,12 @@ classification). The encoder is built with ``embedding_output_type="atom"``: the
 pretrained checkpoint may hold are never used by finetuning, so they are not built (their keys are reported as
 ignored by the checkpoint loader) and every parameter gets a gradient — no ``find_unused_parameters`` under DDP.
 
+A variance head (``head.variance``, ``kermt finetune --loss mve``) makes each view's last layer twice as wide: per
+task a mean and a raw variance, the variance ``softplus(raw) + VARIANCE_FLOOR`` in scaled target units. Softplus
+rather than ``exp`` of a log-variance: it grows linearly, so a large raw output neither overflows (bf16 included) nor
+gives the NLL exploding gradients early in training, and the floor keeps ``1/variance`` finite when a molecule is
+fitted exactly. Such a model has no upstream counterpart (its last layers have other shapes).
+
 ``use_mtl_loss`` adds ``mtl_log_sigma`` [num_tasks] (upstream keeps it in a separate ``MTLLoss`` module; inside the
 model it is reduced by DDP like any other parameter and lands in the heads' parameter group).
 """
@@ -18,12 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from kermt.config import FinetuneModelConfig
 from kermt.data.batch import BatchMolGraph
 from kermt.nn.encoder import EncoderOutput, KermtEmbedding
 from kermt.nn.heads import build_ffn, build_task_head
 from kermt.nn.readout import Readout
+
+VARIANCE_FLOOR = 1e-6  # scaled units: a std of 0.001 target standard deviations
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,9 @@ class FinetuneOutput:
     encoder                        EncoderOutput (atom_from_atom, atom_from_bond: [A, hidden])
     readout_atom_view/_bond_view   [M, readout size]  molecule vectors before the extra features are appended
     ffn_atom_view/_bond_view       [M, F]             output of the shared FFN
-    atom_view, bond_view           [M, T]             per-view outputs (logits for classification)
+    atom_view, bond_view           [M, T]             per-view outputs (logits for classification); the means of a
+                                                      variance head
+    atom_variance, bond_variance   [M, T] or None     per-view variances (scaled units) of a variance head
     """
 
     encoder: EncoderOutput
@@ -44,6 +55,8 @@ class FinetuneOutput:
     atom_view: torch.Tensor
     bond_view: torch.Tensor
     classification: bool
+    atom_variance: torch.Tensor | None = None
+    bond_variance: torch.Tensor | None = None
 
     @property
     def view_predictions(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,6 +70,14 @@ class FinetuneOutput:
         """Upstream's eval-mode output [M, T]: the mean of the two views' predictions."""
         atom, bond = self.view_predictions
         return (atom + bond) / 2
+
+    @property
+    def variance(self) -> torch.Tensor | None:
+        """A variance head's predictive variance [M, T] of :attr:`prediction` (scaled units; None without one): the
+        variance of the equal mixture of the two views' Gaussians, their mean variance plus their means' spread."""
+        if self.atom_variance is None or self.bond_variance is None:
+            return None
+        return (self.atom_variance + self.bond_variance) / 2 + ((self.atom_view - self.bond_view) / 2) ** 2
 
 
 class KermtFinetuneModel(nn.Module):
@@ -73,7 +94,8 @@ class KermtFinetuneModel(nn.Module):
         task_layers = head.ffn_num_task_specific_layers
         if task_layers > 0 and head.ffn_task_specific_hidden_size is None:
             raise ValueError("ffn_task_specific_hidden_size is required when ffn_num_task_specific_layers > 0")
-        ffn_out = head.ffn_task_specific_hidden_size if task_layers > 0 else head.num_tasks
+        self.outputs_per_task = 2 if head.variance else 1  # a variance head: a mean and a raw variance per task
+        ffn_out = head.ffn_task_specific_hidden_size if task_layers > 0 else head.num_tasks * self.outputs_per_task
         ffn_in = self.readout.output_size + head.features_size
         ffn_hidden = head.ffn_hidden_size if head.ffn_hidden_size is not None else hidden
         for view in ("atom", "bond"):
@@ -82,7 +104,7 @@ class KermtFinetuneModel(nn.Module):
         if task_layers > 0:
             for view in ("atom", "bond"):
                 tasks = nn.ModuleList(
-                    build_task_head(ffn_out, task_layers, head.dropout, head.activation)
+                    build_task_head(ffn_out, task_layers, head.dropout, head.activation, self.outputs_per_task)
                     for _ in range(head.num_tasks)
                 )
                 self.add_module(f"mol_atom_from_{view}_ffn_task_specific", tasks)
@@ -96,11 +118,20 @@ class KermtFinetuneModel(nn.Module):
         return self.config.head.dataset_type == "classification"
 
     def _task_outputs(self, view: str, shared: torch.Tensor) -> torch.Tensor:
-        """Per-task outputs [M, T] of one view from its shared FFN output."""
+        """Per-task outputs [M, T] of one view from its shared FFN output ([M, 2T] with a variance head: the T means,
+        then the T raw variances)."""
         task_heads = getattr(self, f"mol_atom_from_{view}_ffn_task_specific", None)
         if task_heads is None:
             return shared
-        return torch.cat([task_head(shared) for task_head in task_heads], dim=1)
+        outputs = [task_head(shared) for task_head in task_heads]
+        return torch.cat([out[:, k : k + 1] for k in range(self.outputs_per_task) for out in outputs], dim=1)
+
+    def _mean_and_variance(self, outputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A view's means [M, T] and, with a variance head, its variances [M, T] (float32, see the module doc)."""
+        if self.outputs_per_task == 1:
+            return outputs, None
+        tasks = self.config.head.num_tasks
+        return outputs[:, :tasks], F.softplus(outputs[:, tasks:].float()) + VARIANCE_FLOOR
 
     def forward(
         self,
@@ -124,7 +155,8 @@ class KermtFinetuneModel(nn.Module):
         # upstream's order, hence its order of dropout draws: both shared FFNs, then each view's task layers
         ffn_atom = self.mol_atom_from_atom_ffn(inputs[0])
         ffn_bond = self.mol_atom_from_bond_ffn(inputs[1])
-        atom_view, bond_view = self._task_outputs("atom", ffn_atom), self._task_outputs("bond", ffn_bond)
+        atom_view, atom_variance = self._mean_and_variance(self._task_outputs("atom", ffn_atom))
+        bond_view, bond_variance = self._mean_and_variance(self._task_outputs("bond", ffn_bond))
         return FinetuneOutput(
             encoder=encoded,
             readout_atom_view=readout_atom,
@@ -134,4 +166,6 @@ class KermtFinetuneModel(nn.Module):
             atom_view=atom_view,
             bond_view=bond_view,
             classification=self.classification,
+            atom_variance=atom_variance,
+            bond_variance=bond_variance,
         )

@@ -35,8 +35,9 @@ def build_ffn(input_size: int, hidden_size: int, output_size: int, num_layers: i
     return nn.Sequential(*layers)
 
 
-def build_task_head(hidden_size: int, num_layers: int, dropout: float, activation: str) -> nn.Sequential:
-    """One task's layers after the shared FFN, ending in a single output.
+def build_task_head(hidden_size: int, num_layers: int, dropout: float, activation: str,
+                    output_size: int = 1) -> nn.Sequential:
+    """One task's layers after the shared FFN, ending in ``output_size`` outputs (1; 2 with a variance head).
 
     ``num_layers == 1``: ``[Dropout, Linear(F→1)]`` (no activation after the shared FFN, as upstream).
     ``num_layers > 1``: ``(num_layers−1)·[act, Dropout, Linear(F→F)] + [act, Dropout, Linear(F→1)]``.
@@ -45,12 +46,12 @@ def build_task_head(hidden_size: int, num_layers: int, dropout: float, activatio
     """
     drop = Dropout(dropout, "molecule")
     if num_layers == 1:
-        return nn.Sequential(drop, nn.Linear(hidden_size, 1))
+        return nn.Sequential(drop, nn.Linear(hidden_size, output_size))
     act = make_activation(activation)
     layers: list[nn.Module] = []
     for _ in range(num_layers - 1):
         layers += [act, drop, nn.Linear(hidden_size, hidden_size)]
-    layers += [act, drop, nn.Linear(hidden_size, 1)]
+    layers += [act, drop, nn.Linear(hidden_size, output_size)]
     return nn.Sequential(*layers)
 
 

@@ -5,6 +5,10 @@ Upstream behaviour: docs/upstream-compatibility.md#finetune-loss.
 Training, per (molecule, task) with a label: ``ℓ = L(atom_view, y) + L(bond_view, y) + dist_coff·(atom_view −
 bond_view)²`` with L = BCE-with-logits (classification) or squared error (regression).
 
+A variance head (``--loss mve``) replaces each view's L by the Gaussian negative log-likelihood of its own mean and
+variance, ``½·(log σ² + (y − μ)²/σ²)`` (without the constant ½·log 2π), on the scaled targets; the disagreement
+term stays on the two means. The reduction is the same.
+
 Reduction uses a label count the CALLER passes, so a data-parallel caller passes the GLOBAL count (sum over ranks)
 and ``world_size``: each rank's loss is ``world_size · Σ_local ℓ / global_count``, and DDP's gradient average
 (÷ world_size) then gives exactly the single-process gradient of ``Σ_all ℓ / global_count``.
@@ -53,6 +57,27 @@ def two_view_terms(
 ) -> torch.Tensor:
     """Masked per-element training loss [M, T] (0 where there is no label)."""
     loss = _elementwise(atom_view, targets.values, dataset_type) + _elementwise(bond_view, targets.values, dataset_type)
+    loss = loss + dist_coff * (atom_view - bond_view) ** 2
+    return loss * targets.mask
+
+
+def gaussian_nll(mean: torch.Tensor, variance: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Elementwise Gaussian negative log-likelihood without its constant: ½·(log σ² + (y − μ)²/σ²)."""
+    return 0.5 * (torch.log(variance) + (target - mean) ** 2 / variance)
+
+
+def mve_two_view_terms(
+    atom_view: torch.Tensor,
+    bond_view: torch.Tensor,
+    atom_variance: torch.Tensor,
+    bond_variance: torch.Tensor,
+    targets: LabelledTargets,
+    dist_coff: float,
+) -> torch.Tensor:
+    """Masked per-element training loss [M, T] of a variance head (0 where there is no label): each view's Gaussian
+    NLL plus ``dist_coff`` times the squared difference of the two means."""
+    loss = gaussian_nll(atom_view, atom_variance, targets.values) \
+        + gaussian_nll(bond_view, bond_variance, targets.values)
     loss = loss + dist_coff * (atom_view - bond_view) ** 2
     return loss * targets.mask
 

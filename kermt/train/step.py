@@ -27,7 +27,7 @@ from torch import nn
 from kermt.data.dataset import MoleculeBatch, MoleculeSet
 from kermt.data.prefetch import prefetch, read_behind
 from kermt.data.scalers import StandardScaler
-from kermt.train.losses import LabelledTargets, eval_task_loss, reduce_terms, two_view_terms
+from kermt.train.losses import LabelledTargets, eval_task_loss, mve_two_view_terms, reduce_terms, two_view_terms
 from kermt.metrics import nanmean, task_scores
 from kermt.nn.encoder import DepthDrawLog
 from kermt.nn.keyed_dropout import DROPOUT_DRAWS, dropout_draws
@@ -105,7 +105,11 @@ def train_step(
         output = model(batch.graph, batch.features, depth_rng)
     core = getattr(model, "module", model)
     atom_view, bond_view = output.atom_view.float(), output.bond_view.float()  # the loss in float32 always
-    terms = two_view_terms(atom_view, bond_view, targets, settings.dataset_type, settings.dist_coff)
+    if getattr(output, "atom_variance", None) is None:  # (stand-in models in tests return the two views only)
+        terms = two_view_terms(atom_view, bond_view, targets, settings.dataset_type, settings.dist_coff)
+    else:  # a variance head (--loss mve): the Gaussian NLL of each view, the same reduction
+        terms = mve_two_view_terms(atom_view, bond_view, output.atom_variance.float(), output.bond_variance.float(),
+                                   targets, settings.dist_coff)
     loss = reduce_terms(
         terms,
         global_counts if settings.use_mtl_loss else global_counts[0],
@@ -121,7 +125,6 @@ def train_step(
     return StepResult(terms.detach().sum(), global_counts.sum(), loss.detach() / world_size)
 
 
-@torch.no_grad()
 def predict(
     model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarray, batch_size: int, precision: str = "fp32"
 ) -> np.ndarray:
@@ -130,6 +133,30 @@ def predict(
     Batches are consecutive chunks of ``rows``: upstream numerics depend on batch composition (padding row), so
     callers that want reproducible numbers must use the same rows and batch size.
     """
+    return _predict_outputs(model, data, rows, batch_size, precision, lambda output: output.prediction.double(), 1)
+
+
+def predict_with_variance(
+    model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarray, batch_size: int, precision: str = "fp32"
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`predict` and, for a variance head (``--loss mve``), its predictive variance [len(rows), T] float64 in
+    scaled units (None for a plain model), from the same forwards."""
+    core = getattr(model, "module", model)
+    if not core.config.head.variance:
+        return predict(model, data, rows, batch_size, precision), None
+
+    def both(output) -> torch.Tensor:
+        return torch.cat([output.prediction.double(), output.variance.double()], dim=1)
+
+    joined = _predict_outputs(model, data, rows, batch_size, precision, both, 2)
+    tasks = joined.shape[1] // 2
+    return joined[:, :tasks], joined[:, tasks:]
+
+
+@torch.no_grad()
+def _predict_outputs(model: nn.Module, data: MoleculeSet, rows: Sequence[int] | np.ndarray, batch_size: int,
+                     precision: str, take: Callable[..., torch.Tensor], per_task: int) -> np.ndarray:
+    """``take(output)`` [M, per_task·T] of every eval-mode forward over consecutive chunks of ``rows``, joined."""
     core = getattr(model, "module", model)
     was_training = core.training
     core.eval()
@@ -142,12 +169,11 @@ def predict(
     def launched():
         for batch in prefetch(batches, device):  # collated ahead, in prefetch's thread
             with autocast(precision, device):
-                yield core(batch.graph, batch.features).prediction.double()
+                yield take(core(batch.graph, batch.features))
 
-    out = list(read_behind(launched(), lambda prediction: prediction.cpu().numpy()))
+    out = list(read_behind(launched(), lambda values: values.cpu().numpy()))
     core.train(was_training)
-    width = data.targets.shape[1]
-    return np.concatenate(out) if out else np.zeros((0, width))
+    return np.concatenate(out) if out else np.zeros((0, data.targets.shape[1] * per_task))
 
 
 def validation_loss(preds: np.ndarray, targets: np.ndarray, batch_size: int, dataset_type: str) -> float:

@@ -5,6 +5,8 @@ metrics that say whether an uncertainty can be trusted (pure numpy/scipy; no ray
   molecules the model did not train on) and :func:`intervals` (lower/upper bounds at any level, served from the same
   calibration). Normalised conformal (scores ``|y - mu| / sigma``: intervals adapt per molecule) is the default;
   plain conformal (one width for every molecule) is there for comparison and for single models (no spread).
+* :mod:`kermt.uncertainty.estimators`: :func:`total_std`, the spread of an ensemble of members that may predict
+  their own variance (``--loss mve``) or be sampled with MC dropout: aleatoric + epistemic.
 * :mod:`kermt.uncertainty.calibration_file`: a model's calibrations as JSON (no pickle), written atomically.
 * :mod:`kermt.uncertainty.metrics`: coverage, width, miscalibration area, ENCE, Spearman, Gaussian NLL.
 * :mod:`kermt.uncertainty.domain`: the applicability domain, k-nearest-neighbour distance to the training set in the
@@ -23,10 +25,11 @@ from kermt.uncertainty.conformal import (
     fit_calibration,
     intervals,
 )
+from kermt.uncertainty.estimators import total_std
 from kermt.uncertainty.domain import DomainIndex, DomainSearch, fit_domain, load_domain, model_embeddings, save_domain
 
 __all__ = [
     "CALIBRATION_FORMAT", "DEFAULT_METHOD", "METHODS", "MIN_CALIBRATION_ROWS", "Calibration", "DomainIndex",
     "DomainSearch", "check_level", "fit_calibration", "fit_domain", "intervals", "load_calibrations", "load_domain",
-    "model_embeddings", "save_calibrations", "save_domain",
+    "model_embeddings", "save_calibrations", "save_domain", "total_std",
 ]

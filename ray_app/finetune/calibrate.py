@@ -1,10 +1,12 @@
 """The last step of a finetune fold: its ensemble calibrated on the fold's validation split.
 
-The members' mean is the prediction (``mu``), their population spread is ``sigma`` (what `kermt predict
---uncertainty` writes as ``<task>_std``), so the calibration describes exactly the intervals predict will serve.
-Normalised conformal by default; with one member per fold the spread is 0 and the fold falls back to plain
-conformal. A fold whose validation split is too small (or a classification run: not calibrated yet) is reported in
-one line and recorded in run.json, never a failed run: the models are trained and usable without intervals.
+The members' mean is the prediction (``mu``), their total std is ``sigma`` (population spread, plus the predicted
+variances of variance heads, :func:`kermt.uncertainty.total_std`: what `kermt predict --uncertainty` writes as
+``<task>_std``), so the calibration describes exactly the intervals predict will serve. Normalised conformal by
+default; with one plain member per fold the spread is 0 and the fold falls back to plain conformal (one
+variance-head member has its own sigma and keeps the chosen method). A fold whose validation split is too small
+(or a classification run: not calibrated yet) is reported in one line and recorded in run.json, never a failed run:
+the models are trained and usable without intervals.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import numpy as np
 
 from kermt.errors import UserError
 from kermt.run_layout import CALIBRATION_FILE
-from kermt.uncertainty import fit_calibration, intervals, save_calibrations
-from ray_app.finetune.members import member_test_predictions
+from kermt.uncertainty import fit_calibration, intervals, save_calibrations, total_std
+from ray_app.finetune.members import member_test_predictions_with_variance
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
 
@@ -31,20 +33,26 @@ def is_calibrated(setup: RunSetup) -> bool:
     return setup.dataset_type == "regression"
 
 
-def member_val_predictions(model, splits: ScaledSplits, batch_size: int, use_gpu: bool, precision: str) -> np.ndarray:
-    """(n_val, n_tasks) predictions in label units, made exactly as the test predictions are."""
-    return member_test_predictions(model, replace(splits, test=splits.val), batch_size, use_gpu, precision)
+def member_val_predictions(model, splits: ScaledSplits, batch_size: int, use_gpu: bool, precision: str) \
+        -> tuple[np.ndarray, np.ndarray | None]:
+    """(n_val, n_tasks) predictions in label units, made exactly as the test predictions are, and a variance
+    head's predicted variances (None without one)."""
+    return member_test_predictions_with_variance(model, replace(splits, test=splits.val), batch_size, use_gpu,
+                                                 precision)
 
 
-def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> dict[str, Any]:
-    """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json."""
+def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray],
+                   member_variances: list[np.ndarray | None] | None = None) -> dict[str, Any]:
+    """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json. ``member_variances``: each
+    member's predicted variances in label units (None for a plain member; None: all plain)."""
     if not is_calibrated(setup):
         return _skipped(fold, f"{setup.dataset_type} models are not calibrated yet (regression only)")
     members = np.stack(member_preds)  # [K, N, T]
-    mu, sigma = members.mean(axis=0), members.std(axis=0)
+    variances = _stacked_variances(members, member_variances)
+    mu, sigma = members.mean(axis=0), total_std(members, variances)
     labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
         np.asarray(splits.val.targets, dtype=np.float64)
-    method = setup.config.calibration_method if len(member_preds) > 1 else PLAIN_FALLBACK
+    method = setup.config.calibration_method if len(member_preds) > 1 or variances is not None else PLAIN_FALLBACK
     source = f"fold_{fold} validation split"
     try:
         fitted = {task: fit_calibration(task, mu[:, t], labels[:, t], sigma[:, t], method, source)
@@ -65,6 +73,13 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
         f"{task} n={v['n']} mean {REPORTED_LEVEL:.0%} width {v[f'width_{REPORTED_LEVEL}']:.4g}"
         for task, v in record["tasks"].items()), flush=True)
     return record
+
+
+def _stacked_variances(members: np.ndarray, member_variances: list[np.ndarray | None] | None) -> np.ndarray | None:
+    """[K, N, T] variances (0 for a plain member among variance heads), or None when no member predicts one."""
+    if member_variances is None or all(v is None for v in member_variances):
+        return None
+    return np.stack([np.zeros_like(m) if v is None else v for m, v in zip(members, member_variances)])
 
 
 def _skipped(fold: int, reason: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from kermt.registry import (
     CalibrationMethod,
     DatasetType,
     DropoutDraws,
+    FinetuneLoss,
     Metric,
     PaddingMode,
     Precision,
@@ -76,6 +77,10 @@ class FinetuneConfig(DataParallelSettings):
     # metric and loss
     metric: Optional[Metric] = Field(None, description="default: auc (classification) or rmse")
     use_mtl_loss: bool = Field(False, description="learned per-task uncertainty weights")
+    loss: FinetuneLoss = Field(
+        "mse", description="mse: upstream's loss (squared error; BCE for classification); mve (regression): the head "
+        "also predicts a variance per task, trained with the Gaussian NLL; <task>_std and calibration use it "
+        "(docs/uncertainty.md#estimators)")
     show_individual_scores: bool = Field(False, description="log per-task scores")
     select_by_loss: bool = Field(False, description="select the best epoch by validation loss")
     calibration_method: CalibrationMethod = Field(

@@ -18,7 +18,7 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 
 from kermt.checkpoint import CheckpointSpec, FeatureSettings, export_upstream, save_native, unbuilt_encoder_tensors
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.train.step import predict
+from kermt.train.step import predict_with_variance
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.elastic import ElasticTorchTrainer
@@ -82,7 +82,10 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
     passthrough = unbuilt_encoder_tensors(setup.source_checkpoint()) if setup.checkpoint else None
     provenance = {"run_id": setup.run_id, "checkpoint_path": str(setup.checkpoint.path) if setup.checkpoint else None}
     save_native(directory / "model", model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
-    if model.config.encoder.padding == "upstream":  # upstream has no other padding: model.pt would predict otherwise
+    if model.config.head.variance:  # upstream's heads predict one value per task: no model.pt can hold this one
+        print(f"{directory.name}: no upstream model.pt: a variance head (--loss mve) has no upstream counterpart; "
+              "the native checkpoint model/ is the model", flush=True)
+    elif model.config.encoder.padding == "upstream":  # upstream has no other padding: model.pt would predict otherwise
         export_upstream(directory / "model.pt", model.state_dict(), spec, passthrough=passthrough)
     outputs.atomic_write_text(directory / "metrics.csv", outputs.metrics_csv(history))
     if c.tensorboard:
@@ -93,17 +96,29 @@ def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, bat
                             use_gpu: bool = False, precision: str = "fp32") -> np.ndarray:
     """(n_test, n_tasks) predictions in label units; with ``use_gpu`` computed by a task on a GPU node (the driver
     usually sits on a head without one), else here on the CPU."""
+    return member_test_predictions_with_variance(model, splits, batch_size, use_gpu, precision)[0]
+
+
+def member_test_predictions_with_variance(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
+                                          use_gpu: bool = False, precision: str = "fp32") \
+        -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`member_test_predictions` and a variance head's predicted variances in label units (None without)."""
     if use_gpu and len(splits.test):
-        preds = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size, precision))
+        preds, variances = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size, precision))
     else:
-        preds = predict(model, splits.test, np.arange(len(splits.test)), batch_size, precision)
-    return splits.target_scaler.inverse_transform(preds) if splits.target_scaler else preds
+        preds, variances = predict_with_variance(model, splits.test, np.arange(len(splits.test)), batch_size,
+                                                 precision)
+    scaler = splits.target_scaler
+    if scaler is None:
+        return preds, variances
+    return scaler.inverse_transform(preds), None if variances is None else scaler.inverse_transform_variance(variances)
 
 
 @ray.remote(num_gpus=1)
-def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int, precision: str) -> np.ndarray:
+def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int, precision: str) \
+        -> tuple[np.ndarray, np.ndarray | None]:
     model = model.to(torch.device("cuda"))
-    return predict(model, molecules, np.arange(len(molecules)), batch_size, precision)
+    return predict_with_variance(model, molecules, np.arange(len(molecules)), batch_size, precision)
 
 
 def member_concurrency(setup: RunSetup, runs: int) -> int:

@@ -16,7 +16,6 @@ import numpy as np
 import ray
 
 from kermt.config import FinetuneModelConfig
-from kermt.data import atomic_files
 from kermt.data.splits import Split
 from kermt.errors import Interrupted
 from kermt.metrics import nanmean, unscored_note
@@ -39,7 +38,7 @@ from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
 from ray_app.finetune.resume import finished_member, start_finetune_run
 from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, \
     member_initial_state, model_config, resolve_setup
-from ray_app.report import REPORT_FILE, announce_report
+from ray_app.report import announce_report, start_line
 
 
 def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
@@ -91,17 +90,19 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
     scores, calibrations, folds = [], {}, {}
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)
-        member_preds, member_val = [], []
+        member_preds, member_val, member_val_variances = [], [], []
         for member in range(c.ensemble_size):
             found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
             member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
             if is_calibrated(setup):  # a classification fold is reported as uncalibrated without them
-                member_val.append(member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
+                preds, variances = member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision)
+                member_val.append(preds)
+                member_val_variances.append(variances)
             if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
                 write_fold_domain(setup, fold, parts, found[0])
         scores.append(finish_fold(setup, fold, parts, member_preds))
-        calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_val)
+        calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_val, member_val_variances)
         folds[f"fold_{fold}"] = fold_record(setup, fold, parts, member_preds)
     return scores, calibrations, folds
 
@@ -114,8 +115,7 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     resources = connect(config.address)
     setup = resolve_setup(config, sources)
     if not config.dry_run:
-        print(f"outputs: {recorded.save_dir} (the report, {atomic_files.join(str(recorded.save_dir), REPORT_FILE)}, "
-              "is written when the run ends)", flush=True)
+        print(start_line(str(recorded.save_dir), of_file=False), flush=True)
     print(f"dataset_type={setup.dataset_type}{' (inferred from the labels)' if config.dataset_type is None else ''} "
           f"metric={setup.metric} tasks={setup.task_names}", flush=True)
     n_invalid = sum(len(s.invalid) for s in (setup.data, setup.val, setup.test) if s is not None)

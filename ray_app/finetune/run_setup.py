@@ -100,7 +100,7 @@ def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
     """Architecture from the checkpoint (a contradicting flag is an error); training settings from the user."""
     c, ckpt = setup.config, setup.checkpoint
     head = {"num_tasks": len(setup.task_names), "dataset_type": setup.dataset_type, "features_size": features_size,
-            "dropout": c.dropout, **{k: getattr(c, k) for k in HEAD_KEYS}}
+            "dropout": c.dropout, "variance": c.loss == "mve", **{k: getattr(c, k) for k in HEAD_KEYS}}
     readout = {k: getattr(c, k) for k in READOUT_KEYS}
     encoder = {k: getattr(c, k) for k in ENCODER_KEYS if getattr(c, k) is not None}
     encoder.update(dropout=c.dropout, padding=c.padding)
@@ -111,7 +111,7 @@ def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
     if ckpt.spec.kind == "finetuned":  # only what the user actually set may (and must) agree with the checkpoint
         readout = {k: v for k, v in readout.items() if _user_set(setup.sources, k)}
         head = {k: v for k, v in head.items() if k in ("num_tasks", "dataset_type", "features_size", "dropout")
-                or _user_set(setup.sources, k)}
+                or _user_set(setup.sources, "loss" if k == "variance" else k)}
     return merge_finetune_config(ckpt.spec, encoder=encoder, readout=readout, head=head,
                                  use_mtl_loss=c.use_mtl_loss, source=str(ckpt.path))
 
@@ -170,6 +170,8 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source],
                        blinded_ok=True) if config.separate_test_path else None
     labelled = [(s.path, s.targets) for s in (data, val, test) if s is not None]
     dataset_type, metric = settle_task(config, data.targets, labelled, task_names)
+    if config.loss == "mve" and dataset_type != "regression":
+        raise UserError(f"--loss mve is for regression; {config.data_path} is {dataset_type} (drop --loss mve)")
     run_id = new_run_id()  # a fresh run; run_finetune reuses an interrupted run's id (ray_app/finetune/resume.py)
     return RunSetup(config, sources, save_dir, run_id, dataset_type, metric, task_names,
                     checkpoint, data, val, test, storage, resolve_max_failures(config.max_failures)

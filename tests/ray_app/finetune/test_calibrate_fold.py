@@ -17,7 +17,8 @@ def _fold_inputs(tmp_path, rows: int):
     rng = np.random.default_rng(0)
     raw = rng.normal(loc=5.0, scale=2.0, size=(rows, 1))
     scaler = StandardScaler.fit(raw)
-    setup = types.SimpleNamespace(dataset_type="regression", task_names=["logS"], save_dir=tmp_path)
+    setup = types.SimpleNamespace(dataset_type="regression", task_names=["logS"], save_dir=tmp_path,
+                                  config=types.SimpleNamespace(calibration_method="normalised"))
     splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=scaler.transform(raw)), target_scaler=scaler)
     members = [raw + rng.normal(scale=0.5, size=raw.shape) for _ in range(2)]
     return setup, splits, raw, members
@@ -32,6 +33,17 @@ def test_two_members_normalised_on_label_units(tmp_path, capsys):
     np.testing.assert_allclose(calibration.scores, expected, rtol=1e-12)  # labels de-scaled before scoring
     assert record["method"] == "normalised" and record["tasks"]["logS"]["n"] == 40
     assert "fold 0: calibrated (normalised conformal)" in capsys.readouterr().out
+
+
+def test_one_variance_head_member_keeps_normalised_with_its_own_sigma(tmp_path, capsys):
+    setup, splits, raw, members = _fold_inputs(tmp_path, rows=40)
+    variance = np.random.default_rng(1).uniform(0.1, 1.0, size=raw.shape)  # label units, as predicted by an MVE head
+    record = calibrate_fold(setup, 0, splits, members[:1], [variance])
+    calibration = load_calibrations(str(tmp_path / "fold_0" / "calibration.json"))["logS"]
+    sigma = np.sqrt(variance[:, 0])  # one member: the total std is its own predicted std
+    expected = np.sort(np.abs(raw[:, 0] - members[0][:, 0]) / np.maximum(sigma, calibration.sigma_floor))
+    np.testing.assert_allclose(calibration.scores, expected, rtol=1e-12)
+    assert record["method"] == "normalised" and "plain conformal" not in capsys.readouterr().out
 
 
 def test_one_member_falls_back_to_plain_and_a_small_split_is_skipped(tmp_path, capsys):
