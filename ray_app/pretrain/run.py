@@ -43,7 +43,7 @@ from ray_app.pretrain.config import PretrainConfig
 from ray_app.pretrain.corpus_read import read_remote_args
 from ray_app.pretrain.inputs import PretrainInputs, check_pretrain_inputs
 from ray_app.pretrain.train_loop import MODEL_DIR, PretrainPlan, train_loop_per_worker
-from ray_app.report import announce_report
+from ray_app.report import announce_report, start_line
 
 DECODER_KEYS = ("latent_dim", "decoder_num_layers", "decoder_num_attention_heads", "decoder_ffn_hidden_size",
                 "decoder_positional_encoding", "decoder_gate_self_attn", "decoder_gate_cross_attn")
@@ -202,6 +202,7 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     recorded = recorded or config
     plan = make_plan(config, sources, inputs)  # a checkpoint that contradicts a flag fails here, before Ray starts
     resources = connect(config.address)
+    print(start_line(str(recorded.save_dir), of_file=False), flush=True)
     save_dir = Path(config.save_dir).resolve()
     storage = resolve_storage(config.storage_path, save_dir / "ray_results")
     check_gpus(config.use_gpu)

@@ -4,6 +4,7 @@ A thin layer over the files a run already writes: ``write_report`` rebuilds the 
 (``kermt report DIR``), also for runs made before the report existed. It reads files only (no Ray).
 """
 
-from ray_app.report.build import REPORT_FILE, announce_report, report_of_finished_run, report_path, write_report
+from ray_app.report.build import (REPORT_FILE, announce_report, report_of_finished_run, report_path, start_line,
+                                  write_report)
 
-__all__ = ["REPORT_FILE", "announce_report", "report_of_finished_run", "report_path", "write_report"]
+__all__ = ["REPORT_FILE", "announce_report", "report_of_finished_run", "report_path", "start_line", "write_report"]

@@ -53,6 +53,17 @@ def write_report(path: Path | str, dataset_type: str | None = None, tasks: Seque
                     "or the --output_path of kermt eval or kermt predict")
 
 
+def start_line(shown: str, of_file: bool) -> str:
+    """The line a run prints first: where its outputs go and where its report will be (``shown``: --save_dir, or
+    --output_path with ``of_file``, as the user gave it, local or URI)."""
+    if "://" in shown:
+        report = report_uri(shown, of_file)
+    else:
+        path = Path(shown)
+        report = str(path.with_name(f"{path.stem}_report.html") if of_file else path / REPORT_FILE)
+    return f"{'output' if of_file else 'outputs'}: {shown} (the report, {report}, is written when the run ends)"
+
+
 def report_uri(shown: str, of_file: bool) -> str:
     """Where the report of the run at the URI ``shown`` lands: a directory's report.html, or beside a file."""
     path, query = shown.split("?", 1) if "?" in shown else (shown, None)

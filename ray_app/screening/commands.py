@@ -15,7 +15,7 @@ from ray_app.common.command import run_command
 from ray_app.common.errors import ray_causes
 from ray_app.common.remote_files import local_files, upload
 from ray_app.common.storage import is_uri
-from ray_app.report.build import report_of_finished_run, report_path, report_uri
+from ray_app.report.build import report_of_finished_run, report_path, report_uri, start_line
 from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig, ReconstructConfig
 
 
@@ -27,6 +27,8 @@ def _run(prog: str, schema: type[BaseModel], argv: list[str], body, reported: bo
     def with_local_files(config: BaseModel, sources) -> int:
         # --checkpoint_path/--checkpoint_dir URIs are downloaded, an --output_path URI is uploaded once complete;
         # --data_path is streamed by Ray Data itself, URI or not.
+        if reported:
+            print(start_line(config.output_path, of_file=True), flush=True)
         with local_files(config, keep_remote=("data_path",)) as local:
             status = body(local)
             if reported:

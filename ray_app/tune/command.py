@@ -9,7 +9,7 @@ from ray_app.common.command import run_command
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
 from ray_app.finetune.inputs import check_finetune_inputs
-from ray_app.report import announce_report
+from ray_app.report import announce_report, start_line
 from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
 
 
@@ -26,6 +26,8 @@ def _sweep(config: TuneConfig, sources: dict[str, Source]) -> int:
         check_finetune_inputs(local)  # the same input checks as finetune, before Ray starts
         check_resumable(local)
         from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
+
+        print(start_line(str(config.save_dir), of_file=False), flush=True)
 
         try:
             run_tune(local, sources, space)
