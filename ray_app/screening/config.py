@@ -69,7 +69,11 @@ class ModelScreeningConfig(FeatureFlags, ScreeningConfig):
 
     checkpoint_dir: Optional[str] = Field(None, description="ensemble: every best model under this directory")
     checkpoint_path: Optional[str] = Field(None, description="one model (.pt or native directory)")
-    uncertainty: bool = Field(False, description="add <task>_std columns: standard deviation over the members")
+    uncertainty: bool = Field(False, description="add <task>_std columns: standard deviation over the members "
+                              "(with --loss mve models or --dropout_samples, the total std; docs/uncertainty.md)")
+    dropout_samples: int = Field(0, ge=0, description="MC dropout: average N forward passes of each member with its "
+                                 "dropout layers on (masks seeded per molecule: the same numbers every time); their "
+                                 "spread joins <task>_std. Needs a model trained with --dropout > 0")
     interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper: conformal "
                                       "intervals at this level (e.g. 0.9) from the run's calibration "
                                       "(docs/uncertainty.md)")

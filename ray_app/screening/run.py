@@ -19,6 +19,7 @@ from kermt.data.feature_files import load_features_files
 from kermt.errors import UserError, user_input
 from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_features,
                              read_members, task_names)
+from kermt.inference.mc_dropout import check_dropout
 from kermt.inputs import check_checkpoint_file
 from kermt.uncertainty import Calibration
 from kermt.uncertainty.domain import DomainIndex
@@ -170,9 +171,14 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
     ``carry_other_columns``: without ``--id_columns``, every other input column is an id column."""
     with user_input():
         members = _members(config)
-        if config.uncertainty and len(members) == 1:
+        check_dropout([m.spec for m in members], config.dropout_samples)
+        if config.dropout_samples and config.interval is not None:
+            raise UserError(f"--dropout_samples {config.dropout_samples} with --interval {config.interval}: the "
+                            "calibration was fitted on the std without MC dropout, so its intervals would not hold; "
+                            "drop one of the two flags")
+        if config.uncertainty and len(members) == 1 and not (members[0].spec.head.variance or config.dropout_samples):
             log("warning: --uncertainty with one model writes <task>_std = 0: a spread needs an ensemble of two or "
-                "more members (--checkpoint_dir)")
+                "more members (--checkpoint_dir), a model trained with --loss mve, or --dropout_samples N")
         calibrations = plan_intervals(config, members)
         domain = plan_domain(config, members)
         plan, file_features = _feature_plan(config, [m.spec for m in members])
@@ -196,7 +202,7 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
                      label_columns=label_columns)
     return _stream(config, spec, PredictStage, {"members": checked.members, "uncertainty": config.uncertainty,
                                                 "calibrations": checked.calibrations, "interval": config.interval,
-                                                "domain": checked.domain},
+                                                "domain": checked.domain, "dropout_samples": config.dropout_samples},
                    checked.file_features)
 
 

@@ -137,8 +137,8 @@ class PredictStage:
 
     def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool,
                  calibrations: dict[str, Calibration] | None = None, interval: float | None = None,
-                 domain: DomainIndex | None = None) -> None:
-        self.ensemble = Ensemble(members, _device(use_gpu))
+                 domain: DomainIndex | None = None, dropout_samples: int = 0) -> None:
+        self.ensemble = Ensemble(members, _device(use_gpu), dropout_samples)  # MC dropout: passes per member
         self.batch_size, self.uncertainty = batch_size, uncertainty
         self.calibrations, self.interval = calibrations, interval  # --interval: the run's calibration and level
         # --applicability_domain: the index fitted here, once per actor; member 0's embedding (ray_app.screening.domain)
