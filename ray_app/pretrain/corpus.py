@@ -51,6 +51,7 @@ from kermt.data.corpus_prep import (
     manifest_for,
     vocabs_from_counts,
 )
+from ray_app.common.progress import Progress
 from ray_app.pretrain.corpus_config import CorpusConfig
 from ray_app.pretrain.corpus_dedupe import mark_duplicates
 
@@ -140,14 +141,19 @@ def _rejected_rows(cleaned, paths: Sequence[str]) -> list[tuple[str, int, str, s
     return [(paths[s], r, raw or "", reason) for s, r, raw, reason in sorted(rows, key=lambda x: (x[0], x[1]))]
 
 
-def _write_shards(cleaned, corpus_dir: str, vocabs: tuple, rows_per_shard: int,
-                  rows_per_task: int) -> tuple[list[ShardInfo], int]:
+def _write_shards(cleaned, corpus_dir: str, vocabs: tuple, rows_per_shard: int, rows_per_task: int,
+                  expected: int) -> tuple[list[ShardInfo], int]:
+    """Featurise the valid molecules into shards of ``rows_per_shard`` (a progress line toward ``expected``)."""
     valid = cleaned.map_batches(_valid, batch_format="pyarrow")
     rows = valid.map_batches(featurize_block, fn_kwargs={"vocabs": vocabs}, batch_format="pyarrow",
                              batch_size=rows_per_task)
     shards = rows.repartition(target_num_rows_per_block=rows_per_shard, strict=True)
-    staged = shards.map_batches(stage_shard, fn_kwargs={"corpus_dir": corpus_dir}, batch_format="pyarrow",
-                                batch_size=None).take_all()
+    progress, staged = Progress(f"featurising the corpus into {corpus_dir}", total=expected), []
+    for shard in shards.map_batches(stage_shard, fn_kwargs={"corpus_dir": corpus_dir}, batch_format="pyarrow",
+                                    batch_size=None).iter_rows():
+        staged.append(dict(shard))
+        progress.advance(int(shard["rows"]))
+    progress.finish()
     staged.sort(key=lambda s: (s["source"], s["row"]))
     fs, _ = filesystem(corpus_dir)
     for index, shard in enumerate(staged):
@@ -192,7 +198,8 @@ def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, 
     vocabs = vocabs_from_counts({kind: counts.get(kind, Counter()) for kind in ("atom", "bond", "smiles")},
                                 settings, given)
     _start_rewrite(corpus_dir)
-    shards, max_tokens = _write_shards(cleaned, corpus_dir, vocabs, rows_per_shard, rows_per_task)
+    shards, max_tokens = _write_shards(cleaned, corpus_dir, vocabs, rows_per_shard, rows_per_task,
+                                       expected=n_rows - n_invalid - n_copies)
     if sum(s.rows for s in shards) != n_rows - n_invalid - n_copies:
         raise RuntimeError(f"wrote {sum(s.rows for s in shards)} molecules, expected {n_rows - n_invalid - n_copies}")
     write_vocabs(corpus_dir, *vocabs)
