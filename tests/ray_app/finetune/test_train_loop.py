@@ -47,7 +47,7 @@ def _molecule_set(smiles: list[str], targets: np.ndarray, scaler: StandardScaler
 
 
 def _plan(global_batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: bool = False, n_train: int = 44,
-          features_generator: tuple[str, ...] = (), dropout: float = 0.2) -> MemberPlan:
+          features_generator: tuple[str, ...] = (), dropout: float = 0.2, variance: bool = False) -> MemberPlan:
     table = load_molecule_table(ROOT / "data/sample/admet_demo.csv", max_rows=60)
     train_y, val_y = table.targets[:n_train], table.targets[44:]
     assert np.isnan(train_y).sum() > 10  # many missing labels: the global label count matters
@@ -58,7 +58,7 @@ def _plan(global_batch_size: int, padding: str, epochs: int = 2, use_mtl_loss: b
     config = FinetuneModelConfig(encoder, ReadoutConfig(self_attention=True),
                                  HeadConfig(num_tasks=3, dataset_type="regression", ffn_hidden_size=12,
                                             features_size=features_size, activation=encoder.activation,
-                                            dropout=dropout),
+                                            dropout=dropout, variance=variance),
                                  use_mtl_loss)
     torch.manual_seed(0)
     model = KermtFinetuneModel(config)
@@ -97,6 +97,17 @@ def test_two_workers_equal_one_worker_with_double_batch(ray_cluster, tmp_path, u
     _assert_only_shift_invariant_noise(plan)
     single, double = _fit(plan, 1, tmp_path, "single"), _fit(plan, 2, tmp_path, "double")
     # 44 molecules, global batch 8: 6 steps per epoch including a ragged tail of 4 (2 per worker)
+    assert single["progress"]["global_step"] == double["progress"]["global_step"] == 12
+    _assert_same_training(single, double)
+
+
+# Runs with -m slow: a variance head (--loss mve) trains with each view's Gaussian NLL, reduced by the same global
+# label count, so 2 workers still equal 1 with the double batch.
+@pytest.mark.slow
+def test_two_workers_equal_one_worker_with_a_variance_head(ray_cluster, tmp_path):
+    plan = _plan(8, "zero", variance=True)
+    _assert_only_shift_invariant_noise(plan)
+    single, double = _fit(plan, 1, tmp_path, "single"), _fit(plan, 2, tmp_path, "double")
     assert single["progress"]["global_step"] == double["progress"]["global_step"] == 12
     _assert_same_training(single, double)
 
