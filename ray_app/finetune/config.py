@@ -86,7 +86,7 @@ class FinetuneConfig(DataParallelSettings):
     calibration_method: CalibrationMethod = Field(
         DEFAULT_METHOD, description="how each fold's regression intervals are calibrated on its validation split: "
         "normalised (adapt per molecule), mondrian (normalised, coverage within sigma bins), plain (one width), "
-        "zscaling (Gaussian, for NLL; no guarantee); one model per fold always uses plain")
+        "zscaling (Gaussian, for NLL; no guarantee); one model per fold always uses plain (unless --loss mve)")
     # training schedule (epochs, batch sizes, learning rates: DataParallelSettings)
     fine_tune_coff: float = Field(1.0, ge=0, description="encoder LR multiplier; 0 freezes the encoder")
     early_stop_epoch: int = Field(1000, ge=1, description="stop after this many epochs without improvement")
