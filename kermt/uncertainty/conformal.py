@@ -107,12 +107,7 @@ def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray 
     if method not in METHODS:
         raise UserError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
     mu, y = np.asarray(mu, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    labelled = ~np.isnan(y)
-    n = int(labelled.sum())
-    if n < MIN_CALIBRATION_ROWS:
-        raise UserError(f"{source}: column {task!r} has {n} labelled molecule(s); a calibration needs at least "
-                        f"{MIN_CALIBRATION_ROWS}: use a larger validation split (--split_sizes) or more labelled "
-                        "molecules")
+    labelled = labelled_rows(y, task, source)
     if not np.isfinite(mu[labelled]).all():
         raise UserError(f"{source}: column {task!r}: a labelled molecule has no finite prediction")
     residual = np.abs(y[labelled] - mu[labelled])
@@ -128,6 +123,17 @@ def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray 
     sigmas = tuple(float(s) for s in np.maximum(spread, floor)[order]) if method == MONDRIAN else None
     return Calibration(task=task, method=method, scores=tuple(float(s) for s in scores[order]), z_scale=z_scale,
                        sigma_floor=None if method == PLAIN else floor, sigmas=sigmas)
+
+
+def labelled_rows(y: np.ndarray, task: str, source: str) -> np.ndarray:
+    """The mask of ``y``'s labelled rows (not NaN); fewer than :data:`MIN_CALIBRATION_ROWS` is a UserError."""
+    labelled = ~np.isnan(y)
+    n = int(labelled.sum())
+    if n < MIN_CALIBRATION_ROWS:
+        raise UserError(f"{source}: column {task!r} has {n} labelled molecule(s); a calibration needs at least "
+                        f"{MIN_CALIBRATION_ROWS}: use a larger validation split (--split_sizes) or more labelled "
+                        "molecules")
+    return labelled
 
 
 def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None,

@@ -3,12 +3,14 @@ without a prediction are left out. Each takes numpy arrays of one task: ``y`` la
 ``sigma`` spreads (calibrated or not), ``lower``/``upper`` interval bounds.
 
 ``miscalibration_area`` and ``ence`` read ``sigma`` as a Gaussian standard deviation, as chemprop's evaluators do,
-so a spread that is right up to a constant factor scores badly until it is z-scaled."""
+so a spread that is right up to a constant factor scores badly until it is z-scaled. Binary classification
+(at the end): ECE, Brier score and the coverage and size of conformal prediction sets."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import norm, spearmanr
+from sklearn.metrics import brier_score_loss
 
 
 def _kept(*arrays: np.ndarray) -> list[np.ndarray]:
@@ -89,3 +91,57 @@ def interval_report(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray | None, low
         report.update(miscalibration_area=miscalibration_area(y, mu, sigma), ence=ence(y, mu, sigma),
                       spearman=error_sigma_spearman(y, mu, sigma), nll=gaussian_nll(y, mu, sigma))
     return report
+
+
+# Binary classification: ``y`` labels 0/1, ``p`` the probability of class 1, ``sets`` prediction sets as written in
+# ``<task>_set`` ("0", "1", "0,1", ""; None for an invalid molecule). Unlabelled rows (NaN) are left out.
+
+def expected_calibration_error(y: np.ndarray, p: np.ndarray, bins: int = 10) -> float:
+    """ECE of the probability of class 1 (not the top-label confidence): ``bins`` equal-width bins of ``p`` on
+    [0, 1]; sum over bins of (fraction of molecules in the bin) x |fraction of positives - mean p|. 0: calibrated."""
+    y, p = _kept(y, p)
+    if not len(y):
+        return float("nan")
+    where = np.clip(np.floor(p * bins).astype(int), 0, bins - 1)  # p = 1 joins the last bin
+    total = 0.0
+    for b in np.unique(where):
+        part = where == b
+        total += part.mean() * abs(y[part].mean() - p[part].mean())
+    return float(total)
+
+
+def brier_score(y: np.ndarray, p: np.ndarray) -> float:
+    """Mean squared difference of p and the label (scikit-learn's brier_score_loss; 0 best, 0.25 a coin flip)."""
+    y, p = _kept(y, p)
+    return float(brier_score_loss(y.astype(int), p, pos_label=1)) if len(y) else float("nan")
+
+
+def _labelled_sets(y: np.ndarray, sets) -> tuple[np.ndarray, list[str]]:
+    y = np.asarray(y, dtype=np.float64)
+    keep = [i for i, s in enumerate(sets) if s is not None and not np.isnan(y[i])]
+    return y[keep], [sets[i] for i in keep]
+
+
+def set_coverage(y: np.ndarray, sets) -> float:
+    """The fraction of labelled molecules whose class is in their prediction set."""
+    y, sets = _labelled_sets(y, sets)
+    return float(np.mean([str(int(label)) in s.split(",") for label, s in zip(y, sets)])) if sets else float("nan")
+
+
+def set_sizes(sets) -> np.ndarray:
+    return np.array([len(s.split(",")) if s else 0 for s in sets if s is not None], dtype=np.float64)
+
+
+def set_report(y: np.ndarray, sets) -> dict[str, float]:
+    """Coverage, mean set size and the fractions of singleton and empty sets, over the labelled molecules."""
+    y, sets = _labelled_sets(y, sets)
+    sizes = set_sizes(sets)
+    if not len(sizes):
+        return {"set_coverage": float("nan"), "mean_set_size": float("nan"), "singleton_fraction": float("nan"),
+                "empty_fraction": float("nan")}
+    return {"set_coverage": set_coverage(y, sets), "mean_set_size": float(sizes.mean()),
+            "singleton_fraction": float(np.mean(sizes == 1)), "empty_fraction": float(np.mean(sizes == 0))}
+
+
+def probability_report(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    return {"ece": expected_calibration_error(y, p), "brier": brier_score(y, p)}
