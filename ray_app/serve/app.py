@@ -80,9 +80,10 @@ class Gateway:
             raise HTTPException(413, f"smiles: {len(request.smiles)} molecules in one request, at most "
                                 f"{self.max_request_molecules} (--max_request_molecules); split the request")
         self._check_interval(name, request.interval)
+        self._check_domain(name, request.domain)
         if not request.smiles:
             return PredictResponse(model=name, predictions=[])
-        job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval)
+        job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval, request.domain)
         try:
             entries = await self.models[name].predict.remote(job)
         except (RayActorError, ActorUnavailableError):  # the replica died with the request (Serve starts another)
@@ -108,6 +109,12 @@ class Gateway:
                 calibration.quantile(level)
         except UserError as error:
             raise HTTPException(400, f"interval: {error}") from None
+
+    def _check_domain(self, name: str, wanted: bool) -> None:
+        info = self.infos[name]
+        if wanted and not info.domain:
+            raise HTTPException(400, f"domain: model {name!r} has no applicability domain ({info.domain_missing}); "
+                                "drop domain")
 
     @staticmethod
     def _with_depictions(entries: list[dict]) -> list[dict]:

@@ -18,7 +18,9 @@ from kermt.errors import UserError, user_input
 from kermt.inference import find_checkpoints, plan_features, read_members, task_names
 from kermt.inputs import check_checkpoint_file
 from kermt.uncertainty import Calibration
+from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, embedding_identity, load_domain
 from kermt.uncertainty.run_calibration import run_calibration
+from ray_app.screening.domain import HOW_TO_GET_ONE, _fold_directory
 from ray_app.serve.schemas import MemberInfo, ModelInfo
 
 
@@ -31,6 +33,7 @@ class ServedModel:
     features_generator: tuple[str, ...]
     info: ModelInfo
     calibrations: dict[str, Calibration] | None = None  # per task, when the run was calibrated (intervals)
+    domain: DomainIndex | None = None  # fold 0's applicability domain, as `kermt predict --applicability_domain`
 
     @property
     def batch_independent(self) -> bool:
@@ -66,6 +69,25 @@ def load_calibrations(source: str | Path, tasks: tuple[str, ...], dataset_type: 
     return run_calibration(path, tasks)
 
 
+def load_domain_index(source: str | Path, members: list[Checkpoint]) -> tuple[DomainIndex | None, str | None]:
+    """(index, None) as `kermt predict --checkpoint_dir DIR --applicability_domain` finds and checks it (member 0's
+    fold), or (None, why not): a single checkpoint, a run trained before the domain existed, a stale file."""
+    from kermt.checkpoint import load_finetune_model
+
+    path = Path(source)
+    if not path.is_dir() or is_native_checkpoint(path):
+        return None, f"it is one checkpoint, not a finetune run's directory (serve the run's --save_dir: each " \
+                     f"fold_k/ holds {DOMAIN_FILE})"
+    fold = _fold_directory(path, Path(members[0].path))
+    if fold is None:
+        return None, f"no {DOMAIN_FILE} beside its first member {members[0].path}: {HOW_TO_GET_ONE}"
+    index = load_domain(str(fold))
+    model, _ = load_finetune_model(members[0])
+    if index.identity != embedding_identity(model.state_dict()):
+        return None, f"{fold / DOMAIN_FILE} was built from another model than {members[0].path}: {HOW_TO_GET_ONE}"
+    return index, None
+
+
 def load_served_model(name: str, source: str | Path, *, default: bool, trust_checkpoint: bool) -> ServedModel:
     """Read and check the members of model ``name`` (a UserError names the model and the file)."""
     with user_input():
@@ -81,14 +103,16 @@ def load_served_model(name: str, source: str | Path, *, default: bool, trust_che
     first = specs[0]
     with user_input():
         calibrations = load_calibrations(source, tuple(task_names(first)), first.head.dataset_type)
+        domain, no_domain = load_domain_index(source, members)
     calibration = next(iter(calibrations.values())) if calibrations else None
     info = ModelInfo(name=name, default=default, tasks=list(task_names(first)), dataset_type=first.head.dataset_type,
                      features_generator=list(plan.generator), features_scaling=first.features_scaler is not None,
                      padding=paddings.pop(),
                      members=[MemberInfo(path=str(m.path), sha256=checkpoint_sha256(Path(m.path))) for m in members],
                      calibrated=calibration is not None, calibration_method=calibration and calibration.method,
-                     calibration_size=calibration and calibration.n)
-    return ServedModel(name, members, tuple(plan.generator), info, calibrations)
+                     calibration_size=calibration and calibration.n, domain=domain is not None,
+                     domain_missing=no_domain)
+    return ServedModel(name, members, tuple(plan.generator), info, calibrations, domain)
 
 
-__all__ = ["ServedModel", "checkpoint_sha256", "load_calibrations", "load_served_model", "member_paths"]
+__all__ = ["ServedModel", "checkpoint_sha256", "load_calibrations", "load_domain_index", "load_served_model", "member_paths"]

@@ -20,6 +20,9 @@ class PredictRequest(BaseModel):
     interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper: conformal "
                                       "intervals at this level (e.g. 0.9) from the model's calibration, as "
                                       "`kermt predict --interval`; regression models trained with calibration")
+    domain: StrictBool = Field(False, description="add domain_distance (mean distance to the 5 nearest training "
+                               "molecules in the model's embedding) and in_domain, as `kermt predict "
+                               "--applicability_domain`; models whose run saved fold_k/domain.json (GET /models)")
     depict: StrictBool = Field(False, description="add svg: the molecule drawn by RDKit (sanitised SVG; null for "
                                "an invalid SMILES)")
 
@@ -47,6 +50,7 @@ class PredictJob:
     smiles: tuple[str, ...]
     uncertainty: bool = False
     interval: Optional[float] = None
+    domain: bool = False
 
 
 class MemberInfo(BaseModel):
@@ -66,6 +70,8 @@ class ModelInfo(BaseModel):
     calibrated: bool = Field(False, description="the run holds a calibration: requests may ask for an interval")
     calibration_method: Optional[str] = None
     calibration_size: Optional[int] = Field(None, description="validation molecules per task it was fitted on")
+    domain: bool = Field(False, description="the run holds an applicability domain: requests may ask for it")
+    domain_missing: Optional[str] = Field(None, description="why the model has no domain, and how to get one")
 
 
 class ModelsResponse(BaseModel):

@@ -42,6 +42,7 @@ function showModelOptions() {
   if (!model) return;
   $("uncertainty-box").hidden = model.members.length < 2;
   $("interval-box").hidden = !model.calibrated;
+  $("domain-box").hidden = !model.domain;
 }
 
 async function loadModels() {
@@ -115,7 +116,8 @@ function readCsvFile(file) {
   reader.readAsText(file);
 }
 
-// The columns of the result, in the order `kermt predict` writes them: each task, its _std, its interval.
+// The columns of the result, in the order `kermt predict` writes them: each task, its _std, its interval, then the
+// applicability domain.
 function valueColumns(model, predictions) {
   const keys = new Set(predictions.flatMap((p) => Object.keys(p)));
   const columns = [];
@@ -124,11 +126,16 @@ function valueColumns(model, predictions) {
       if (keys.has(task + suffix)) columns.push(task + suffix);
     }
   }
+  for (const column of ["domain_distance", "in_domain"]) {
+    if (keys.has(column)) columns.push(column);
+  }
   return columns;
 }
 
 function formatNumber(value) {
-  return value === null || value === undefined ? "" : String(Number(value.toPrecision(SHOWN_DIGITS)));
+  if (value === null || value === undefined) return "";
+  if (typeof value === "boolean") return value ? "yes" : "no";  // in_domain
+  return String(Number(value.toPrecision(SHOWN_DIGITS)));
 }
 
 function cell(row, text, className) {
@@ -195,6 +202,7 @@ async function predict(event) {
   if (model && !$("interval-box").hidden && $("interval-enabled").checked) {
     body.interval = Number($("interval-input").value);
   }
+  if (model && !$("domain-box").hidden && $("domain-input").checked) body.domain = true;
   const path = model && !model.default ? "/models/" + encodeURIComponent(model.name) + "/predict" : "/predict";
   $("submit-button").disabled = true;
   showMessage("Predicting " + molecules.length + " molecule(s)\u2026", false);

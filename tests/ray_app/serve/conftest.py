@@ -1,5 +1,6 @@
 """One `kermt serve` app for every test of the package (Ray Serve starts once): a classifier ensemble (the
-default), a calibrated regression ensemble with molecule features, and bearer-token auth on."""
+default, no applicability domain), a calibrated regression ensemble with molecule features and fold 0's
+applicability domain, and bearer-token auth on."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pandas as pd
 import pytest
 
+from kermt.checkpoint import load_finetune_model, read_checkpoint
+from kermt.data.featurize import featurize_smiles
 from kermt.uncertainty import fit_calibration, save_calibrations
+from kermt.uncertainty.domain import embedding_identity, fit_domain, model_embeddings, save_domain
 from ray_app.serve.command import Serving, load_models
 from ray_app.serve.config import ServeConfig
 from tests.conftest import free_port
 from tests.kermt.test_inference import ensemble_dir
+from tests.kermt.uncertainty.test_domain import DEMO
 
 MAX_MOLECULES = 12
 API_KEY_ENV = "KERMT_TEST_SERVE_KEY"
@@ -30,7 +36,17 @@ def calibrated_run(root: Path) -> Path:
     y = mu + sigma * rng.normal(size=30)
     save_calibrations(str(run / "fold_0" / "calibration.json"),
                       {task: fit_calibration(task, mu, y, sigma) for task in ("t1", "t2")}, source="test")
+    save_fold_domain(run / "fold_0", run / "fold_0" / "model_0" / "model.pt")
     return run
+
+
+def save_fold_domain(fold: Path, member_0: Path) -> None:
+    """fold/domain.json from member 0's embedding (60 demo molecules index it, 20 set the threshold), as
+    `kermt finetune` writes it."""
+    model, _ = load_finetune_model(read_checkpoint(member_0))
+    smiles = pd.read_csv(DEMO).smiles.tolist()
+    train, val = (model_embeddings(model, featurize_smiles(s), 32) for s in (smiles[:60], smiles[60:80]))
+    save_domain(str(fold), fit_domain(train, val, embedding_identity(model.state_dict())))
 
 
 @dataclass

@@ -44,7 +44,7 @@ def _cells(driver) -> list[dict]:
         }));""")  # pairs, not an object: the driver would hand the keys back sorted
 
 
-def test_the_page_predicts_typed_smiles_with_intervals_and_downloads_the_table(page, served):
+def test_the_page_predicts_typed_smiles_with_intervals_and_domain_and_downloads_the_table(page, served):
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
@@ -55,19 +55,23 @@ def test_the_page_predicts_typed_smiles_with_intervals_and_downloads_the_table(p
     wait.until(lambda d: d.find_element("id", "interval-box").is_displayed())  # reg is calibrated
     driver.find_element("id", "uncertainty-input").click()
     driver.find_element("id", "interval-enabled").click()
+    driver.find_element("id", "domain-input").click()  # reg has an applicability domain
     driver.find_element("id", "smiles-input").send_keys("\n".join(TYPED))
     driver.find_element("id", "submit-button").click()
     wait.until(lambda d: len(_cells(d)) == 3)
 
     api = served.client.post("/models/reg/predict", json={"smiles": SMILES, "uncertainty": True,
-                                                          "interval": 0.9}).json()["predictions"]
+                                                          "interval": 0.9, "domain": True}).json()["predictions"]
     rows = [{**row, "values": dict(row["values"])} for row in _cells(driver)]
     assert [r["smiles"] for r in rows] == SMILES and [r["name"] for r in rows] == NAMES
     columns = [f"{t}{s}" for t in ("t1", "t2") for s in ("", "_std", "_lower", "_upper")]
+    columns += ["domain_distance", "in_domain"]
     for row, expected in zip(rows, api):
         assert list(row["values"]) == columns
         for column in columns:
-            if expected[column] is None:
+            if column == "in_domain":
+                assert row["values"][column] == {True: "yes", False: "no", None: ""}[expected[column]]
+            elif expected[column] is None:
                 assert row["values"][column] == ""
             else:  # the table shows 4 significant digits
                 assert float(row["values"][column]) == pytest.approx(expected[column], rel=6e-4)

@@ -70,10 +70,15 @@ def test_descriptor_model_predictions_equal_kermt_predicts_library_path(served):
         np.testing.assert_allclose(_column(body["predictions"], task), expected[:, t], rtol=0, atol=1e-6)
 
 
-def test_intervals_and_spread_equal_kermt_predict_interval_uncertainty(served, tmp_path):
-    body = _post(served.client, "/models/reg/predict", REQUEST, uncertainty=True, interval=0.9)
-    expected = kermt_predict(tmp_path, ["--checkpoint_dir", served.reg_dir], REQUEST, "--interval", "0.9")
+def test_intervals_spread_and_domain_equal_kermt_predict_interval_uncertainty_domain(served, tmp_path):
+    body = _post(served.client, "/models/reg/predict", REQUEST, uncertainty=True, interval=0.9, domain=True)
+    expected = kermt_predict(tmp_path, ["--checkpoint_dir", served.reg_dir], REQUEST, "--interval", "0.9",
+                             "--applicability_domain")
     columns = [f"{t}{suffix}" for t in ("t1", "t2") for suffix in ("", "_std", "_lower", "_upper")]
+    columns.append("domain_distance")
+    in_domain = [p["in_domain"] for p in body["predictions"]]
+    assert in_domain == [None if pd.isna(v) else v in (True, "True") for v in expected["in_domain"]]
+    assert in_domain[5] is None  # the invalid SMILES
     assert set(columns) <= set(expected.columns) and set(columns) <= set(body["predictions"][0])
     for column in columns:
         np.testing.assert_allclose(_column(body["predictions"], column), expected[column].to_numpy(), rtol=0,
@@ -97,6 +102,14 @@ def test_depict_draws_valid_molecules_as_sanitised_svg(served):
     assert predictions[0]["svg"].startswith("<svg") and "<path" in predictions[0]["svg"]
     assert predictions[1]["svg"] is None and predictions[1]["valid"] is False
     assert "svg" not in _post(served.client, "/predict", ["CCO"])["predictions"][0]
+
+
+def test_domain_of_a_model_without_one_is_400_saying_how_to_get_one(served):
+    response = served.client.post("/predict", json={"smiles": ["CCO"], "domain": True})
+    detail = response.json()["detail"]
+    assert response.status_code == 400 and detail.startswith("domain: model 'cls' has no applicability domain")
+    assert "domain.json" in detail and "kermt finetune" in detail, detail
+    assert "domain_distance" not in _post(served.client, "/models/reg/predict", ["CCO"])["predictions"][0]
 
 
 def test_an_invalid_smiles_is_its_own_entry_and_the_rest_are_predicted(served):
@@ -156,6 +169,8 @@ def test_healthz_and_models(served):
     assert models["cls"]["tasks"] == ["c1", "c2"] and models["cls"]["dataset_type"] == "classification"
     assert len(models["cls"]["members"]) == 2 and not models["cls"]["calibrated"]
     assert models["reg"]["features_generator"] == ["rdkit_2d_normalized"]
+    assert (models["reg"]["domain"], models["reg"]["domain_missing"], models["cls"]["domain"]) == (True, None, False)
+    assert "domain.json" in models["cls"]["domain_missing"]
     assert (models["reg"]["calibrated"], models["reg"]["calibration_size"]) == (True, 30)
     assert models["reg"]["members"][0]["sha256"] == hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
     assert client.get("/docs").status_code == 200 and "/predict" in client.get("/openapi.json").json()["paths"]
