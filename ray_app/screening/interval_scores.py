@@ -1,4 +1,5 @@
-"""`kermt eval` of a calibrated model: the uncertainty metrics of its intervals on the labelled file, per task.
+"""`kermt eval` of a calibrated model: the uncertainty metrics of its intervals on the labelled file, per task
+(of a classification model, calibrated or not: ECE, Brier and its prediction sets, :class:`ClassificationScores`).
 
 The stream carries ``<task>_std`` and the bounds; this keeps them for the valid rows (as ``LabelledRows`` keeps the
 predictions) and scores them once the stream is drained (kermt.uncertainty.metrics)."""
@@ -13,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from kermt.data import atomic_files
-from kermt.uncertainty import Calibration
-from kermt.uncertainty.metrics import interval_report
+from kermt.uncertainty import Calibration, ClassCalibration
+from kermt.uncertainty.metrics import interval_report, probability_report, set_report
 from ray_app.screening.stream import LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
 
 DEFAULT_EVAL_LEVEL = 0.9  # eval of a calibrated model without --interval scores its 90 % intervals
@@ -53,3 +54,37 @@ class IntervalRows:
         atomic_files.write_text(str(path.with_name(f"{path.stem}_uncertainty.json")), json.dumps(
             {"level": self.level, "method": next(iter(self.calibrations.values())).method, "tasks": report},
             indent=1) + "\n")
+
+
+@dataclass
+class ClassificationScores:
+    """`kermt eval` of a classification model: per task ECE and Brier of the model's own probabilities; with a
+    classification calibration, of the recalibrated ones too, and the coverage and size of its prediction sets at
+    ``level``. Scored on the driver from the predictions ``LabelledRows`` keeps: the stream is not involved."""
+
+    tasks: tuple[str, ...]
+    calibrations: dict[str, ClassCalibration] | None
+    level: float
+
+    def report(self, preds: np.ndarray, targets: np.ndarray) -> dict[str, dict[str, float]]:
+        report = {}
+        for t, task in enumerate(self.tasks):
+            y, p = targets[:, t], preds[:, t]
+            report[task] = probability_report(y, p)
+            if self.calibrations is not None:
+                calibration = self.calibrations[task]
+                report[task].update({f"calibrated_{k}": v
+                                     for k, v in probability_report(y, calibration.calibrated(p)).items()})
+                report[task].update(set_report(y, calibration.sets(p, self.level)))
+        return report
+
+    def print_and_write(self, preds: np.ndarray, targets: np.ndarray, output_path: str) -> None:
+        report = self.report(preds, targets)
+        method = None if self.calibrations is None else next(iter(self.calibrations.values())).method
+        what = "probabilities" if method is None else f"probabilities ({method}-calibrated, {self.level:.0%} sets)"
+        for task, values in report.items():
+            print(f"test {task} {what}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()), flush=True)
+        path = Path(output_path)
+        atomic_files.write_text(str(path.with_name(f"{path.stem}_uncertainty.json")), json.dumps(
+            {"kind": "classification", "level": None if method is None else self.level, "method": method,
+             "tasks": report}, indent=1) + "\n")

@@ -5,6 +5,8 @@ columns carried along each row. Upstream's metrics score the valid rows (upstrea
 reported here): per task on its labelled rows, then the task mean (NaN tasks skipped), as a finetune's test score.
 Outputs: upstream's ``test_result.csv`` layout at ``--output_path`` (SMILES, ensemble-mean predictions, targets) and
 the lines ``test {metric} = X`` (per task with ``--show_individual_scores``) and ``overall_test_{metric}=X``.
+A calibrated model's interval metrics, and a classification model's ECE and Brier (with a
+``classification_calibration.json`` also calibrated, with prediction sets), go to ``<stem>_uncertainty.json``.
 
 Memory: the model stage streams; the metrics (AUC, Spearman, ...) need every prediction at once, so the driver keeps
 the valid rows' SMILES, predictions and labels (tens of bytes per row and task).
@@ -25,14 +27,15 @@ from kermt.errors import UserError
 from kermt.inference import task_names
 from kermt.metric_names import resolve_metric
 from kermt.metrics import nanmean, task_scores, unscored_note
-from kermt.uncertainty.run_calibration import calibration_files
+from kermt.run_layout import CLASS_CALIBRATION_FILE
+from kermt.uncertainty.run_calibration import calibration_files, run_class_calibration
 from ray_app.common import outputs
 from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.domain_scores import DomainRows
 from ray_app.screening.files import column_names, pick_columns
-from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, IntervalRows
-from ray_app.screening.run import input_progress, plan_predict, predict_stream
+from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, ClassificationScores, IntervalRows
+from ray_app.screening.run import PredictPlan, input_progress, plan_predict, predict_stream
 from ray_app.screening.stream import LABEL_PREFIX, drain
 
 
@@ -77,16 +80,50 @@ def _labels(config: EvalConfig, tasks: tuple[str, ...], smiles_column: str) -> t
     return labels
 
 
-def run_eval(config: EvalConfig) -> int:
-    started = time.perf_counter()
+def _class_calibrated(config: EvalConfig) -> bool:
+    return bool(config.checkpoint_dir) and calibration_files(config.checkpoint_dir, CLASS_CALIBRATION_FILE) is not None
+
+
+def _classification_scores(config: EvalConfig, tasks: tuple[str, ...], level: float | None) -> ClassificationScores:
+    """ECE/Brier always; the calibrated ones and the sets at ``level`` (default 0.9) with a classification
+    calibration, whose level is checked here, before Ray starts."""
+    if not _class_calibrated(config):
+        return ClassificationScores(tasks, None, DEFAULT_EVAL_LEVEL)
+    calibrations = run_class_calibration(config.checkpoint_dir, tasks)
+    level = DEFAULT_EVAL_LEVEL if level is None else level
+    for calibration in calibrations.values():
+        calibration.quantile(level)
+    first = next(iter(calibrations.values()))
+    log(f"{level:.0%} prediction sets and {first.method}-calibrated probabilities, calibrated on {first.n} "
+        "molecule(s) per task")
+    return ClassificationScores(tasks, calibrations, level)
+
+
+def _planned(config: EvalConfig) -> tuple[EvalConfig, PredictPlan, float | None]:
+    """plan_predict for eval: a calibrated regression model is scored at 0.9 by default; a classification
+    calibration's ``--interval`` is kept for its sets (scored on the driver) and not passed to the stream."""
     if config.interval is None and config.checkpoint_dir and calibration_files(config.checkpoint_dir) is not None:
         config = config.model_copy(update={"interval": DEFAULT_EVAL_LEVEL})  # a calibrated model: score it too
+    class_calibrated, set_level = _class_calibrated(config), config.interval
+    if class_calibrated:
+        config = config.model_copy(update={"interval": None})
     checked = plan_predict(config)
+    dataset_type = checked.members[0].spec.head.dataset_type
+    if class_calibrated and dataset_type != "classification":
+        raise UserError(f"--checkpoint_dir {config.checkpoint_dir} holds {CLASS_CALIBRATION_FILE}, but the model is "
+                        f"{dataset_type}: remove that file")
+    return config, checked, set_level
+
+
+def run_eval(config: EvalConfig) -> int:
+    started = time.perf_counter()
+    config, checked, set_level = _planned(config)
     head = checked.members[0].spec.head
     tasks = task_names(checked.members[0].spec)
     labels = _labels(config, tasks, checked.source.smiles_column)
     metric = resolve_metric(config.metric, head.dataset_type, "from the checkpoint")  # before Ray starts
     rows = LabelledRows(config.data_path, tasks, labels, head.dataset_type == "classification")
+    classes = _classification_scores(config, tasks, set_level) if rows.classification else None
     scored = IntervalRows(tasks, checked.calibrations, config.interval) if checked.calibrations else None
     if scored is not None:  # the spread is needed for the metrics
         config = config.model_copy(update={"uncertainty": True})
@@ -110,8 +147,9 @@ def run_eval(config: EvalConfig) -> int:
     value = nanmean(per_task)
     print(f"test {metric} = {value:.6f}", flush=True)
     print(f"overall_test_{metric}={value:.6f}", flush=True)
-    if scored is not None:
-        scored.print_and_write(preds, targets, config.output_path)
+    for scores in (scored, classes):
+        if scores is not None:
+            scores.print_and_write(preds, targets, config.output_path)
     if domain is not None:
         domain.print_and_write(preds, targets, metric, head.dataset_type, config.output_path)
     report_of_finished_run(Path(config.output_path), head.dataset_type)  # <stem>_report.html; main_eval says where
