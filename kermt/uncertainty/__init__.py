@@ -19,7 +19,8 @@ What the guarantee is (and is not): docs/uncertainty.md.
 
 from kermt.uncertainty.calibration_file import CALIBRATION_FORMAT, load_calibrations, save_calibrations
 from kermt.uncertainty.calibration_file import load_class_calibrations, save_class_calibrations
-from kermt.uncertainty.classification import CLASSIFICATION_METHODS, ClassCalibration, fit_class_calibration
+from kermt.uncertainty.classification import (CLASSIFICATION_METHODS, ClassCalibration, class_calibration_record,
+                                              fit_class_calibration, fit_class_calibrations)
 from kermt.uncertainty.conformal import (
     DEFAULT_METHOD,
     METHODS,
@@ -37,6 +38,7 @@ __all__ = [
     "CALIBRATION_FORMAT", "DEFAULT_METHOD", "METHODS", "MIN_CALIBRATION_ROWS", "Calibration", "DomainIndex",
     "DomainSearch", "check_level", "fit_calibration", "fit_domain", "intervals", "load_calibrations", "load_domain",
     "model_embeddings", "save_calibrations", "save_domain", "total_std",
-    "CLASSIFICATION_METHODS", "ClassCalibration", "fit_class_calibration", "load_class_calibrations",
+    "CLASSIFICATION_METHODS", "ClassCalibration", "class_calibration_record", "fit_class_calibration",
+    "fit_class_calibrations", "load_class_calibrations",
     "run_class_calibration", "save_class_calibrations",
 ]

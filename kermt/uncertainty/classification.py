@@ -19,6 +19,7 @@ P(true class in set) >= 1 - alpha, marginally (averaged over molecules, not per 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from sklearn.linear_model import LogisticRegression
 
 from kermt.errors import UserError
 from kermt.uncertainty.conformal import conformal_quantile, labelled_rows
+from kermt.uncertainty.metrics import probability_report, set_report
 
 PLATT, ISOTONIC = "platt", "isotonic"
 CLASSIFICATION_METHODS = (PLATT, ISOTONIC)
@@ -101,3 +103,35 @@ def _labelled(task: str, p: np.ndarray, y: np.ndarray, source: str) -> tuple[np.
         raise UserError(f"{source}: column {task!r}: a labelled molecule has no probability in [0, 1]")
     return p, y
 
+
+
+def fit_class_calibrations(tasks: tuple[str, ...] | list[str], member_probs: np.ndarray, labels: np.ndarray,
+                           method: str = DEFAULT_CLASSIFICATION_METHOD,
+                           source: str = "the validation split") -> dict[str, ClassCalibration]:
+    """Every task's calibration of an ensemble from its validation predictions: ``member_probs`` [K, N, T] (each
+    member's probabilities; [N, T] for one model or an already averaged ensemble), ``labels`` [N, T] (0/1, NaN =
+    unlabelled). All or nothing, as the regression calibration is: a task that cannot be calibrated (fewer than 20
+    labelled molecules, one class) raises its one-line UserError, which a finetune hook reports and records."""
+    probs = np.asarray(member_probs, dtype=np.float64)
+    mean = probs.mean(axis=0) if probs.ndim == 3 else probs
+    labels = np.asarray(labels, dtype=np.float64)
+    if mean.shape != labels.shape or mean.shape[1] != len(tasks):
+        raise ValueError(f"predictions {mean.shape} and labels {labels.shape} must both be (molecules, "
+                         f"{len(tasks)} tasks)")
+    return {task: fit_class_calibration(task, mean[:, t], labels[:, t], method, source) for t, task in enumerate(tasks)}
+
+
+def class_calibration_record(calibrations: dict[str, ClassCalibration], mean_probs: np.ndarray,
+                             labels: np.ndarray, level: float = 0.9) -> dict[str, dict[str, float]]:
+    """Per task, what a run.json records: n, ECE and Brier before/after on the calibration molecules themselves
+    (in-sample: the "after" is optimistic, most for isotonic) and the mean set size at ``level`` (if the split is
+    large enough for it)."""
+    record = {}
+    for t, (task, calibration) in enumerate(calibrations.items()):
+        p, y = np.asarray(mean_probs)[:, t], np.asarray(labels, dtype=np.float64)[:, t]
+        entry = {"n": calibration.n, **probability_report(y, p),
+                 **{f"calibrated_{k}": v for k, v in probability_report(y, calibration.calibrated(p)).items()}}
+        if calibration.n >= math.ceil(level / (1 - level) - 1e-9):
+            entry[f"mean_set_size_{level}"] = set_report(y, calibration.sets(p, level))["mean_set_size"]
+        record[task] = entry
+    return record

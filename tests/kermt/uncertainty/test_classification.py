@@ -10,8 +10,8 @@ import pytest
 from scipy.special import expit, logit
 
 from kermt.errors import UserError
-from kermt.uncertainty import (fit_class_calibration, load_class_calibrations, run_class_calibration,
-                               save_class_calibrations)
+from kermt.uncertainty import (class_calibration_record, fit_class_calibration, fit_class_calibrations,
+                               load_class_calibrations, run_class_calibration, save_class_calibrations)
 from kermt.uncertainty import metrics
 
 
@@ -133,3 +133,20 @@ def test_too_few_rows_or_one_class_is_a_one_line_error_naming_the_task():
         fit_class_calibration("toxic", p, np.full(40, 2.0))
     with pytest.raises(UserError, match="a labelled molecule has no probability in"):
         fit_class_calibration("toxic", np.full(40, np.nan), np.array([0.0, 1.0] * 20))
+
+
+def test_an_ensembles_validation_predictions_give_every_tasks_calibration(tmp_path):
+    rng = np.random.default_rng(9)
+    p_a, y_a = _draw(400, seed=9, bias=0.5)
+    p_b, y_b = _draw(400, seed=10)
+    y_b[:100] = np.nan  # a sparse task: calibrated on its 300 labelled molecules
+    members = np.clip(np.stack([p_a, p_b], axis=1)[None] + rng.normal(0, 0.01, size=(3, 400, 2)), 0, 1)
+    labels = np.stack([y_a, y_b], axis=1)
+    fitted = fit_class_calibrations(("a", "b"), members, labels, source="fold_0 validation split")
+    assert [c.n for c in fitted.values()] == [400, 300]
+    assert fitted["a"] == fit_class_calibration("a", members.mean(axis=0)[:, 0], y_a)
+    record = class_calibration_record(fitted, members.mean(axis=0), labels)
+    assert record["a"]["calibrated_ece"] < record["a"]["ece"] / 2 and 1 <= record["b"]["mean_set_size_0.9"] <= 2
+    labels[:, 1] = np.where(np.isnan(labels[:, 1]), np.nan, 1.0)
+    with pytest.raises(UserError, match="fold_0 validation split: column 'b': every labelled molecule is class 1"):
+        fit_class_calibrations(("a", "b"), members, labels, source="fold_0 validation split")
