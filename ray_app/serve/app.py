@@ -37,10 +37,10 @@ class Gateway:
 
     def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int,
                  calibrations: Optional[dict[str, dict[str, Calibration]]] = None,
-                 api_key_sha256: Optional[str] = None):
+                 api_key_sha256: Optional[str] = None, max_embed_molecules: int = 100):
         self.models, self.infos = models, {info.name: info for info in infos}
         self.default = next(info.name for info in infos if info.default)
-        self.max_request_molecules = max_request_molecules
+        self.max_request_molecules, self.max_embed_molecules = max_request_molecules, max_embed_molecules
         self.calibrations = calibrations or {}
         self.api_key_sha256 = api_key_sha256  # the key itself never leaves the driver
 
@@ -81,9 +81,13 @@ class Gateway:
                                 f"{self.max_request_molecules} (--max_request_molecules); split the request")
         self._check_interval(name, request.interval)
         self._check_domain(name, request.domain)
+        if request.embed and len(request.smiles) > self.max_embed_molecules:
+            raise HTTPException(413, f"embed: {len(request.smiles)} molecules with embeddings in one request, at "
+                                f"most {self.max_embed_molecules} (--max_embed_molecules); split the request")
         if not request.smiles:
             return PredictResponse(model=name, predictions=[])
-        job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval, request.domain)
+        job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval, request.domain,
+                         request.embed)
         try:
             entries = await self.models[name].predict.remote(job)
         except (RayActorError, ActorUnavailableError):  # the replica died with the request (Serve starts another)

@@ -53,7 +53,8 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
     return Gateway.options(num_replicas=1, max_ongoing_requests=GATEWAY_ONGOING_REQUESTS,
                            ray_actor_options={"num_cpus": 0}).bind(
         handles, [m.info for m in models], config.max_request_molecules,
-        {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256)
+        {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256,
+        max_embed_molecules=config.max_embed_molecules)
 
 
 def serving_app(config: ServeConfig, models: list[ServedModel]):

@@ -57,6 +57,9 @@ class ServeConfig(BaseModel):
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="how long a replica waits to fill a batch")
     batch_size: int = Field(32, ge=1, description="molecules per model forward, as kermt predict --batch_size")
     max_request_molecules: int = Field(1000, ge=1, description="SMILES one request may hold (more: HTTP 413)")
+    max_embed_molecules: int = Field(100, ge=1, description="SMILES one request with \"embed\": true may hold "
+                                     "(each embedding is 2 x the hidden size floats: 1,600 for hidden size 800, ~35 kB "
+                                     "of JSON; more: HTTP 413)")
     api_key_env: Optional[str] = Field(None, description="require 'Authorization: Bearer KEY' on the API, KEY read "
                                        "from this environment variable (/healthz and the page stay open)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")

@@ -21,6 +21,7 @@ from kermt.uncertainty import Calibration
 from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, embedding_identity, load_domain
 from kermt.uncertainty.run_calibration import run_calibration
 from ray_app.screening.domain import HOW_TO_GET_ONE, _fold_directory
+from ray_app.serve.embedding import embedding_size
 from ray_app.serve.schemas import MemberInfo, ModelInfo
 
 
@@ -111,7 +112,7 @@ def load_served_model(name: str, source: str | Path, *, default: bool, trust_che
                      members=[MemberInfo(path=str(m.path), sha256=checkpoint_sha256(Path(m.path))) for m in members],
                      calibrated=calibration is not None, calibration_method=calibration and calibration.method,
                      calibration_size=calibration and calibration.n, domain=domain is not None,
-                     domain_missing=no_domain)
+                     domain_missing=no_domain, embedding_size=embedding_size(members[0]))
     return ServedModel(name, members, tuple(plan.generator), info, calibrations, domain)
 
 

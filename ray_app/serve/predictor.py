@@ -12,7 +12,8 @@ numbers never depend on what other clients sent:
 
 Featurisation (RDKit) runs in the replica; an invalid SMILES is its own entry with RDKit's reason, never an error.
 ``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted once, in the replica's constructor
-(:class:`ray_app.screening.domain.DomainColumns`, the code of `kermt predict --applicability_domain`).
+(:class:`ray_app.screening.domain.DomainColumns`, the code of `kermt predict --applicability_domain`);
+``"embed": true`` adds ``embedding``, member 0's readout (:mod:`ray_app.serve.embedding`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from kermt.uncertainty import Calibration, intervals
 # <task>_std, <task>_lower/_upper: as `kermt predict --uncertainty --interval` names them
 from ray_app.screening.domain import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, DomainColumns
 from ray_app.screening.stream import LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
+from ray_app.serve.embedding import EMBEDDING_COLUMN, MemberEmbedding
 from ray_app.serve.models import ServedModel
 from ray_app.serve.schemas import PredictJob
 
@@ -51,15 +53,17 @@ def _interval_columns(tasks: Sequence[str], calibrations: dict[str, Calibration]
 
 def _requested_columns(job: PredictJob) -> tuple[str, ...]:
     """The per-molecule extras ``job`` asked for (computed per block, attached only to the jobs that asked)."""
-    return (DISTANCE_COLUMN, IN_DOMAIN_COLUMN) if job.domain else ()
+    return (DISTANCE_COLUMN, IN_DOMAIN_COLUMN) * job.domain + (EMBEDDING_COLUMN,) * job.embed
 
 
-def _block_extras(block: Sequence[PredictJob], molecules, batch_size: int,
-                  domain: DomainColumns | None) -> dict[str, list]:
+def _block_extras(block: Sequence[PredictJob], molecules, batch_size: int, domain: DomainColumns | None,
+                  embedding: MemberEmbedding | None) -> dict[str, list]:
     """Per-row extras of a block's molecules, computed only when one of its jobs asked for them."""
     extras: dict[str, list] = {}
     if domain is not None and any(job.domain for job in block):
         extras.update({name: column.to_pylist() for name, column in domain(molecules, batch_size).items()})
+    if embedding is not None and any(job.embed for job in block):
+        extras.update(embedding(molecules, batch_size))
     return extras
 
 
@@ -84,7 +88,8 @@ def _entries(ensemble: Ensemble, job: PredictJob, reasons: Sequence[str | None],
 def predict_jobs(ensemble: Ensemble, features_generator: Sequence[str], jobs: Sequence[PredictJob],
                  batch_size: int, merge: bool,
                  calibrations: dict[str, Calibration] | None = None,
-                 domain: DomainColumns | None = None) -> list[list[dict]]:
+                 domain: DomainColumns | None = None,
+                 embedding: MemberEmbedding | None = None) -> list[list[dict]]:
     """Every job's entries, in input order. ``merge``: one block for all jobs (batch-independent models only)."""
     blocks = [list(jobs)] if merge else [[job] for job in jobs]
     results: list[list[dict]] = []
@@ -92,7 +97,7 @@ def predict_jobs(ensemble: Ensemble, features_generator: Sequence[str], jobs: Se
         smiles = [s for job in block for s in job.smiles]
         molecules = featurize_smiles(smiles, features_generator)
         prediction = ensemble.predict(molecules, batch_size)
-        extras = _block_extras(block, molecules, batch_size, domain)
+        extras = _block_extras(block, molecules, batch_size, domain, embedding)
         start = 0
         for job in block:
             rows = slice(start, start + len(job.smiles))
@@ -115,6 +120,7 @@ class ModelReplica:
         # the k-NN index is fitted here, once per replica (member 0's embedding, as kermt predict's actors)
         self.domain = (DomainColumns(model.domain, self.ensemble.models[0], self.ensemble.device)
                        if model.domain is not None else None)
+        self.embedding = MemberEmbedding(model.members[0], device)  # its encoder loaded on the first "embed"
         self.predict.set_max_batch_size(max_batch_size)
         self.predict.set_batch_wait_timeout_s(batch_wait_timeout_s)
 
@@ -122,7 +128,8 @@ class ModelReplica:
     async def predict(self, jobs: list[PredictJob]) -> list[list[dict]]:
         # the forward runs in a thread, so the replica's event loop keeps queueing the next batch's requests
         return await asyncio.to_thread(predict_jobs, self.ensemble, self.features_generator, jobs,
-                                       self.batch_size, self.merge, self.calibrations, self.domain)
+                                       self.batch_size, self.merge, self.calibrations, self.domain,
+                                       self.embedding)
 
 
 __all__ = ["ModelReplica", "predict_jobs"]

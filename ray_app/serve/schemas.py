@@ -23,6 +23,9 @@ class PredictRequest(BaseModel):
     domain: StrictBool = Field(False, description="add domain_distance (mean distance to the 5 nearest training "
                                "molecules in the model's embedding) and in_domain, as `kermt predict "
                                "--applicability_domain`; models whose run saved fold_k/domain.json (GET /models)")
+    embed: StrictBool = Field(False, description="add embedding: the molecule's readout embedding (member 0's "
+                              "atom_from_atom then atom_from_bond mean readouts, as `kermt embed` writes them; "
+                              "embedding_size floats, GET /models); at most --max_embed_molecules per request")
     depict: StrictBool = Field(False, description="add svg: the molecule drawn by RDKit (sanitised SVG; null for "
                                "an invalid SMILES)")
 
@@ -51,6 +54,7 @@ class PredictJob:
     uncertainty: bool = False
     interval: Optional[float] = None
     domain: bool = False
+    embed: bool = False
 
 
 class MemberInfo(BaseModel):
@@ -72,6 +76,7 @@ class ModelInfo(BaseModel):
     calibration_size: Optional[int] = Field(None, description="validation molecules per task it was fitted on")
     domain: bool = Field(False, description="the run holds an applicability domain: requests may ask for it")
     domain_missing: Optional[str] = Field(None, description="why the model has no domain, and how to get one")
+    embedding_size: int = Field(0, description="floats in each molecule's embedding (\"embed\": true)")
 
 
 class ModelsResponse(BaseModel):

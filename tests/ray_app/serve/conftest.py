@@ -24,6 +24,7 @@ from tests.kermt.test_inference import ensemble_dir
 from tests.kermt.uncertainty.test_domain import DEMO
 
 MAX_MOLECULES = 12
+MAX_EMBED_MOLECULES = 10
 API_KEY_ENV = "KERMT_TEST_SERVE_KEY"
 API_KEY = "test-key-0123456789abcdef"
 
@@ -65,7 +66,8 @@ def served(ray_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     config = ServeConfig(checkpoint_dir=str(ensemble_dir(root / "cls_run", "ckpt_ft_cls.pt")), name="cls",
                          model=[f"reg={calibrated_run(root / 'reg_run')}"], port=free_port(),
-                         max_request_molecules=MAX_MOLECULES, app_name="kermt-test", api_key_env=API_KEY_ENV)
+                         max_request_molecules=MAX_MOLECULES,
+                         max_embed_molecules=MAX_EMBED_MOLECULES, app_name="kermt-test", api_key_env=API_KEY_ENV)
     os.environ[API_KEY_ENV] = API_KEY
     try:
         serving = Serving(config).start(load_models(config))

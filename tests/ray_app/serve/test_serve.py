@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 
 from kermt.data.featurize import featurize_smiles
-from kermt.inference import Ensemble, find_checkpoints, read_members
+from kermt.inference import Embedder, Ensemble, find_checkpoints, read_members
 from ray_app.screening.commands import main_predict
 from ray_app.serve.command import wait_for_stop_signal
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import SMILES
-from tests.ray_app.serve.conftest import MAX_MOLECULES
+from tests.ray_app.serve.conftest import MAX_EMBED_MOLECULES, MAX_MOLECULES
 
 REQUEST = SMILES[:5] + ["not_a_smiles"] + SMILES[5:9]  # 10 molecules, one invalid: one forward, as kermt predict's
 
@@ -104,6 +104,23 @@ def test_depict_draws_valid_molecules_as_sanitised_svg(served):
     assert "svg" not in _post(served.client, "/predict", ["CCO"])["predictions"][0]
 
 
+def test_embed_returns_member_0s_atom_readouts_as_kermt_embed_computes_them(served):
+    """The library calls of `kermt embed --checkpoint_path MEMBER_0` (EmbedStage: Embedder.outputs in batches of
+    --batch_size): atom_from_atom then atom_from_bond, concatenated."""
+    predictions = _post(served.client, "/models/reg/predict", REQUEST, embed=True)["predictions"]
+    member_0 = read_members(find_checkpoints(served.reg_dir))[0]
+    expected = np.full((len(REQUEST), 32), np.nan)
+    for rows, values in Embedder(member_0).outputs(featurize_smiles(REQUEST), 32, None):
+        expected[rows] = np.concatenate([values["atom_from_atom"], values["atom_from_bond"]], axis=1)
+    assert predictions[5]["embedding"] is None and np.isnan(expected[5]).all()  # the invalid SMILES
+    got = np.array([p["embedding"] or [np.nan] * 32 for p in predictions])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert np.nanstd(got) > 0.01  # molecules differ
+    too_many = served.client.post("/predict", json={"smiles": ["CCO"] * (MAX_EMBED_MOLECULES + 1), "embed": True})
+    assert too_many.status_code == 413 and too_many.json()["detail"].startswith("embed: "), too_many.text
+    assert "embedding" not in _post(served.client, "/predict", ["CCO"])["predictions"][0]
+
+
 def test_domain_of_a_model_without_one_is_400_saying_how_to_get_one(served):
     response = served.client.post("/predict", json={"smiles": ["CCO"], "domain": True})
     detail = response.json()["detail"]
@@ -171,6 +188,7 @@ def test_healthz_and_models(served):
     assert models["reg"]["features_generator"] == ["rdkit_2d_normalized"]
     assert (models["reg"]["domain"], models["reg"]["domain_missing"], models["cls"]["domain"]) == (True, None, False)
     assert "domain.json" in models["cls"]["domain_missing"]
+    assert models["reg"]["embedding_size"] == 32  # 2 x hidden size 16
     assert (models["reg"]["calibrated"], models["reg"]["calibration_size"]) == (True, 30)
     assert models["reg"]["members"][0]["sha256"] == hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
     assert client.get("/docs").status_code == 200 and "/predict" in client.get("/openapi.json").json()["paths"]
