@@ -92,8 +92,8 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-# Classification (kermt.uncertainty.classification): a sibling file, run_layout.CLASS_CALIBRATION_FILE beside the regression
-# one, so that a reader of regression calibrations never meets a classification entry. Layout:
+# Classification (kermt.uncertainty.classification): a sibling file, run_layout.CLASS_CALIBRATION_FILE beside the
+# regression one, so that a reader of regression calibrations never meets a classification entry. Layout:
 # ``{"format": "kermt-classification-calibration", "version": 1, "source": "...", "tasks": {task: {"method":
 # "platt", "n", "a", "b", "scores"} or {"method": "isotonic", "n", "x", "y", "scores"}}}``.
 

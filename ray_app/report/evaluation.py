@@ -45,8 +45,12 @@ def _uncertainty_table(path: Path) -> Table | None:
     if not isinstance(tasks, dict) or not tasks:
         return None
     names = list(dict.fromkeys(k for values in tasks.values() for k in values))
+    caption = f"{fmt(record.get('level'))} interval ({fmt(record.get('method'))} conformal) on this file"
+    if record.get("kind") == "classification":  # ECE/Brier; with a calibration, calibrated ones and the sets
+        caption = "probabilities on this file" + (f" ({record['method']}-calibrated, {fmt(record.get('level'))} "
+                                                  "prediction sets)" if record.get("method") else "")
     return Table(["task", *names], [[task, *(fmt(values.get(k)) for k in names)] for task, values in tasks.items()],
-                 caption=f"{fmt(record.get('level'))} interval ({fmt(record.get('method'))} conformal) on this file")
+                 caption=caption)
 
 
 __all__ = ["eval_report", "guessed_dataset_type"]

@@ -34,6 +34,7 @@ def test_eval_scores_probabilities_then_calibrated_ones_and_sets(ray_cluster, tm
     printed = capsys.readouterr().out
     written = json.loads((tmp_path / "r_uncertainty.json").read_text())
     assert written["kind"] == "classification" and written["method"] is None
+    assert "probabilities on this file<" in (tmp_path / "r_report.html").read_text()  # the report's table caption
     for t, task in enumerate(TASKS):
         y, p = data[task].to_numpy(), upstream[:, t]
         labelled = ~np.isnan(y)
@@ -52,6 +53,8 @@ def test_eval_scores_probabilities_then_calibrated_ones_and_sets(ray_cluster, tm
     assert "80% prediction sets and platt-calibrated probabilities, calibrated on 26 molecule(s)" in captured.err
     written = json.loads((tmp_path / "r_uncertainty.json").read_text())
     assert written["method"] == "platt" and written["level"] == 0.8
+    caption = "probabilities on this file (platt-calibrated, 0.8 prediction sets)"
+    assert caption in (tmp_path / "r_report.html").read_text()
     for t, task in enumerate(TASKS):
         y, p = data[task].to_numpy(), upstream[:, t]
         scores = written["tasks"][task]
