@@ -65,3 +65,24 @@ def test_eval_scores_probabilities_then_calibrated_ones_and_sets(ray_cluster, tm
         assert scores["mean_set_size"] == pytest.approx(expected_sets["mean_set_size"])
         assert scores["set_coverage"] == pytest.approx(expected_sets["set_coverage"])
         assert _printed(captured.out, task)["set_coverage"] == pytest.approx(expected_sets["set_coverage"], abs=1e-4)
+
+
+def test_set_level_too_high_or_a_regression_model_is_a_one_line_error_before_ray_starts(tmp_path, capsys):
+    data = pd.read_csv(FIXTURE_DIR / "smiles_cls.csv")
+    upstream = OUTPUTS["ft_cls_final_prediction"]
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    shutil.copy(FIXTURE_DIR / "ckpt_ft_cls.pt", model_dir / "model.pt")
+    save_class_calibrations(str(model_dir / "classification_calibration.json"),
+                            {task: fit_class_calibration(task, upstream[:, t], data[task].to_numpy())
+                             for t, task in enumerate(TASKS)}, source="test")
+    common = ["--data_path", str(FIXTURE_DIR / "smiles_cls.csv"), "--output_path", str(tmp_path / "r.csv")]
+    assert main_eval([*common, "--checkpoint_dir", str(model_dir), "--interval", "0.99"]) == 2
+    assert "--interval 0.99: task 'c1' was calibrated on 26 molecules, and a 0.99 interval needs at least 99" \
+        in capsys.readouterr().err
+    (model_dir / "model.pt").unlink()
+    shutil.copy(FIXTURE_DIR / "ckpt_ft_reg.pt", model_dir / "model.pt")
+    assert main_eval(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(tmp_path / "r.csv"),
+                      "--checkpoint_dir", str(model_dir)]) == 2
+    assert "classification_calibration.json, but the model is regression: remove that file" in capsys.readouterr().err
+    assert not (tmp_path / "r.csv").exists()
