@@ -22,6 +22,7 @@ from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, embedding_identit
 from kermt.uncertainty.run_calibration import run_calibration
 from ray_app.screening.domain import HOW_TO_GET_ONE, _fold_directory
 from ray_app.serve.embedding import embedding_size
+from ray_app.serve.run_metrics import training_metrics
 from ray_app.serve.schemas import MemberInfo, ModelInfo
 
 
@@ -105,6 +106,7 @@ def load_served_model(name: str, source: str | Path, *, default: bool, trust_che
     with user_input():
         calibrations = load_calibrations(source, tuple(task_names(first)), first.head.dataset_type)
         domain, no_domain = load_domain_index(source, members)
+        training = training_metrics(source)
     calibration = next(iter(calibrations.values())) if calibrations else None
     info = ModelInfo(name=name, default=default, tasks=list(task_names(first)), dataset_type=first.head.dataset_type,
                      features_generator=list(plan.generator), features_scaling=first.features_scaler is not None,
@@ -112,8 +114,10 @@ def load_served_model(name: str, source: str | Path, *, default: bool, trust_che
                      members=[MemberInfo(path=str(m.path), sha256=checkpoint_sha256(Path(m.path))) for m in members],
                      calibrated=calibration is not None, calibration_method=calibration and calibration.method,
                      calibration_size=calibration and calibration.n, domain=domain is not None,
-                     domain_missing=no_domain, embedding_size=embedding_size(members[0]))
+                     domain_missing=no_domain, embedding_size=embedding_size(members[0]),
+                     training=training)
     return ServedModel(name, members, tuple(plan.generator), info, calibrations, domain)
 
 
-__all__ = ["ServedModel", "checkpoint_sha256", "load_calibrations", "load_domain_index", "load_served_model", "member_paths"]
+__all__ = ["ServedModel", "checkpoint_sha256", "load_calibrations", "load_domain_index", "load_served_model",
+           "member_paths"]

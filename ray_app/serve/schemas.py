@@ -62,6 +62,22 @@ class MemberInfo(BaseModel):
     sha256: str
 
 
+class TrainingMetrics(BaseModel):
+    """What the finetune run's run.json recorded (ray_app/serve/run_metrics.py); null where it recorded nothing."""
+
+    run_id: Optional[str] = None
+    metric: Optional[str] = Field(None, description="the test metric (rmse, auc, ...)")
+    split_type: Optional[str] = None
+    overall_test_score: Optional[float] = Field(None, description="the ensemble's test score, mean over folds")
+    overall_test_std: Optional[float] = Field(None, description="its spread over folds")
+    fold_test_scores: Optional[list[Optional[float]]] = None
+    task_test_scores: Optional[dict[str, Optional[float]]] = Field(None, description="per task: the members' "
+                                                                   "test scores, mean over members and folds")
+    calibration_method: Optional[str] = None
+    calibration_size: Optional[dict[str, int]] = Field(None, description="per task: validation molecules the "
+                                                       "calibration was fitted on, over the folds")
+
+
 class ModelInfo(BaseModel):
     name: str
     default: bool
@@ -77,10 +93,12 @@ class ModelInfo(BaseModel):
     domain: bool = Field(False, description="the run holds an applicability domain: requests may ask for it")
     domain_missing: Optional[str] = Field(None, description="why the model has no domain, and how to get one")
     embedding_size: int = Field(0, description="floats in each molecule's embedding (\"embed\": true)")
+    training: Optional[TrainingMetrics] = Field(None, description="the run's recorded test scores (null: no run.json)")
 
 
 class ModelsResponse(BaseModel):
     models: list[ModelInfo]
 
 
-__all__ = ["MemberInfo", "PredictJob", "ModelInfo", "ModelsResponse", "PredictRequest", "PredictResponse", "Prediction"]
+__all__ = ["MemberInfo", "PredictJob", "ModelInfo", "ModelsResponse", "PredictRequest", "PredictResponse", "Prediction",
+           "TrainingMetrics"]

@@ -1,9 +1,10 @@
 """One `kermt serve` app for every test of the package (Ray Serve starts once): a classifier ensemble (the
 default, no applicability domain), a calibrated regression ensemble with molecule features and fold 0's
-applicability domain, and bearer-token auth on."""
+applicability domain and run.json, and bearer-token auth on."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,19 @@ def calibrated_run(root: Path) -> Path:
     save_calibrations(str(run / "fold_0" / "calibration.json"),
                       {task: fit_calibration(task, mu, y, sigma) for task in ("t1", "t2")}, source="test")
     save_fold_domain(run / "fold_0", run / "fold_0" / "model_0" / "model.pt")
+    (run / "run.json").write_text(json.dumps(RUN_RECORD))
     return run
+
+
+# the keys of run.json that GET /models reads, as ray_app/finetune/run.py writes them (a NaN: a task without labels)
+RUN_RECORD = {
+    "settings": {"split_type": {"value": "scaffold_balanced", "source": "config"}},
+    "summary": {"dataset_type": "regression", "metric": "rmse", "fold_scores": [0.25],
+                "overall_scaffold_balanced_test_rmse": 0.25, "std": 0.0, "run_id": "20261204-000000-abcdef"},
+    "calibration": {"fold_0": {"file": "fold_0/calibration.json", "method": "normalised",
+                               "tasks": {"t1": {"n": 30}, "t2": {"n": 30}}}},
+    "folds": {"fold_0": {"member_test_scores": [{"t1": 0.2, "t2": float("nan")}, {"t1": 0.4, "t2": 0.3}]}},
+}
 
 
 def save_fold_domain(fold: Path, member_0: Path) -> None:
