@@ -4,9 +4,10 @@ The members' mean is the prediction (``mu``), their total std is ``sigma`` (popu
 variances of variance heads, :func:`kermt.uncertainty.total_std`: what `kermt predict --uncertainty` writes as
 ``<task>_std``), so the calibration describes exactly the intervals predict will serve. Normalised conformal by
 default; with one plain member per fold the spread is 0 and the fold falls back to plain conformal (one
-variance-head member has its own sigma and keeps the chosen method). A fold whose validation split is too small
-(or a classification run: not calibrated yet) is reported in one line and recorded in run.json, never a failed run:
-the models are trained and usable without intervals.
+variance-head member has its own sigma and keeps the chosen method). A classification fold gets Platt scaling of
+its members' mean probability and the scores of conformal prediction sets (``classification_calibration.json``,
+kermt.uncertainty.classification). A fold whose validation split is too small (or has one class) is reported in
+one line and recorded in run.json, never a failed run: the models are trained and usable without intervals.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from typing import Any
 import numpy as np
 
 from kermt.errors import UserError
-from kermt.run_layout import CALIBRATION_FILE
+from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
 from kermt.uncertainty import fit_calibration, intervals, save_calibrations, total_std
+from kermt.uncertainty.calibration_file import save_class_calibrations
+from kermt.uncertainty.classification import (DEFAULT_CLASSIFICATION_METHOD, class_calibration_record,
+                                              fit_class_calibrations)
 from ray_app.finetune.members import member_test_predictions_with_variance
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
@@ -28,9 +32,9 @@ REPORTED_LEVEL = 0.9  # the level whose validation coverage and width run.json r
 
 
 def is_calibrated(setup: RunSetup) -> bool:
-    """Whether the run's folds are calibrated (regression only, for now): the validation predictions are made only
-    then."""
-    return setup.dataset_type == "regression"
+    """Whether the run's folds are calibrated (the validation predictions are made only then): regression and
+    binary classification both are."""
+    return setup.dataset_type in ("regression", "classification")
 
 
 def member_val_predictions(model, splits: ScaledSplits, batch_size: int, use_gpu: bool, precision: str) \
@@ -46,7 +50,9 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
     """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json. ``member_variances``: each
     member's predicted variances in label units (None for a plain member; None: all plain)."""
     if not is_calibrated(setup):
-        return _skipped(fold, f"{setup.dataset_type} models are not calibrated yet (regression only)")
+        return _skipped(fold, f"{setup.dataset_type} models are not calibrated")
+    if setup.dataset_type == "classification":
+        return _calibrate_classes(setup, fold, splits, member_preds)
     members = np.stack(member_preds)  # [K, N, T]
     variances = _stacked_variances(members, member_variances)
     mu, sigma = members.mean(axis=0), total_std(members, variances)
@@ -73,6 +79,24 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
         f"{task} n={v['n']} mean {REPORTED_LEVEL:.0%} width {v[f'width_{REPORTED_LEVEL}']:.4g}"
         for task, v in record["tasks"].items()), flush=True)
     return record
+
+
+def _calibrate_classes(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) \
+        -> dict[str, Any]:
+    """``fold_F/classification_calibration.json`` from the members' validation probabilities [K, N, T]."""
+    probs = np.stack(member_preds)
+    labels = np.asarray(splits.val.targets, dtype=np.float64)
+    source = f"fold_{fold} validation split"
+    try:
+        fitted = fit_class_calibrations(setup.task_names, probs, labels, DEFAULT_CLASSIFICATION_METHOD, source)
+    except UserError as error:
+        return _skipped(fold, str(error))
+    path = setup.save_dir / f"fold_{fold}" / CLASS_CALIBRATION_FILE
+    save_class_calibrations(str(path), fitted, f"{source}, {len(member_preds)} member(s)")
+    tasks = class_calibration_record(fitted, probs.mean(axis=0), labels, REPORTED_LEVEL)
+    print(f"fold {fold}: calibrated ({DEFAULT_CLASSIFICATION_METHOD} probabilities, conformal sets) on {source}: "
+          + ", ".join(f"{task} n={entry['n']}" for task, entry in tasks.items()), flush=True)
+    return {"file": str(path.relative_to(setup.save_dir)), "method": DEFAULT_CLASSIFICATION_METHOD, "tasks": tasks}
 
 
 def _stacked_variances(members: np.ndarray, member_variances: list[np.ndarray | None] | None) -> np.ndarray | None:

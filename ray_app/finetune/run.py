@@ -95,7 +95,7 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
             found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
             member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
-            if is_calibrated(setup):  # a classification fold is reported as uncalibrated without them
+            if is_calibrated(setup):
                 preds, variances = member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision)
                 member_val.append(preds)
                 member_val_variances.append(variances)

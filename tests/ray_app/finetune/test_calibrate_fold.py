@@ -55,3 +55,26 @@ def test_one_member_falls_back_to_plain_and_a_small_split_is_skipped(tmp_path, c
     assert record["file"] is None and "has 10 labelled molecule(s)" in record["reason"]
     assert not (tmp_path / "fold_1" / "calibration.json").exists()
     assert "fold 1: no calibration (" in capsys.readouterr().out
+
+
+def test_a_classification_fold_gets_platt_probabilities_and_set_scores(tmp_path, capsys):
+    from kermt.uncertainty.calibration_file import load_class_calibrations
+    from kermt.uncertainty.classification import fit_class_calibrations
+
+    rng = np.random.default_rng(2)
+    truth = rng.uniform(0.05, 0.95, size=(200, 2))
+    labels = (rng.random(truth.shape) < truth).astype(float)
+    labels[:5, 1] = np.nan  # unlabelled molecules are skipped per task
+    overconfident = 1 / (1 + np.exp(-2.5 * np.log(truth / (1 - truth))))
+    members = [np.clip(overconfident + rng.normal(scale=0.02, size=truth.shape), 0.01, 0.99) for _ in range(2)]
+    setup = types.SimpleNamespace(dataset_type="classification", task_names=["c1", "c2"], save_dir=tmp_path,
+                                  config=types.SimpleNamespace(calibration_method="normalised"))
+    splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=labels), target_scaler=None)
+    record = calibrate_fold(setup, 0, splits, members)
+    saved = load_class_calibrations(str(tmp_path / "fold_0" / "classification_calibration.json"))
+    expected = fit_class_calibrations(["c1", "c2"], np.stack(members), labels, "platt")
+    assert saved == expected and record["method"] == "platt"
+    assert record["tasks"]["c2"]["n"] == 195
+    assert record["tasks"]["c1"]["calibrated_ece"] < 0.6 * record["tasks"]["c1"]["ece"]  # over-confidence undone
+    assert "fold 0: calibrated (platt probabilities, conformal sets)" in capsys.readouterr().out
+    assert not (tmp_path / "fold_0" / "calibration.json").exists()
