@@ -102,8 +102,10 @@ def _classification_scores(config: EvalConfig, tasks: tuple[str, ...], level: fl
 def _planned(config: EvalConfig) -> tuple[EvalConfig, PredictPlan, float | None]:
     """plan_predict for eval: a calibrated regression model is scored at 0.9 by default; a classification
     calibration's ``--interval`` is kept for its sets (scored on the driver) and not passed to the stream."""
-    if config.interval is None and config.checkpoint_dir and calibration_files(config.checkpoint_dir) is not None:
-        config = config.model_copy(update={"interval": DEFAULT_EVAL_LEVEL})  # a calibrated model: score it too
+    # a calibrated model is scored at 0.9 too, unless MC dropout changes the spread the calibration was fitted on
+    if config.interval is None and config.checkpoint_dir and not config.dropout_samples \
+            and calibration_files(config.checkpoint_dir) is not None:
+        config = config.model_copy(update={"interval": DEFAULT_EVAL_LEVEL})
     class_calibrated, set_level = _class_calibrated(config), config.interval
     if class_calibrated:
         config = config.model_copy(update={"interval": None})

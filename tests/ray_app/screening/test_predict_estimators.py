@@ -51,3 +51,23 @@ def test_mc_dropout_flags_are_checked_before_ray(tmp_path, capsys):
                          "--interval", "0.9"]) != 0
     assert "--dropout_samples 3 with --interval 0.9" in capsys.readouterr().err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_eval_of_a_calibrated_run_with_mc_dropout_scores_without_intervals(ray_cluster, tmp_path, capsys):
+    """A calibrated run is scored at 0.9 by default, but not with --dropout_samples: the calibration was fitted on
+    the spread without MC dropout (asking for both is refused, above)."""
+    from kermt.uncertainty import fit_calibration, save_calibrations
+    from ray_app.screening.commands import main_eval
+
+    _member(tmp_path / "run" / "fold_0" / "model_0", seed=0, variance=False, dropout=0.2)
+    rng = np.random.default_rng(0)
+    fitted = {t: fit_calibration(t, np.zeros(40), rng.normal(size=40), None, method="plain") for t in ("t1", "t2")}
+    save_calibrations(str(tmp_path / "run" / "fold_0" / "calibration.json"), fitted, source="synthetic")
+    labelled = pd.read_csv(FIXTURE_DIR / "smiles.csv")
+    labelled["t1"], labelled["t2"] = rng.normal(size=len(labelled)), rng.normal(size=len(labelled))
+    labelled.to_csv(tmp_path / "labelled.csv", index=False)
+    common = ["--data_path", str(tmp_path / "labelled.csv"), "--checkpoint_dir", str(tmp_path / "run")]
+    assert main_eval([*common, "--output_path", str(tmp_path / "plain.csv")]) == 0
+    assert "90% interval: coverage" in capsys.readouterr().out  # the calibrated default
+    assert main_eval([*common, "--output_path", str(tmp_path / "mc.csv"), "--dropout_samples", "3"]) == 0
+    assert "interval" not in capsys.readouterr().out
