@@ -89,7 +89,7 @@ def test_uncertainty_of_one_model_warns_that_a_spread_needs_an_ensemble(capsys, 
     from ray_app.screening.run import plan_predict
 
     warning = ("warning: --uncertainty with one model writes <task>_std = 0: a spread needs an ensemble of two or "
-               "more members (--checkpoint_dir)")
+               "more members (--checkpoint_dir), a model trained with --loss mve, or --dropout_samples N")
     common = dict(data_path=REGRESSION_CSV, output_path=str(tmp_path / "p.csv"), uncertainty=True)
     plan_predict(PredictConfig(checkpoint_path=FT_REG, **common))
     assert warning in capsys.readouterr().err.splitlines()

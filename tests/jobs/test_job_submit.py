@@ -61,6 +61,8 @@ def ray_head():
     shutil.rmtree(short, ignore_errors=True)
 
 
+# slow (3 minutes with its own head node): the multi-node lane submits a sweep with `ray job submit` on every CI run
+@pytest.mark.slow
 def test_job_submit_runs_the_finetune_to_success(ray_head, tmp_path):
     address, env = ray_head
     save_dir = tmp_path / "job_run"

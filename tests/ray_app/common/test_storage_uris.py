@@ -89,7 +89,8 @@ def _read(s3: MotoS3, key: str) -> bytes:
         return stream.read()
 
 
-@pytest.mark.parametrize("endpoint_in", ["query", "env"])
+# the endpoint named in the environment is the same flow a second time (100 s): slow; the query form runs by default
+@pytest.mark.parametrize("endpoint_in", ["query", pytest.param("env", marks=pytest.mark.slow)])
 def test_ensemble_and_sweep_run_and_resume_in_object_storage(s3, inputs, tmp_path, endpoint_in):
     """First session: an ensemble (--save_dir and --storage_path in the bucket) and a sweep. Then one member's
     metrics.csv is removed from the bucket, and the second session re-runs both commands: the ensemble restores its
