@@ -3,9 +3,6 @@ intervals. One small real run (2 members, a validation split large enough to cal
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
 import json
 import shutil
 
@@ -14,12 +11,9 @@ import pandas as pd
 import pytest
 
 from kermt.uncertainty import load_calibrations
-from ray_app.finetune.config import resolve
-from ray_app.finetune.run import run_finetune
 from ray_app.screening.commands import main_predict
-from tests.conftest import DATA_DIR, FIXTURE_DIR
+from tests.ray_app.finetune.tiny_runs import demo_head, tiny_finetune
 
-ROOT = DATA_DIR.parents[1]
 # A finetune of its own (the shared runs in test_finetune.py have validation splits of 8 molecules, too few to
 # calibrate): 130-220 s on the 2-core dev machine, so outside the default suite.
 pytestmark = pytest.mark.slow
@@ -31,23 +25,12 @@ def calibrated_run(ray_cluster, tmp_path_factory):
     """(save_dir, summary, output, the validation rows as a CSV): 120 molecules, 70 % of them validation (each
     task has NaN labels: >= 20 labelled per task are needed)."""
     base = tmp_path_factory.mktemp("calibrated")
-    with open(ROOT / "data/sample/admet_demo.csv") as f:
-        rows = list(csv.reader(f))[:121]
-    data = base / "data.csv"
-    with open(data, "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-    save_dir = base / "run"
-    config, sources = resolve([
-        "--data_path", str(data), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-        "--save_dir", str(save_dir), "--ensemble_size", "2", "--epochs", "1", "--batch_size", "16",
-        "--ffn_hidden_size", "8", "--split_sizes", "0.2", "0.7", "0.1",
-    ])
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        summary = run_finetune(config, sources)
+    data, save_dir = demo_head(120, base / "data.csv"), base / "run"
+    summary, printed = tiny_finetune(save_dir, data, "--ensemble_size", "2", "--split_sizes", "0.2", "0.7", "0.1")
     val_rows = json.loads((save_dir / "splits.json").read_text())["fold_0"]["val"]
     val_csv = base / "val.csv"
     pd.read_csv(data).iloc[val_rows].to_csv(val_csv, index=False)
-    return save_dir, summary, out.getvalue(), val_csv
+    return save_dir, summary, printed, val_csv
 
 
 def test_finetune_saves_and_records_the_fold_calibration(calibrated_run):

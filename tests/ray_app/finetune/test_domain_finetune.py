@@ -5,9 +5,6 @@ chemotypes are not."""
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
 import json
 
 import numpy as np
@@ -18,11 +15,9 @@ import pytest
 from kermt.checkpoint import load_finetune_model, read_checkpoint
 from kermt.data.featurize import featurize_smiles
 from kermt.uncertainty.domain import DOMAIN_ARRAYS_FILE, DOMAIN_FILE, DomainSearch, load_domain, model_embeddings
-from ray_app.finetune.config import resolve
-from ray_app.finetune.run import run_finetune
 from ray_app.screening.commands import main_predict
-from tests.conftest import FIXTURE_DIR
-from tests.kermt.uncertainty.test_domain import DEMO, OTHER_CHEMOTYPES
+from tests.kermt.uncertainty.test_domain import OTHER_CHEMOTYPES
+from tests.ray_app.finetune.tiny_runs import demo_head, tiny_finetune
 
 # a finetune of its own (the shared runs in test_finetune.py have 8 validation molecules, below the 10 a threshold
 # needs), one member, one epoch; like test_calibration.py, outside the default suite
@@ -33,20 +28,9 @@ pytestmark = pytest.mark.slow
 def run_with_domain(ray_cluster, tmp_path_factory):
     """(save_dir, stdout, the demo rows used): 150 molecules, 70/15/15 % random split."""
     base = tmp_path_factory.mktemp("domain_run")
-    with open(DEMO) as f:
-        rows = list(csv.reader(f))[:151]
-    data = base / "data.csv"
-    with open(data, "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-    save_dir = base / "run"
-    config, sources = resolve([
-        "--data_path", str(data), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-        "--save_dir", str(save_dir), "--ensemble_size", "1", "--epochs", "1", "--batch_size", "16",
-        "--ffn_hidden_size", "8", "--split_sizes", "0.7", "0.15", "0.15",
-    ])
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        run_finetune(config, sources)
-    return save_dir, out.getvalue(), pd.read_csv(data)
+    data, save_dir = demo_head(150, base / "data.csv"), base / "run"
+    _, printed = tiny_finetune(save_dir, data, "--ensemble_size", "1", "--split_sizes", "0.7", "0.15", "0.15")
+    return save_dir, printed, pd.read_csv(data)
 
 
 def test_finetune_writes_the_fold_domain_and_predict_serves_it(run_with_domain, tmp_path):

@@ -5,8 +5,6 @@ equal to the library's numbers. A finetune of its own (as test_calibration.py), 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import numpy as np
@@ -18,28 +16,17 @@ from kermt.checkpoint import read_checkpoint
 from kermt.data.featurize import featurize_smiles
 from kermt.inference import Ensemble, find_checkpoints, read_members
 from kermt.uncertainty import intervals, load_calibrations
-from ray_app.finetune.config import resolve
-from ray_app.finetune.run import run_finetune
 from ray_app.screening.commands import main_predict
-from tests.conftest import DATA_DIR, FIXTURE_DIR
+from tests.ray_app.finetune.tiny_runs import demo_head, tiny_finetune
 
-ROOT = DATA_DIR.parents[1]
 pytestmark = pytest.mark.slow
 TASKS = ["logp", "tpsa_100", "fsp3"]
 
 
 def test_one_mve_member_is_calibrated_adaptively_and_predicts_its_own_std(ray_cluster, tmp_path):
-    data = tmp_path / "data.csv"  # 120 demo molecules, 70 % of them validation: >= 20 labelled per task
-    pd.read_csv(ROOT / "data/sample/admet_demo.csv").head(120).to_csv(data, index=False)
+    data = demo_head(120, tmp_path / "data.csv")  # 70 % of them validation: >= 20 labelled per task
     save_dir = tmp_path / "run"
-    config, sources = resolve([
-        "--data_path", str(data), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-        "--save_dir", str(save_dir), "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8",
-        "--split_sizes", "0.2", "0.7", "0.1", "--loss", "mve",
-    ])
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        run_finetune(config, sources)
-    printed = out.getvalue()
+    _, printed = tiny_finetune(save_dir, data, "--split_sizes", "0.2", "0.7", "0.1", "--loss", "mve")
     assert "no upstream model.pt: a variance head (--loss mve) has no upstream counterpart" in printed
     assert not (save_dir / "fold_0" / "model_0" / "model.pt").exists()
     assert "fold 0: calibrated (normalised conformal)" in printed and "plain conformal" not in printed

@@ -4,19 +4,13 @@ classification run of 2 tasks (labels: logp > 2, tpsa_100 > 0.6)."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 from pathlib import Path
 
 import pytest
 
-from ray_app.finetune.config import resolve
-from ray_app.finetune.run import run_finetune
-from tests.conftest import DATA_DIR, FIXTURE_DIR
+from tests.ray_app.finetune.tiny_runs import DEMO, tiny_finetune
 
-ROOT = DATA_DIR.parents[1]
-DEMO = ROOT / "data/sample/admet_demo.csv"
 TASKS = ["logp", "tpsa_100"]
 THRESHOLDS = {"logp": 2.0, "tpsa_100": 0.6}
 
@@ -27,15 +21,6 @@ def demo_rows(count: int) -> list[list[str]]:
         return [row[:3] for row in list(csv.reader(f))[:count + 1]]
 
 
-def _finetune(save_dir: Path, data: Path, *flags: str) -> str:
-    config, sources = resolve([
-        "--data_path", str(data), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-        "--save_dir", str(save_dir), "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8", *flags])
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        run_finetune(config, sources)
-    return out.getvalue()
-
-
 @pytest.fixture(scope="session")
 def regression_run(ray_cluster, tmp_path_factory) -> tuple[Path, str]:
     """(save_dir, what the run printed)."""
@@ -44,7 +29,7 @@ def regression_run(ray_cluster, tmp_path_factory) -> tuple[Path, str]:
     rows.insert(7, ["not_a_smiles", "1.0", "0.5"])  # an invalid row the data summary counts
     with open(base / "data.csv", "w", newline="") as f:
         csv.writer(f).writerows(rows)
-    out = _finetune(base / "run", base / "data.csv", "--ensemble_size", "2", "--split_sizes", "0.4", "0.4", "0.2")
+    _, out = tiny_finetune(base / "run", base / "data.csv", "--ensemble_size", "2", "--split_sizes", "0.4", "0.4", "0.2")
     return base / "run", out
 
 
@@ -58,6 +43,6 @@ def classification_run(ray_cluster, tmp_path_factory) -> tuple[Path, str]:
         for smiles, *values in rows[1:]:
             labels = ("" if v == "" else int(float(v) > THRESHOLDS[t]) for v, t in zip(values, TASKS))
             writer.writerow([smiles, *labels])
-    out = _finetune(base / "run", base / "data.csv", "--dataset_type", "classification", "--split_sizes", "0.6", "0.2",
+    _, out = tiny_finetune(base / "run", base / "data.csv", "--dataset_type", "classification", "--split_sizes", "0.6", "0.2",
                     "0.2")
     return base / "run", out
