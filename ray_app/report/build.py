@@ -15,7 +15,7 @@ from ray_app.report.run_files import numbered
 
 def report_path(path: Path) -> Path:
     """Where the report of ``path`` (a run's directory, or a scored file) goes."""
-    return path / REPORT_FILE if path.is_dir() else path.with_name(f"{path.stem}_report.html")
+    return Path(report_uri(str(path), of_file=not path.is_dir()))
 
 
 def write_report(path: Path | str, dataset_type: str | None = None, tasks: Sequence[str] | None = None) -> Path:
@@ -56,20 +56,17 @@ def write_report(path: Path | str, dataset_type: str | None = None, tasks: Seque
 def start_line(shown: str, of_file: bool) -> str:
     """The line a run prints first: where its outputs go and where its report will be (``shown``: --save_dir, or
     --output_path with ``of_file``, as the user gave it, local or URI)."""
-    if "://" in shown:
-        report = report_uri(shown, of_file)
-    else:
-        path = Path(shown)
-        report = str(path.with_name(f"{path.stem}_report.html") if of_file else path / REPORT_FILE)
+    report = report_uri(shown, of_file)
     return f"{'output' if of_file else 'outputs'}: {shown} (the report, {report}, is written when the run ends)"
 
 
 def report_uri(shown: str, of_file: bool) -> str:
-    """Where the report of the run at the URI ``shown`` lands: a directory's report.html, or beside a file."""
-    path, query = shown.split("?", 1) if "?" in shown else (shown, None)
-    name = Path(path.rstrip("/")).name
+    """Where the report of the run at ``shown`` (a URI, its query kept last, or a local path) lands: a directory's
+    report.html, or ``<stem>_report.html`` beside a file. The one naming rule of every report."""
+    path, query = shown.split("?", 1) if "://" in shown and "?" in shown else (shown, None)
     if of_file:
-        path = atomic_files.join(path.rstrip("/").rsplit("/", 1)[0], f"{Path(name).stem}_report.html")
+        parent, slash, name = path.rstrip("/").rpartition("/")
+        path = f"{parent}{slash}{Path(name).stem}_report.html"
     else:
         path = atomic_files.join(path, REPORT_FILE)
     return path if query is None else f"{path}?{query}"
