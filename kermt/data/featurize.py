@@ -68,12 +68,25 @@ class FeaturizedMolecules:
             features_generator=self.features_generator,
         )
 
-    def batch_graph(self, operators: OperatorSpec | None = None) -> BatchMolGraph:
+    def batch_graph(self, operators: OperatorSpec | None = None, neighbour_width: int = 1) -> BatchMolGraph:
         """Collate all rows into one BatchMolGraph, with the neighbour-sum operators ``operators`` names (the
-        model's ``aggregation_spec``) when given. Every row must be valid (select valid rows first)."""
+        model's ``aggregation_spec``) when given and neighbour tables at least ``neighbour_width`` wide. Every row
+        must be valid (select valid rows first)."""
         if not self.valid.all():
             raise ValueError(f"cannot batch invalid rows: {', '.join(map(str, self.invalid[:3]))}")
-        return collate_graphs(self.graphs, operators)
+        return collate_graphs(self.graphs, operators, neighbour_width)
+
+    @classmethod
+    def concat(cls, parts: Sequence["FeaturizedMolecules"]) -> "FeaturizedMolecules":
+        """The rows of ``parts``, one after the other (they must share a features generator)."""
+        if len(parts) == 1:
+            return parts[0]
+        generators = {part.features_generator for part in parts}
+        if len(generators) != 1:
+            raise ValueError(f"cannot concatenate molecules featurised with different generators: {generators}")
+        arrays = [part.to_arrays() for part in parts]
+        merged = {name: np.concatenate([a[name] for a in arrays]) for name in arrays[0] if name != "features_generator"}
+        return cls.from_arrays({**merged, "features_generator": arrays[0]["features_generator"]})
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat numpy arrays (no object dtype): per-row columns plus the concatenated graph arrays."""

@@ -15,11 +15,14 @@ number lives here:
   work was spread.
 * :class:`Embedder` gives the mean readouts of the encoder's embedding families (upstream's fingerprints and
   ``extract_embeddings``) and, for cMIM/hybrid checkpoints, the projected latent mean.
-* Both feed the device through :func:`run_batches` (:mod:`kermt.inference.batches`): each batch collated with the
-  model's neighbour-sum operators by a background thread, batch k + 1 launched before batch k is read back.
+* :func:`kermt.inference.shared.predict_blocks` predicts several blocks (a service's requests) in shared
+  forwards, each block still getting the numbers of the batch rule applied to it alone.
+* Ensembles and embedders feed the device through :func:`run_batches` (:mod:`kermt.inference.batches`): each
+  batch collated with the model's neighbour-sum operators by a background thread, batch k + 1 launched before
+  batch k is read back.
 """
 
-from kermt.inference.batches import InferenceBatch, batch_starts, run_batches, valid_batches
+from kermt.inference.batches import InferenceBatch, atom_budget_starts, batch_starts, run_batches, valid_batches
 from kermt.inference.embed import FAMILIES, Embedder
 from kermt.inference.ensemble import Ensemble, EnsemblePrediction
 from kermt.inference.features import FeatureMismatchError, FeaturePlan, describe_expected, plan_features, scale_features
@@ -27,6 +30,6 @@ from kermt.inference.members import find_checkpoints, read_members, task_names
 
 __all__ = [
     "FAMILIES", "Embedder", "Ensemble", "EnsemblePrediction", "FeatureMismatchError", "FeaturePlan", "InferenceBatch",
-    "batch_starts", "describe_expected", "find_checkpoints", "plan_features", "read_members", "run_batches",
+    "atom_budget_starts", "batch_starts", "describe_expected", "find_checkpoints", "plan_features", "read_members", "run_batches",
     "scale_features", "task_names", "valid_batches",
 ]

@@ -32,11 +32,32 @@ def batch_starts(n_rows: int, batch_size: int) -> range:
     return range(0, n_rows, batch_size)
 
 
-def valid_batches(molecules: FeaturizedMolecules, batch_size: int) -> Iterator[tuple[np.ndarray, FeaturizedMolecules]]:
-    """(rows, their molecules) for the valid rows of every batch of consecutive rows that has any."""
+def atom_budget_starts(atom_counts: np.ndarray, batch_size: int, max_atoms: int) -> list[int]:
+    """Starts of batches of consecutive rows holding at most ``batch_size`` rows and ``max_atoms`` atoms (a row
+    with more atoms than that is a batch of its own). For blocks whose numbers do not depend on how they are cut:
+    molecules of a batch-independent model, or ones collated at a fixed neighbour width."""
+    if max_atoms < 1:
+        raise ValueError(f"max_atoms must be >= 1, got {max_atoms}")
+    starts, rows, atoms = [], batch_size, 0
+    for row, count in enumerate(np.asarray(atom_counts, dtype=np.int64).tolist()):
+        if rows == batch_size or (atoms + count > max_atoms and rows):
+            starts.append(row)
+            rows, atoms = 0, 0
+        rows, atoms = rows + 1, atoms + count
+    return starts
+
+
+def valid_batches(molecules: FeaturizedMolecules, batch_size: int,
+                  max_atoms: int | None = None) -> Iterator[tuple[np.ndarray, FeaturizedMolecules]]:
+    """(rows, their molecules) for the valid rows of every batch of consecutive rows that has any: batches of
+    ``batch_size`` rows (the batch rule), or with ``max_atoms`` also at most that many atoms
+    (:func:`atom_budget_starts`)."""
     valid = molecules.valid
-    for start in batch_starts(len(molecules), batch_size):
-        rows = start + np.flatnonzero(valid[start : start + batch_size])
+    n = len(molecules)
+    starts = (list(batch_starts(n, batch_size)) if max_atoms is None
+              else atom_budget_starts(molecules.graphs.atom_counts, batch_size, max_atoms))
+    for start, stop in zip(starts, starts[1:] + [n]):
+        rows = start + np.flatnonzero(valid[start:stop])
         if len(rows):
             yield rows, molecules.select(rows)
 
@@ -53,9 +74,10 @@ class InferenceBatch:
 
     @classmethod
     def of(cls, rows: np.ndarray, molecules: FeaturizedMolecules, operators: OperatorSpec | None,
-           inputs: Inputs) -> "InferenceBatch":
-        """``molecules`` (every one valid; at block rows ``rows``) collated with ``operators``, on the host."""
-        return cls(rows, molecules.batch_graph(operators), inputs(molecules))
+           inputs: Inputs, neighbour_width: int = 1) -> "InferenceBatch":
+        """``molecules`` (every one valid; at block rows ``rows``) collated with ``operators`` and neighbour tables
+        at least ``neighbour_width`` wide, on the host."""
+        return cls(rows, molecules.batch_graph(operators, neighbour_width), inputs(molecules))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "InferenceBatch":
         return self._moved(device, non_blocking)
@@ -70,18 +92,20 @@ class InferenceBatch:
 
 def run_batches(molecules: FeaturizedMolecules, batch_size: int, operators: OperatorSpec | None,
                 inputs: Inputs, device: torch.device, forward: Callable[[InferenceBatch], Launched],
-                read: Callable[[Launched], Read]) -> list[tuple[np.ndarray, Read]]:
+                read: Callable[[Launched], Read], *, neighbour_width: int = 1,
+                max_atoms: int | None = None) -> list[tuple[np.ndarray, Read]]:
     """[(rows, read(forward(batch)))] for every batch of ``molecules`` with valid rows (see the module docstring).
 
     ``forward`` runs on the batch on ``device`` and returns what it launched there (tensors still on the device);
     ``read`` brings that to the host. ``inputs`` runs in the background thread, with the collate.
+    ``neighbour_width`` / ``max_atoms``: see :meth:`InferenceBatch.of` and :func:`valid_batches`.
     """
     def build() -> Iterator[InferenceBatch]:
-        for rows, part in valid_batches(molecules, batch_size):
-            yield InferenceBatch.of(rows, part, operators, inputs)
+        for rows, part in valid_batches(molecules, batch_size, max_atoms):
+            yield InferenceBatch.of(rows, part, operators, inputs, neighbour_width)
 
     launched = ((batch.rows, forward(batch)) for batch in prefetch(build(), device))
     return list(read_behind(launched, lambda pair: (pair[0], read(pair[1]))))
 
 
-__all__ = ["InferenceBatch", "batch_starts", "run_batches", "valid_batches"]
+__all__ = ["InferenceBatch", "atom_budget_starts", "batch_starts", "run_batches", "valid_batches"]

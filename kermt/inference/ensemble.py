@@ -113,13 +113,19 @@ class Ensemble:
         keys = molecule_keys(molecules.smiles) if self.dropout_samples else None
         return self._read(self._launch(batch.to(self.device), keys))[0]
 
-    def predict(self, molecules: FeaturizedMolecules, batch_size: int) -> EnsemblePrediction:
-        """Predict a block whose first row starts a batch (see the module docstring for the batch rule)."""
+    def predict(self, molecules: FeaturizedMolecules, batch_size: int, *, neighbour_width: int = 1,
+                max_atoms: int | None = None) -> EnsemblePrediction:
+        """Predict a block whose first row starts a batch (see the module docstring for the batch rule).
+
+        ``neighbour_width``: collate every batch's neighbour tables at least that wide; ``max_atoms``: also cut a
+        batch before it exceeds that many atoms. Both are for :func:`kermt.inference.shared.predict_blocks`,
+        which fixes the width that decides upstream-padded numbers, so that the cut no longer matters."""
         n, t = len(molecules), len(self.task_names)
         mean, std = np.full((n, t), np.nan), np.full((n, t), np.nan)
         keys = molecule_keys(molecules.smiles) if self.dropout_samples else None
         batches = run_batches(molecules, batch_size, self.operators, self._member_features, self.device,
-                              lambda batch: self._launch(batch, keys), self._read)
+                              lambda batch: self._launch(batch, keys), self._read,
+                              neighbour_width=neighbour_width, max_atoms=max_atoms)
         for rows, (members, variances) in batches:
             total = np.zeros_like(members[0])
             for values in members:  # upstream's order of summation
