@@ -46,7 +46,7 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
     bearer key's digest when the API needs one)."""
     handles = {
         m.name: ModelReplica.options(name=deployment_name(m.name), **_replica_options(config)).bind(
-            m, config.batch_size, config.max_batch_size, config.batch_wait_timeout_s,
+            m, config.batch_size, config.max_batch_size, config.batch_wait_timeout_s, config.max_batch_atoms,
             "cuda" if config.use_gpu else "cpu")
         for m in models
     }

@@ -39,8 +39,9 @@ class ServedModel:
 
     @property
     def batch_independent(self) -> bool:
-        """True when a molecule's prediction does not depend on its batch mates (``zero`` padding): only then may
-        one forward mix molecules of different requests (docs/numerics.md#padding-modes)."""
+        """True when a molecule's prediction does not depend on its batch mates (``zero`` padding): then any
+        requests' molecules share forwards; with upstream padding only those whose batches have the same neighbour
+        width (:mod:`kermt.inference.shared`, docs/numerics.md#padding-modes)."""
         return self.info.padding == "zero"
 
 

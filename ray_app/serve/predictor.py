@@ -1,19 +1,18 @@
 """Model replicas: the ensemble loaded once per replica, requests batched across clients with ``@serve.batch``.
 
-A batch is the requests that arrived within ``batch_wait_timeout_s`` (at most ``max_batch_size`` of them). How
-their molecules share forwards follows the batch rule of `kermt predict` (:mod:`kermt.inference`), so a client's
-numbers never depend on what other clients sent:
+A request is featurised (RDKit) as soon as it reaches the replica, in a worker thread, while the previous batch's
+forwards run (torch releases the GIL, RDKit holds it: the two overlap); ``@serve.batch`` then hands the featurised
+requests that arrived within ``batch_wait_timeout_s`` (at most ``max_batch_size``) to one call. Their molecules
+share forwards of up to ``batch_size`` molecules and ``max_batch_atoms`` atoms (:func:`kermt.inference.shared.
+predict_blocks`), and still each request gets `kermt predict`'s numbers for a file of its own SMILES with the same
+``--batch_size``: with upstream padding a molecule only shares a forward with molecules whose batches in their own
+requests have the same neighbour width, and that forward is collated at that width. A client's numbers never
+depend on what other clients sent. An invalid SMILES is its own entry with RDKit's reason, never an error.
 
-* ``zero`` padding (each molecule independent of its batch mates): all molecules of the batch go through one
-  ``Ensemble.predict`` in forwards of ``batch_size`` molecules;
-* ``upstream`` padding (a molecule's output depends on its batch's largest atom degree,
-  docs/numerics.md#batch-composition): each request is its own block, cut into forwards of ``batch_size``
-  consecutive molecules, exactly as `kermt predict --batch_size B` cuts a file holding that request's SMILES.
-
-Featurisation (RDKit) runs in the replica; an invalid SMILES is its own entry with RDKit's reason, never an error.
 ``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted once, in the replica's constructor
 (:class:`ray_app.screening.domain.DomainColumns`, the code of `kermt predict --applicability_domain`);
-``"embed": true`` adds ``embedding``, member 0's readout (:mod:`ray_app.serve.embedding`).
+``"embed": true`` adds ``embedding``, member 0's readout (:mod:`ray_app.serve.embedding`). Both are computed per
+request that asks (their forwards are not shared).
 """
 
 from __future__ import annotations
@@ -24,8 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 from ray import serve
 
-from kermt.data.featurize import featurize_smiles
+from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.inference import Ensemble
+from kermt.inference.shared import predict_blocks
 from kermt.uncertainty import Calibration, intervals
 # <task>_std, <task>_lower/_upper: as `kermt predict --uncertainty --interval` names them
 from ray_app.screening.domain import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, DomainColumns
@@ -56,13 +56,13 @@ def _requested_columns(job: PredictJob) -> tuple[str, ...]:
     return (DISTANCE_COLUMN, IN_DOMAIN_COLUMN) * job.domain + (EMBEDDING_COLUMN,) * job.embed
 
 
-def _block_extras(block: Sequence[PredictJob], molecules, batch_size: int, domain: DomainColumns | None,
-                  embedding: MemberEmbedding | None) -> dict[str, list]:
-    """Per-row extras of a block's molecules, computed only when one of its jobs asked for them."""
+def _job_extras(job: PredictJob, molecules: FeaturizedMolecules, batch_size: int, domain: DomainColumns | None,
+                embedding: MemberEmbedding | None) -> dict[str, list]:
+    """Per-row extras of one request's molecules, computed only when it asked for them."""
     extras: dict[str, list] = {}
-    if domain is not None and any(job.domain for job in block):
+    if domain is not None and job.domain:
         extras.update({name: column.to_pylist() for name, column in domain(molecules, batch_size).items()})
-    if embedding is not None and any(job.embed for job in block):
+    if embedding is not None and job.embed:
         extras.update(embedding(molecules, batch_size))
     return extras
 
@@ -85,27 +85,33 @@ def _entries(ensemble: Ensemble, job: PredictJob, reasons: Sequence[str | None],
     return out
 
 
-def predict_jobs(ensemble: Ensemble, features_generator: Sequence[str], jobs: Sequence[PredictJob],
-                 batch_size: int, merge: bool,
-                 calibrations: dict[str, Calibration] | None = None,
-                 domain: DomainColumns | None = None,
-                 embedding: MemberEmbedding | None = None) -> list[list[dict]]:
-    """Every job's entries, in input order. ``merge``: one block for all jobs (batch-independent models only)."""
-    blocks = [list(jobs)] if merge else [[job] for job in jobs]
-    results: list[list[dict]] = []
-    for block in blocks:
-        smiles = [s for job in block for s in job.smiles]
-        molecules = featurize_smiles(smiles, features_generator)
-        prediction = ensemble.predict(molecules, batch_size)
-        extras = _block_extras(block, molecules, batch_size, domain, embedding)
-        start = 0
-        for job in block:
-            rows = slice(start, start + len(job.smiles))
-            results.append(_entries(ensemble, job, molecules.reasons[rows], prediction.mean[rows],
-                                    prediction.std[rows], calibrations,
-                                    {name: values[rows] for name, values in extras.items()}))
-            start = rows.stop
-    return results
+class Predictor:
+    """What a replica computes, without Serve (tests call it directly): a served model's ensemble and extras."""
+
+    def __init__(self, model: ServedModel, batch_size: int, max_batch_atoms: int | None = None,
+                 device: str = "cpu"):
+        self.ensemble = Ensemble(model.members, device)
+        self.features_generator, self.calibrations = model.features_generator, model.calibrations
+        self.batch_size, self.max_batch_atoms = batch_size, max_batch_atoms
+        self.batch_independent = model.batch_independent
+        # the k-NN index is fitted here, once per replica (member 0's embedding, as kermt predict's actors)
+        self.domain = (DomainColumns(model.domain, self.ensemble.models[0], self.ensemble.device)
+                       if model.domain is not None else None)
+        self.embedding = MemberEmbedding(model.members[0], device)  # its encoder loaded on the first "embed"
+
+    def featurize(self, job: PredictJob) -> FeaturizedMolecules:
+        return featurize_smiles(job.smiles, self.features_generator)
+
+    def predict(self, jobs: Sequence[PredictJob], blocks: Sequence[FeaturizedMolecules]) -> list[list[dict]]:
+        """Every job's entries, in input order; ``blocks``: each job's featurised molecules."""
+        predictions = predict_blocks(self.ensemble, blocks, self.batch_size, self.batch_independent,
+                                     self.max_batch_atoms)
+        return [_entries(self.ensemble, job, molecules.reasons, prediction.mean, prediction.std, self.calibrations,
+                         _job_extras(job, molecules, self.batch_size, self.domain, self.embedding))
+                for job, molecules, prediction in zip(jobs, blocks, predictions)]
+
+    def predict_smiles(self, jobs: Sequence[PredictJob]) -> list[list[dict]]:
+        return self.predict(jobs, [self.featurize(job) for job in jobs])
 
 
 @serve.deployment
@@ -113,23 +119,21 @@ class ModelReplica:
     """One replica of one served model."""
 
     def __init__(self, model: ServedModel, batch_size: int, max_batch_size: int, batch_wait_timeout_s: float,
-                 device: str = "cpu"):
-        self.ensemble = Ensemble(model.members, device)
-        self.features_generator, self.calibrations = model.features_generator, model.calibrations
-        self.batch_size, self.merge = batch_size, model.batch_independent
-        # the k-NN index is fitted here, once per replica (member 0's embedding, as kermt predict's actors)
-        self.domain = (DomainColumns(model.domain, self.ensemble.models[0], self.ensemble.device)
-                       if model.domain is not None else None)
-        self.embedding = MemberEmbedding(model.members[0], device)  # its encoder loaded on the first "embed"
-        self.predict.set_max_batch_size(max_batch_size)
-        self.predict.set_batch_wait_timeout_s(batch_wait_timeout_s)
+                 max_batch_atoms: int | None = None, device: str = "cpu"):
+        self.predictor = Predictor(model, batch_size, max_batch_atoms, device)
+        self._predict_batch.set_max_batch_size(max_batch_size)
+        self._predict_batch.set_batch_wait_timeout_s(batch_wait_timeout_s)
+
+    async def predict(self, job: PredictJob) -> list[dict]:
+        # featurised on arrival, in a thread: it overlaps the batch whose forwards run now
+        molecules = await asyncio.to_thread(self.predictor.featurize, job)
+        return await self._predict_batch((job, molecules))
 
     @serve.batch
-    async def predict(self, jobs: list[PredictJob]) -> list[list[dict]]:
-        # the forward runs in a thread, so the replica's event loop keeps queueing the next batch's requests
-        return await asyncio.to_thread(predict_jobs, self.ensemble, self.features_generator, jobs,
-                                       self.batch_size, self.merge, self.calibrations, self.domain,
-                                       self.embedding)
+    async def _predict_batch(self, requests: list[tuple[PredictJob, FeaturizedMolecules]]) -> list[list[dict]]:
+        # the forwards run in a thread, so the replica's event loop keeps featurising and queueing requests
+        jobs, blocks = zip(*requests)
+        return await asyncio.to_thread(self.predictor.predict, jobs, blocks)
 
 
-__all__ = ["ModelReplica", "predict_jobs"]
+__all__ = ["ModelReplica", "Predictor"]

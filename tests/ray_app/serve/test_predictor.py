@@ -1,4 +1,5 @@
-"""How a replica batch of requests becomes forwards (no Ray): a request's numbers never depend on the others'."""
+"""How a replica batch of requests becomes forwards (no Ray): the requests' molecules share forwards, and still
+each request gets the numbers `kermt predict` gives a file of its own SMILES."""
 
 from __future__ import annotations
 
@@ -7,44 +8,50 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kermt.inference import Ensemble, read_members
-from ray_app.serve.predictor import predict_jobs
+from kermt.data.featurize import featurize_smiles
+from ray_app.serve.models import load_served_model
+from ray_app.serve.predictor import Predictor
 from ray_app.serve.schemas import PredictJob
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import SMILES
 
-# small molecules next to a larger one with a high-degree atom: with upstream padding, sharing a forward with it
+# small molecules next to ones with high-degree atoms: with upstream padding, sharing a forward with them naively
 # would change the small ones' numbers
-JOBS = [PredictJob(tuple(SMILES[:3])), PredictJob(("CC(C)(C)C(F)(F)F", "not_a_smiles"), uncertainty=True),
-        PredictJob(tuple(SMILES[3:8]))]
+JOBS = [PredictJob(tuple(SMILES[:3])), PredictJob(("CC(C)(C)C(F)(F)F", "not_a_smiles", "C"), uncertainty=True),
+        PredictJob(tuple(SMILES[3:12])), PredictJob(("O=S(=O)(O)c1ccccc1", *SMILES[12:15]))]
+BATCH_SIZE = 2  # each request is cut into several batches of the batch rule, of different widths
 
 
-def _ensemble(padding: str) -> Ensemble:
-    members = read_members([FIXTURE_DIR / "ckpt_ft_cls.pt"])
-    spec = members[0].spec
-    encoder = dataclasses.replace(spec.encoder, padding=padding)
-    return Ensemble([dataclasses.replace(members[0], spec=dataclasses.replace(spec, encoder=encoder))])
+def _model(padding: str):
+    served = load_served_model("m", FIXTURE_DIR / "ckpt_ft_cls.pt", default=True, trust_checkpoint=False)
+    member = served.members[0]
+    spec = dataclasses.replace(member.spec, encoder=dataclasses.replace(member.spec.encoder, padding=padding))
+    return dataclasses.replace(served, members=[dataclasses.replace(member, spec=spec)],
+                               info=served.info.model_copy(update={"padding": padding}))
 
 
 def _values(entries: list[dict], task: str = "c1") -> np.ndarray:
     return np.array([np.nan if e[task] is None else e[task] for e in entries], dtype=float)
 
 
-@pytest.mark.parametrize("padding, merge", [("upstream", False), ("zero", True)])
-def test_each_request_gets_the_numbers_it_gets_alone(padding, merge):
-    ensemble = _ensemble(padding)
-    together = predict_jobs(ensemble, (), JOBS, batch_size=32, merge=merge)
+@pytest.mark.parametrize("padding", ["upstream", "zero"])
+@pytest.mark.parametrize("max_batch_atoms", [None, 40])
+def test_each_request_gets_kermt_predicts_numbers_for_its_own_file(padding, max_batch_atoms):
+    predictor = Predictor(_model(padding), BATCH_SIZE, max_batch_atoms)
+    together = predictor.predict_smiles(JOBS)
     for job, entries in zip(JOBS, together):
-        alone = predict_jobs(ensemble, (), [job], batch_size=32, merge=False)[0]
+        # what kermt predict --batch_size 2 computes for a file holding this request's SMILES
+        alone = predictor.ensemble.predict(featurize_smiles(job.smiles), BATCH_SIZE).mean[:, 0]
         assert [e["smiles"] for e in entries] == list(job.smiles)
-        np.testing.assert_allclose(_values(entries), _values(alone), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(_values(entries), alone, rtol=0, atol=1e-6)
     assert together[1][1]["valid"] is False and together[1][1]["c1"] is None
     assert "c1_std" in together[1][0] and "c1_std" not in together[0][0]
 
 
-def test_upstream_padding_would_not_allow_merging():
-    """Why upstream-padding models are never merged: the same molecules, one forward with the others, differ."""
-    ensemble = _ensemble("upstream")
-    merged = predict_jobs(ensemble, (), JOBS, batch_size=32, merge=True)
-    alone = predict_jobs(ensemble, (), JOBS, batch_size=32, merge=False)
-    assert max(np.nanmax(np.abs(_values(a) - _values(b))) for a, b in zip(merged, alone)) > 1e-6
+def test_upstream_padding_forbids_naive_sharing():
+    """Why the shared forwards group molecules by width: the same molecules in plain shared forwards differ."""
+    predictor = Predictor(_model("upstream"), BATCH_SIZE)
+    merged = featurize_smiles([s for job in JOBS for s in job.smiles])
+    naive = predictor.ensemble.predict(merged, 32).mean[:, 0]
+    shared = np.concatenate([_values(entries) for entries in predictor.predict_smiles(JOBS)])
+    assert np.nanmax(np.abs(naive - shared)) > 1e-4
