@@ -1,38 +1,114 @@
-"""`kermt predict / eval --interval LEVEL`: the ensemble's calibration, found and checked before Ray starts."""
+"""`kermt predict / eval --interval LEVEL`: the model's calibration, found and checked before Ray starts.
+
+Regression: each task's conformal calibration (``<task>_lower`` / ``<task>_upper``). Classification: each task's
+Platt/isotonic calibration (``<task>_calibrated``; with ``--interval`` the prediction set ``<task>_set``). From the
+run's fold files, or, with ``--calibration_path``, fitted on the user's labelled file once Ray is up
+(ray_app.screening.file_calibration); here only that file's columns are checked.
+"""
 
 from __future__ import annotations
 
 from kermt.checkpoint import Checkpoint
 from kermt.errors import UserError
 from kermt.inference import task_names
-from kermt.run_layout import CALIBRATION_FILE
-from kermt.uncertainty import Calibration
-from kermt.uncertainty.run_calibration import HOW_TO_CALIBRATE, calibration_files, run_calibration
+from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
+from kermt.uncertainty import Calibration, ClassCalibration
+from kermt.uncertainty.run_calibration import (HOW_TO_CALIBRATE, calibration_files, run_calibration,
+                                               run_class_calibration)
 from ray_app.screening.config import ModelScreeningConfig, log
+from ray_app.screening.files import column_names
+
+HOW_TO_RECALIBRATE = ("--calibration_path FILE calibrates it on labelled molecules it did not train on (a SMILES "
+                      "column and one label column per task)")
 
 
 def plan_intervals(config: ModelScreeningConfig, members: list[Checkpoint]) -> dict[str, Calibration] | None:
-    """Each task's calibration when ``--interval`` is given (an error if the model has none), else None."""
+    """Each regression task's calibration when ``--interval`` is given (an error if the model has none), else None
+    (also for a classification model: :func:`plan_class_calibration`, and with ``--calibration_path``)."""
+    if members[0].spec.head.dataset_type != "regression":
+        return None
+    if config.calibration_path is not None:
+        if config.interval is None:
+            raise UserError(f"--calibration_path {config.calibration_path}: a regression model's calibration "
+                            "gives intervals; add --interval LEVEL (e.g. 0.9)")
+        return None
     if config.interval is None:
         if config.uncertainty and (config.checkpoint_path or calibration_files(config.checkpoint_dir) is None):
             log("note: this model has no calibration: <task>_std is the members' raw spread, not a calibrated "
                 "uncertainty")
         return None
     level = config.interval
-    if members[0].spec.head.dataset_type != "regression":
-        raise UserError(f"--interval {level}: intervals are for regression models; this one is "
-                        f"{members[0].spec.head.dataset_type} (calibrated probabilities are not implemented yet)")
     if config.checkpoint_dir is None:
         raise UserError(f"--interval {level} needs the calibrated ensemble: pass --checkpoint_dir with the "
                         f"--save_dir of a `kermt finetune` run (its folds hold {CALIBRATION_FILE}), not "
-                        "--checkpoint_path of one member")
+                        "--checkpoint_path of one member; or calibrate this model with --calibration_path FILE")
     calibrations = run_calibration(config.checkpoint_dir, task_names(members[0].spec))
     if calibrations is None:
         raise UserError(f"--interval {level}: --checkpoint_dir {config.checkpoint_dir} has no calibration (no "
                         f"{CALIBRATION_FILE} in it or in each fold_k/): it was trained before calibration existed "
-                        f"or its validation split was too small; {HOW_TO_CALIBRATE}")
+                        f"or its validation split was too small; {HOW_TO_CALIBRATE}, or {HOW_TO_RECALIBRATE}")
     for calibration in calibrations.values():
         calibration.quantile(level)  # a level the calibration set is too small for fails here, not in an actor
     first = next(iter(calibrations.values()))
     log(f"{level:.0%} intervals: {first.method} conformal, calibrated on {first.n} validation molecule(s) per task")
     return calibrations
+
+
+def plan_class_calibration(config: ModelScreeningConfig,
+                           members: list[Checkpoint]) -> dict[str, ClassCalibration] | None:
+    """A classification model's calibration from its run (folds pooled); None without one (a note, or with
+    ``--interval`` an error that says how to calibrate), for a regression model and with ``--calibration_path``."""
+    dataset_type = members[0].spec.head.dataset_type
+    if dataset_type != "classification":
+        if config.checkpoint_dir and calibration_files(config.checkpoint_dir, CLASS_CALIBRATION_FILE) is not None:
+            raise UserError(f"--checkpoint_dir {config.checkpoint_dir} holds {CLASS_CALIBRATION_FILE}, but the model "
+                            f"is {dataset_type}: remove that file")
+        return None
+    if config.calibration_path is not None:
+        return None
+    tasks = task_names(members[0].spec)
+    calibrations = run_class_calibration(config.checkpoint_dir, tasks) if config.checkpoint_dir else None
+    if calibrations is None:
+        if config.interval is not None:
+            raise UserError(f"--interval {config.interval}: this classification model has no calibration (no "
+                            f"{CLASS_CALIBRATION_FILE} in --checkpoint_dir or in each fold_k/), so no prediction "
+                            f"sets; {HOW_TO_RECALIBRATE}, or train it again with this kermt (`kermt finetune` "
+                            "calibrates on the validation split)")
+        log("note: this model has no classification calibration: <task> is the raw probability and there is no "
+            f"<task>_calibrated; {HOW_TO_RECALIBRATE}")
+        return None
+    log_class_calibration(calibrations, config.interval, f"{next(iter(calibrations.values())).n} molecule(s) per task")
+    return calibrations
+
+
+def log_class_calibration(calibrations: dict[str, ClassCalibration], level: float | None, what: str) -> None:
+    """Check ``level`` against each calibration's size (a UserError naming the task) and say what was calibrated."""
+    method = next(iter(calibrations.values())).method
+    if level is None:
+        log(f"{method}-calibrated probabilities (<task>_calibrated), calibrated on {what}")
+        return
+    for calibration in calibrations.values():
+        calibration.quantile(level)
+    log(f"{level:.0%} prediction sets and {method}-calibrated probabilities, calibrated on {what}")
+
+
+def check_calibration_file(config: ModelScreeningConfig, tasks: tuple[str, ...]) -> str | None:
+    """``--calibration_path``'s SMILES column (``--smiles_column``, else its first), once its columns are known to
+    hold every task; None without the flag."""
+    path = config.calibration_path
+    if path is None:
+        return None
+    if config.features_path:
+        raise UserError(f"--calibration_path {path} with --features_path: the feature files hold --data_path's "
+                        "rows, not the calibration file's; use a model with a features_generator, or calibrate "
+                        "without --features_path")
+    try:
+        names = column_names(path)
+    except UserError as error:
+        raise UserError(str(error).replace(f"data_path {path}", f"--calibration_path {path}", 1)) from error
+    smiles = config.smiles_column or names[0]
+    missing = [name for name in (smiles, *tasks) if name not in names]
+    if missing:
+        raise UserError(f"--calibration_path {path} has no column {missing[0]!r} (columns: {', '.join(names)}); it "
+                        f"needs the SMILES column and one label column per task of the model ({', '.join(tasks)})")
+    return smiles

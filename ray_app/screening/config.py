@@ -74,9 +74,14 @@ class ModelScreeningConfig(FeatureFlags, ScreeningConfig):
     dropout_samples: int = Field(0, ge=0, description="MC dropout: average N forward passes of each member with its "
                                  "dropout layers on (masks seeded per molecule: the same numbers every time); their "
                                  "spread joins <task>_std. Needs a model trained with --dropout > 0")
-    interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper: conformal "
-                                      "intervals at this level (e.g. 0.9) from the run's calibration "
+    interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper (regression) "
+                                      "or <task>_set (classification): conformal intervals / prediction sets at "
+                                      "this level (e.g. 0.9) from the run's calibration or --calibration_path "
                                       "(docs/uncertainty.md)")
+    calibration_path: Optional[str] = Field(None, description="recalibrate on your own labelled molecules: a CSV/"
+                                            "Parquet with a SMILES column (--smiles_column, else the first) and a "
+                                            "label column per task; its predictions replace the run's calibration "
+                                            "for --interval and <task>_calibrated")
     applicability_domain: bool = Field(False, description="add domain_distance (mean distance to the 5 nearest "
                                        "training molecules in the model's embedding) and in_domain (as close as "
                                        "95 percent of the validation molecules were), from the run's "

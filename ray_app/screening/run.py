@@ -21,14 +21,14 @@ from kermt.inference import (Embedder, FeaturePlan, find_checkpoints, plan_featu
                              read_members, task_names)
 from kermt.inference.mc_dropout import check_dropout
 from kermt.inputs import check_checkpoint_file
-from kermt.uncertainty import Calibration
+from kermt.uncertainty import Calibration, ClassCalibration
 from kermt.uncertainty.domain import DomainIndex
 from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScreeningConfig, PredictConfig,
                                       ScreeningConfig, elapsed_line, log)
-from ray_app.screening.calibration import plan_intervals
+from ray_app.screening.calibration import check_calibration_file, plan_class_calibration, plan_intervals
 from ray_app.screening.domain import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, plan_domain
-from ray_app.screening.stream import (LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX, EmbedStage, InputSpec, PredictStage,
-                                      StreamStats, build_stream, drain)
+from ray_app.screening.stream import (CALIBRATED_SUFFIX, LOWER_SUFFIX, SET_SUFFIX, STD_SUFFIX, UPPER_SUFFIX,
+                                      EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain)
 from ray_app.common.progress import Progress
 from ray_app.screening.files import (
     ArraySpool,
@@ -77,13 +77,23 @@ def _other_columns(path: str, names: list[str], smiles: str, output_columns: set
     return tuple(n for n in names if n != smiles and n not in output_columns and n not in untextual)
 
 
-def _prediction_columns(tasks: tuple[str, ...] | list[str], uncertainty: bool, interval: bool = False,
+def _prediction_columns(tasks: tuple[str, ...] | list[str], uncertainty: bool, suffixes: tuple[str, ...] = (),
                         domain: bool = False) -> set[str]:
-    """The columns a prediction file names itself (besides its SMILES column, which takes the input's name)."""
-    bounds = [t + suffix for t in tasks for suffix in (LOWER_SUFFIX, UPPER_SUFFIX)] if interval else []
+    """The columns a prediction file names itself (besides its SMILES column, which takes the input's name);
+    ``suffixes``: those of its calibrated columns (:func:`_calibrated_suffixes`)."""
+    calibrated = [t + suffix for t in tasks for suffix in suffixes]
     domain_columns = [DISTANCE_COLUMN, IN_DOMAIN_COLUMN] if domain else []
-    return {"smiles", *tasks, *(t + STD_SUFFIX for t in tasks if uncertainty), *bounds, *domain_columns, "valid",
+    return {"smiles", *tasks, *(t + STD_SUFFIX for t in tasks if uncertainty), *calibrated, *domain_columns, "valid",
             "error"}
+
+
+def _calibrated_suffixes(config: ModelScreeningConfig, regression: bool, calibrated: bool) -> tuple[str, ...]:
+    """The suffixes of the columns a calibration adds (``calibrated``: the run has one or --calibration_path)."""
+    if not calibrated:
+        return ()
+    if regression:
+        return (LOWER_SUFFIX, UPPER_SUFFIX)
+    return (CALIBRATED_SUFFIX, SET_SUFFIX) if config.interval is not None else (CALIBRATED_SUFFIX,)
 
 
 def _connect(config: ScreeningConfig) -> int:
@@ -164,6 +174,8 @@ class PredictPlan:
     source: Source
     calibrations: dict[str, Calibration] | None = None  # --interval: each task's calibration
     domain: DomainIndex | None = None  # --applicability_domain: fold 0's index
+    class_calibrations: dict[str, ClassCalibration] | None = None  # classification: each task's calibration
+    calibration_smiles: str | None = None  # --calibration_path: its SMILES column (the fit waits for Ray)
 
 
 def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False) -> PredictPlan:
@@ -172,27 +184,31 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
     with user_input():
         members = _members(config)
         check_dropout([m.spec for m in members], config.dropout_samples)
-        if config.dropout_samples and config.interval is not None:
+        if config.dropout_samples and config.interval is not None and config.calibration_path is None:
             raise UserError(f"--dropout_samples {config.dropout_samples} with --interval {config.interval}: the "
                             "calibration was fitted on the std without MC dropout, so its intervals would not hold; "
                             "drop one of the two flags")
         if config.uncertainty and len(members) == 1 and not (members[0].spec.head.variance or config.dropout_samples):
             log("warning: --uncertainty with one model writes <task>_std = 0: a spread needs an ensemble of two or "
                 "more members (--checkpoint_dir), a model trained with --loss mve, or --dropout_samples N")
+        classes = plan_class_calibration(config, members)  # first: it refuses a class file beside regression
         calibrations = plan_intervals(config, members)
+        names = task_names(members[0].spec)
+        calibration_smiles = check_calibration_file(config, names)
         domain = plan_domain(config, members)
         plan, file_features = _feature_plan(config, [m.spec for m in members])
         scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
         if config.no_features_scaling and scaled:
             raise UserError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
                             "(its scaler is applied); drop the flag")
-        names = task_names(members[0].spec)
-        source = _source(config, _prediction_columns(names, config.uncertainty, calibrations is not None,
-                                                     domain is not None) if carry_other_columns else None)
+        suffixes = _calibrated_suffixes(config, members[0].spec.head.dataset_type == "regression",
+                                        bool(calibrations or classes or calibration_smiles))
+        source = _source(config, _prediction_columns(names, config.uncertainty, suffixes, domain is not None)
+                         if carry_other_columns else None)
         clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
         if clash:
             raise UserError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
-    return PredictPlan(members, plan, file_features, source, calibrations, domain)
+    return PredictPlan(members, plan, file_features, source, calibrations, domain, classes, calibration_smiles)
 
 
 def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
@@ -202,14 +218,18 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
                      label_columns=label_columns)
     return _stream(config, spec, PredictStage, {"members": checked.members, "uncertainty": config.uncertainty,
                                                 "calibrations": checked.calibrations, "interval": config.interval,
-                                                "domain": checked.domain, "dropout_samples": config.dropout_samples},
+                                                "domain": checked.domain, "dropout_samples": config.dropout_samples,
+                                                "class_calibrations": checked.class_calibrations},
                    checked.file_features)
 
 
 def run_predict(config: PredictConfig) -> int:
     started = time.perf_counter()
+    from ray_app.screening.file_calibration import calibrated_on_file  # it streams with predict_stream (below)
+
     checked = plan_predict(config, carry_other_columns=not config.drop_extra_columns)
     writer = TableWriter(config.output_path)
+    checked = calibrated_on_file(config, checked)
     ds = predict_stream(config, checked)
 
     def write(block: pa.Table) -> None:

@@ -6,7 +6,8 @@ reported here): per task on its labelled rows, then the task mean (NaN tasks ski
 Outputs: upstream's ``test_result.csv`` layout at ``--output_path`` (SMILES, ensemble-mean predictions, targets) and
 the lines ``test {metric} = X`` (per task with ``--show_individual_scores``) and ``overall_test_{metric}=X``.
 A calibrated model's interval metrics, and a classification model's ECE and Brier (with a
-``classification_calibration.json`` also calibrated, with prediction sets), go to ``<stem>_uncertainty.json``.
+``classification_calibration.json`` also calibrated, with prediction sets), go to ``<stem>_uncertainty.json``;
+with ``--calibration_path`` the calibration is first fitted on that file (ray_app.screening.file_calibration).
 
 Memory: the model stage streams; the metrics (AUC, Spearman, ...) need every prediction at once, so the driver keeps
 the valid rows' SMILES, predictions and labels (tens of bytes per row and task).
@@ -15,60 +16,24 @@ the valid rows' SMILES, predictions and labels (tens of bytes per row and task).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-
-from kermt.data.tables import check_classification_labels, parse_labels
 from kermt.errors import UserError
 from kermt.inference import task_names
 from kermt.metric_names import resolve_metric
 from kermt.metrics import nanmean, task_scores, unscored_note
-from kermt.run_layout import CLASS_CALIBRATION_FILE
-from kermt.uncertainty.run_calibration import calibration_files, run_class_calibration
+from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
+from kermt.uncertainty.run_calibration import calibration_files
 from ray_app.common import outputs
 from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.domain_scores import DomainRows
+from ray_app.screening.file_calibration import calibrated_on_file
 from ray_app.screening.files import column_names, pick_columns
 from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, ClassificationScores, IntervalRows
+from ray_app.screening.labelled import LabelledRows
 from ray_app.screening.run import PredictPlan, input_progress, plan_predict, predict_stream
-from ray_app.screening.stream import LABEL_PREFIX, drain
-
-
-@dataclass
-class LabelledRows:
-    """The valid rows of the stream: SMILES, predictions [N, T] and labels [N, T] (NaN: missing)."""
-
-    path: str
-    tasks: tuple[str, ...]
-    labels: tuple[str, ...]
-    classification: bool
-    rows_seen: int = 0
-    smiles: list[str] = field(default_factory=list)
-    preds: list[np.ndarray] = field(default_factory=list)
-    targets: list[np.ndarray] = field(default_factory=list)
-
-    def add(self, block: pa.Table) -> None:
-        columns = [parse_labels(self.path, pd.Series(block.column(LABEL_PREFIX + name).to_pylist(), dtype=object),
-                                name, self.rows_seen) for name in self.labels]
-        targets = np.stack(columns, axis=1)
-        if self.classification:
-            check_classification_labels(self.path, targets, self.labels, self.rows_seen)
-        valid = block.column("valid").to_numpy(zero_copy_only=False).astype(bool)
-        preds = np.stack([block.column(t).to_numpy(zero_copy_only=False) for t in self.tasks], axis=1)
-        self.smiles += [s for s, ok in zip(block.column("smiles").to_pylist(), valid) if ok]
-        self.preds.append(preds[valid].astype(np.float64))
-        self.targets.append(targets[valid])
-        self.rows_seen += block.num_rows
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        width = len(self.tasks)
-        stack = (lambda parts: np.concatenate(parts) if parts else np.zeros((0, width)))
-        return stack(self.preds), stack(self.targets)
+from ray_app.screening.stream import drain
 
 
 def _labels(config: EvalConfig, tasks: tuple[str, ...], smiles_column: str) -> tuple[str, ...]:
@@ -80,52 +45,35 @@ def _labels(config: EvalConfig, tasks: tuple[str, ...], smiles_column: str) -> t
     return labels
 
 
-def _class_calibrated(config: EvalConfig) -> bool:
-    return bool(config.checkpoint_dir) and calibration_files(config.checkpoint_dir, CLASS_CALIBRATION_FILE) is not None
+def _calibrated(config: EvalConfig) -> bool:
+    """Whether the model has a calibration to score: ``--calibration_path``, or the run's (regression or
+    classification) unless MC dropout changes the spread and mean it was fitted on."""
+    if config.calibration_path is not None:
+        return True
+    if not config.checkpoint_dir or config.dropout_samples:
+        return False
+    return any(calibration_files(config.checkpoint_dir, name) is not None
+               for name in (CALIBRATION_FILE, CLASS_CALIBRATION_FILE))
 
 
-def _classification_scores(config: EvalConfig, tasks: tuple[str, ...], level: float | None) -> ClassificationScores:
-    """ECE/Brier always; the calibrated ones and the sets at ``level`` (default 0.9) with a classification
-    calibration, whose level is checked here, before Ray starts."""
-    if not _class_calibrated(config):
-        return ClassificationScores(tasks, None, DEFAULT_EVAL_LEVEL)
-    calibrations = run_class_calibration(config.checkpoint_dir, tasks)
-    level = DEFAULT_EVAL_LEVEL if level is None else level
-    for calibration in calibrations.values():
-        calibration.quantile(level)
-    first = next(iter(calibrations.values()))
-    log(f"{level:.0%} prediction sets and {first.method}-calibrated probabilities, calibrated on {first.n} "
-        "molecule(s) per task")
-    return ClassificationScores(tasks, calibrations, level)
-
-
-def _planned(config: EvalConfig) -> tuple[EvalConfig, PredictPlan, float | None]:
-    """plan_predict for eval: a calibrated regression model is scored at 0.9 by default; a classification
-    calibration's ``--interval`` is kept for its sets (scored on the driver) and not passed to the stream."""
-    # a calibrated model is scored at 0.9 too, unless MC dropout changes the spread the calibration was fitted on
-    if config.interval is None and config.checkpoint_dir and not config.dropout_samples \
-            and calibration_files(config.checkpoint_dir) is not None:
+def _planned(config: EvalConfig) -> tuple[EvalConfig, PredictPlan]:
+    """plan_predict for eval: a calibrated model is scored at 0.9 by default (its intervals, or its prediction
+    sets); ``--calibration_path`` is fitted here (on the cluster), before the file is scored."""
+    if config.interval is None and _calibrated(config):
         config = config.model_copy(update={"interval": DEFAULT_EVAL_LEVEL})
-    class_calibrated, set_level = _class_calibrated(config), config.interval
-    if class_calibrated:
-        config = config.model_copy(update={"interval": None})
-    checked = plan_predict(config)
-    dataset_type = checked.members[0].spec.head.dataset_type
-    if class_calibrated and dataset_type != "classification":
-        raise UserError(f"--checkpoint_dir {config.checkpoint_dir} holds {CLASS_CALIBRATION_FILE}, but the model is "
-                        f"{dataset_type}: remove that file")
-    return config, checked, set_level
+    return config, calibrated_on_file(config, plan_predict(config))
 
 
 def run_eval(config: EvalConfig) -> int:
     started = time.perf_counter()
-    config, checked, set_level = _planned(config)
+    config, checked = _planned(config)
     head = checked.members[0].spec.head
     tasks = task_names(checked.members[0].spec)
     labels = _labels(config, tasks, checked.source.smiles_column)
     metric = resolve_metric(config.metric, head.dataset_type, "from the checkpoint")  # before Ray starts
     rows = LabelledRows(config.data_path, tasks, labels, head.dataset_type == "classification")
-    classes = _classification_scores(config, tasks, set_level) if rows.classification else None
+    classes = (ClassificationScores(tasks, checked.class_calibrations, config.interval or DEFAULT_EVAL_LEVEL)
+               if rows.classification else None)
     scored = IntervalRows(tasks, checked.calibrations, config.interval) if checked.calibrations else None
     if scored is not None:  # the spread is needed for the metrics
         config = config.model_copy(update={"uncertainty": True})

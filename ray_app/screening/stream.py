@@ -35,7 +35,7 @@ from kermt.chem.validation import reason_kind
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
-from kermt.uncertainty import Calibration, intervals
+from kermt.uncertainty import Calibration, ClassCalibration, intervals
 from kermt.uncertainty.domain import DomainIndex
 from ray_app.screening.domain import DomainColumns
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
@@ -45,6 +45,8 @@ ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide
 LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
 STD_SUFFIX = "_std"  # --uncertainty: <task>_std, the members' standard deviation
 LOWER_SUFFIX, UPPER_SUFFIX = "_lower", "_upper"  # --interval: <task>_lower / <task>_upper, conformal bounds
+CALIBRATED_SUFFIX = "_calibrated"  # classification with a calibration: <task>_calibrated, the recalibrated probability
+SET_SUFFIX = "_set"  # classification with --interval: <task>_set, the conformal prediction set ("0", "1", "0,1", "")
 FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
 NO_FILE_FEATURES = "no features for this row in --features_path"
 TARGET_ROWS_PER_BLOCK = 1024
@@ -133,14 +135,20 @@ def _float_column(values: np.ndarray, valid: np.ndarray) -> pa.Array:
 
 
 class PredictStage:
-    """Actor: loads the ensemble once, then predicts block after block (upstream's CSV columns first)."""
+    """Actor: loads the ensemble once, then predicts block after block (upstream's CSV columns first).
+
+    ``calibrations`` (regression, with ``interval``): the bounds; ``class_calibrations`` (classification): the
+    recalibrated probabilities, and with ``interval`` the prediction sets. Either comes from the run's files or from
+    ``--calibration_path`` (ray_app.screening.file_calibration); the task columns stay the ensemble's raw mean."""
 
     def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool,
                  calibrations: dict[str, Calibration] | None = None, interval: float | None = None,
-                 domain: DomainIndex | None = None, dropout_samples: int = 0) -> None:
+                 domain: DomainIndex | None = None, dropout_samples: int = 0,
+                 class_calibrations: dict[str, ClassCalibration] | None = None) -> None:
         self.ensemble = Ensemble(members, _device(use_gpu), dropout_samples)  # MC dropout: passes per member
         self.batch_size, self.uncertainty = batch_size, uncertainty
-        self.calibrations, self.interval = calibrations, interval  # --interval: the run's calibration and level
+        self.calibrations, self.interval = calibrations, interval  # --interval: the calibration and level
+        self.class_calibrations = class_calibrations
         # --applicability_domain: the index fitted here, once per actor; member 0's embedding (ray_app.screening.domain)
         self.domain = DomainColumns(domain, self.ensemble.models[0], self.ensemble.device) if domain else None
 
@@ -155,14 +163,39 @@ class PredictStage:
             for t, name in enumerate(self.ensemble.task_names):
                 columns[name + STD_SUFFIX] = _float_column(prediction.std[:, t], valid)
         if self.calibrations is not None:
-            for t, name in enumerate(self.ensemble.task_names):
-                lower, upper = intervals(self.calibrations[name], prediction.mean[:, t], prediction.std[:, t],
-                                         self.interval)
-                columns[name + LOWER_SUFFIX] = _float_column(lower, valid)
-                columns[name + UPPER_SUFFIX] = _float_column(upper, valid)
+            columns.update(interval_columns(self.ensemble.task_names, self.calibrations, prediction.mean,
+                                            prediction.std, self.interval, valid))
+        if self.class_calibrations is not None:
+            columns.update(class_columns(self.ensemble.task_names, self.class_calibrations, prediction.mean,
+                                         self.interval, valid))
         if self.domain is not None:
             columns.update(self.domain(molecules, self.batch_size))
         return pa.table({**columns, **carried_columns(table, molecules)})
+
+
+def interval_columns(tasks: Sequence[str], calibrations: dict[str, Calibration], mean: np.ndarray, std: np.ndarray,
+                     level: float, valid: np.ndarray) -> dict[str, pa.Array]:
+    """``<task>_lower`` / ``<task>_upper`` of each task."""
+    columns = {}
+    for t, name in enumerate(tasks):
+        lower, upper = intervals(calibrations[name], mean[:, t], std[:, t], level)
+        columns[name + LOWER_SUFFIX] = _float_column(lower, valid)
+        columns[name + UPPER_SUFFIX] = _float_column(upper, valid)
+    return columns
+
+
+def class_columns(tasks: Sequence[str], calibrations: dict[str, ClassCalibration], mean: np.ndarray,
+                  level: float | None, valid: np.ndarray) -> dict[str, pa.Array]:
+    """``<task>_calibrated`` of each task, and ``<task>_set`` at ``level`` (from the raw mean, as the sets are
+    calibrated: kermt.uncertainty.classification); null on invalid rows."""
+    columns = {}
+    for t, name in enumerate(tasks):
+        columns[name + CALIBRATED_SUFFIX] = _float_column(calibrations[name].calibrated(mean[:, t]), valid)
+    if level is not None:
+        for t, name in enumerate(tasks):
+            sets = calibrations[name].sets(np.where(valid, mean[:, t], np.nan), level)
+            columns[name + SET_SUFFIX] = pa.array(sets, pa.string())
+    return columns
 
 
 def _fixed_rows(values: np.ndarray) -> pa.FixedSizeListArray:
