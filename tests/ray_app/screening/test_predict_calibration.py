@@ -174,3 +174,38 @@ def test_calibration_file_too_few_labels_or_one_class_is_a_one_line_error(ray_cl
     error = capsys.readouterr().err.splitlines()[-1]
     assert f"--calibration_path {tmp_path / 'one.csv'}: column 'c2': every labelled molecule is class 1" in error
     assert not (tmp_path / "p.csv").exists()
+
+
+@pytest.mark.slow  # a moto server and a Ray session of its own (the workers must see the S3 endpoint): ~40 s
+def test_calibration_path_and_model_in_object_storage(tmp_path):
+    """A model and a calibration file in the bucket: the model is downloaded, the calibration file is streamed by
+    Ray Data's read tasks (as --data_path is); the intervals equal those of the same files on disk."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.s3_server import BUCKET, MotoS3
+
+    server = MotoS3(tmp_path / "s3").start()
+    try:
+        fs = server.filesystem()
+        for name, source in (("model.pt", FIXTURE_DIR / "ckpt_ft_reg.pt"), ("assay.csv", REG_DATA)):
+            with fs.open_output_stream(f"{BUCKET}/in/{name}") as stream:
+                stream.write(source.read_bytes())
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **server.env(),
+               "KERMT_CACHE": str(tmp_path / "cache")}
+        args = ["--data_path", str(REG_DATA), "--interval", "0.9", "--drop_extra_columns"]
+        commands = [["predict", *args, "--checkpoint_path", f"s3://{BUCKET}/in/model.pt", "--calibration_path",
+                     f"s3://{BUCKET}/in/assay.csv", "--output_path", str(tmp_path / "remote.csv")],
+                    ["predict", *args, "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"),
+                     "--calibration_path", str(REG_DATA), "--output_path", str(tmp_path / "local.csv")]]
+        done = subprocess.run([sys.executable, "-m", "tests.ray_app.cli_session", json.dumps(commands)],
+                              cwd=FIXTURE_DIR.parents[2], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-4000:]}"
+    finally:
+        server.stop()
+    assert f"calibrated on --calibration_path s3://{BUCKET}/in/assay.csv (t1 26, t2 24" in done.stderr
+    remote, local = pd.read_csv(tmp_path / "remote.csv"), pd.read_csv(tmp_path / "local.csv")
+    assert list(remote.columns) == ["smiles", "t1", "t2", "t1_lower", "t1_upper", "t2_lower", "t2_upper", "valid",
+                                    "error"]
+    pd.testing.assert_frame_equal(remote, local)
