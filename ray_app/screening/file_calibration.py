@@ -28,8 +28,8 @@ import numpy as np
 from kermt.errors import UserError
 from kermt.inference import task_names
 from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
-from kermt.uncertainty import (DEFAULT_METHOD, Calibration, ClassCalibration, fit_calibration,
-                               fit_class_calibrations)
+from kermt.uncertainty import (DEFAULT_METHOD, MIN_CALIBRATION_ROWS, Calibration, ClassCalibration,
+                               fit_calibration, fit_class_calibrations)
 from kermt.uncertainty.classification import DEFAULT_CLASSIFICATION_METHOD
 from kermt.uncertainty.conformal import PLAIN
 from kermt.uncertainty.run_calibration import calibration_files, run_calibration, run_class_calibration
@@ -48,8 +48,12 @@ def calibrated_on_file(config: ModelScreeningConfig, checked: PredictPlan) -> Pr
     preds, targets = rows.arrays()
     spec = checked.members[0].spec
     tasks, source = task_names(spec), f"--calibration_path {config.calibration_path}"
-    counts = ", ".join(f"{t} {int(n)}" for t, n in zip(tasks, np.sum(~np.isnan(targets), axis=0)))
-    what = f"{source} ({counts} labelled molecule(s))"
+    labelled = dict(zip(tasks, np.sum(~np.isnan(targets), axis=0).tolist()))
+    for task, n in labelled.items():  # the library would say the same, with a hint about finetune's split sizes
+        if n < MIN_CALIBRATION_ROWS:
+            raise UserError(f"{source}: column {task!r} has {n} labelled molecule(s) with a valid SMILES; a "
+                            f"calibration needs at least {MIN_CALIBRATION_ROWS}: add labelled molecules to the file")
+    what = f"{source} ({', '.join(f'{t} {n}' for t, n in labelled.items())} labelled molecule(s))"
     if spec.head.dataset_type == "classification":
         classes = fit_class_calibrations(tasks, preds, targets, _run_method(config, tasks, True), source)
         log_class_calibration(classes, config.interval, what)

@@ -166,7 +166,7 @@ def test_calibration_file_too_few_labels_or_one_class_is_a_one_line_error(ray_cl
                          str(tmp_path / "few.csv"), "--interval", "0.9"]) == 2
     error = capsys.readouterr().err.splitlines()[-1]
     assert f"--calibration_path {tmp_path / 'few.csv'}: column 't2' has {few['t2'].notna().sum()} labelled " \
-           "molecule(s); a calibration needs at least 20" in error
+           "molecule(s) with a valid SMILES; a calibration needs at least 20" in error
     one_class = pd.read_csv(CLS_DATA).assign(c2=1)
     one_class.to_csv(tmp_path / "one.csv", index=False)
     assert main_predict([*common, "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt"), "--calibration_path",
