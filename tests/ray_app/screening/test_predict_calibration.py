@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from kermt.uncertainty import fit_calibration, fit_class_calibration, intervals, save_class_calibrations
+from kermt.uncertainty.metrics import set_report
 from ray_app.screening.commands import main_eval, main_predict
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import OUTPUTS, PARITY, ensemble_dir
@@ -99,6 +100,14 @@ def test_calibration_path_recalibrates_classification(ray_cluster, calibrated_cl
         assert frame[f"{task}_set"].tolist() == expected.sets(raw, 0.8)
     flipped, run = (fit_class_calibration("c1", frame["c1"].to_numpy(), y) for y in (assay["c1"], 1 - assay["c1"]))
     assert np.sign(flipped.params[0][0]) == -np.sign(run.params[0][0]) != 0  # the file's fit, not the run's
+    # eval of one model (no run calibration) on the original labels, calibrated on the same file: scored at 0.9
+    assert main_eval(["--data_path", str(CLS_DATA), "--output_path", str(tmp_path / "r.csv"), "--checkpoint_path",
+                      str(FIXTURE_DIR / "ckpt_ft_cls.pt"), "--calibration_path", str(tmp_path / "assay.csv")]) == 0
+    report = json.loads((tmp_path / "r_uncertainty.json").read_text())
+    assert report["method"] == "platt" and report["level"] == 0.9
+    labels = pd.read_csv(CLS_DATA)["c1"].to_numpy(float)
+    assert report["tasks"]["c1"]["set_coverage"] == pytest.approx(set_report(labels, flipped.sets(frame["c1"], 0.9))[
+        "set_coverage"])
 
 
 def test_calibration_path_gives_the_intervals_of_fit_calibration_on_its_predictions(ray_cluster, tmp_path, capsys):
