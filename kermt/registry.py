@@ -48,6 +48,10 @@ FEATURE_GENERATORS: tuple[str, ...] = get_args(FeatureGenerator)
 CalibrationMethod = Literal["normalised", "plain", "mondrian", "zscaling"]
 CALIBRATION_METHODS: tuple[str, ...] = get_args(CalibrationMethod)
 
+# Recalibration methods of classification probabilities. Implementations: kermt.uncertainty.classification.
+ClassCalibrationMethod = Literal["platt", "isotonic"]
+CLASS_CALIBRATION_METHODS: tuple[str, ...] = get_args(ClassCalibrationMethod)
+
 # Finetune training losses (kermt.train.losses, chosen by the model's head: HeadConfig.variance). "mse" is upstream's
 # (squared error for regression, BCE for classification); "mve" (regression only) gives the head a variance per task
 # beside the mean and trains both with the Gaussian negative log-likelihood (mean-variance estimation).
@@ -97,11 +101,11 @@ CHECKPOINT_KINDS: tuple[str, ...] = get_args(CheckpointKind)
 PRETRAIN_KINDS: tuple[str, ...] = ("grover_base", *PRETRAIN_MODES)
 
 __all__ = [
-    "ACTIVATIONS", "CHECKPOINT_KINDS", "DATASET_TYPES", "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS",
+    "ACTIVATIONS", "CALIBRATION_METHODS", "CHECKPOINT_KINDS", "CLASS_CALIBRATION_METHODS", "DATASET_TYPES", "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS",
     "EMBEDDING_OUTPUT_TYPES", "FEATURE_GENERATORS", "FINETUNE_LOSSES", "LOWER_IS_BETTER", "METRICS_FOR",
     "METRIC_NAMES", "METRIC_TABLE",
     "PADDING_MODES", "POSITIONAL_ENCODINGS", "PRECISIONS", "PRETRAIN_KINDS", "PRETRAIN_MODES", "SPLIT_TYPES",
-    "Activation", "CheckpointKind", "DatasetType", "DropoutDraws", "EmbeddingOutputType", "FeatureGenerator",
+    "Activation", "CalibrationMethod", "CheckpointKind", "ClassCalibrationMethod", "DatasetType", "DropoutDraws", "EmbeddingOutputType", "FeatureGenerator",
     "FinetuneLoss", "FingerprintSource", "Metric", "MetricDirection", "PaddingMode", "PositionalEncoding", "Precision",
     "PretrainMode", "SplitType",
 ]

@@ -28,11 +28,12 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 from kermt.errors import UserError
+from kermt.registry import CLASS_CALIBRATION_METHODS
 from kermt.uncertainty.conformal import conformal_quantile, labelled_rows
 from kermt.uncertainty.metrics import probability_report, set_report
 
-PLATT, ISOTONIC = "platt", "isotonic"
-CLASSIFICATION_METHODS = (PLATT, ISOTONIC)
+CLASSIFICATION_METHODS = CLASS_CALIBRATION_METHODS  # the names, once, in kermt.registry
+PLATT, ISOTONIC = CLASSIFICATION_METHODS
 DEFAULT_CLASSIFICATION_METHOD = PLATT
 PROBABILITY_CLIP = 1e-6  # logit(0) is -inf: probabilities are clipped to [1e-6, 1 - 1e-6] before the Platt fit
 

@@ -1,30 +1,33 @@
-"""The last step of a finetune fold: its ensemble calibrated on the fold's validation split.
+"""The last step of a finetune fold: its ensemble calibrated on the fold's validation split, or on the labelled
+file of ``--calibration_path`` (the same file for every fold, its features scaled as each fold's training data).
 
 The members' mean is the prediction (``mu``), their total std is ``sigma`` (population spread, plus the predicted
 variances of variance heads, :func:`kermt.uncertainty.total_std`: what `kermt predict --uncertainty` writes as
 ``<task>_std``), so the calibration describes exactly the intervals predict will serve. Normalised conformal by
 default; with one plain member per fold the spread is 0 and the fold falls back to plain conformal (one
 variance-head member has its own sigma and keeps the chosen method). A classification fold gets Platt scaling of
-its members' mean probability and the scores of conformal prediction sets (``classification_calibration.json``,
+its members' mean probability (or isotonic: ``--class_calibration_method``) and the scores of conformal prediction sets (``classification_calibration.json``,
 kermt.uncertainty.classification). A fold whose validation split is too small (or has one class) is reported in
 one line and recorded in run.json, never a failed run: the models are trained and usable without intervals.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from kermt.data.dataset import MoleculeSet
 from kermt.errors import UserError
 from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
 from kermt.uncertainty import fit_calibration, intervals, save_calibrations, total_std
 from kermt.uncertainty.calibration_file import save_class_calibrations
-from kermt.uncertainty.classification import (DEFAULT_CLASSIFICATION_METHOD, class_calibration_record,
-                                              fit_class_calibrations)
+from kermt.uncertainty.classification import class_calibration_record, fit_class_calibrations
+from ray_app.finetune.inputs import check_calibration_labels
 from ray_app.finetune.members import member_test_predictions_with_variance
-from ray_app.finetune.prepare import ScaledSplits
+from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scaled_set
 from ray_app.finetune.run_setup import RunSetup
 
 PLAIN_FALLBACK = "plain"
@@ -37,66 +40,136 @@ def is_calibrated(setup: RunSetup) -> bool:
     return setup.dataset_type in ("regression", "classification")
 
 
-def member_val_predictions(model, splits: ScaledSplits, batch_size: int, use_gpu: bool, precision: str) \
-        -> tuple[np.ndarray, np.ndarray | None]:
-    """(n_val, n_tasks) predictions in label units, made exactly as the test predictions are, and a variance
-    head's predicted variances (None without one)."""
-    return member_test_predictions_with_variance(model, replace(splits, test=splits.val), batch_size, use_gpu,
+@dataclass(frozen=True)
+class CalibrationSet:
+    """The labelled molecules a fold's ensemble is calibrated on. ``molecules``: as the fold's model reads them
+    (features scaled with the fold's scaler); ``labels`` [N, T] in label units (NaN: unlabelled); ``source``: what
+    they are (calibration.json and run.json record it); ``in_training``: how many of them are also in the fold's
+    training split (None for the validation split, which never is)."""
+
+    molecules: MoleculeSet
+    labels: np.ndarray
+    source: str
+    in_training: int | None = None
+
+
+def validation_set(fold: int, splits: ScaledSplits) -> CalibrationSet:
+    """The fold's validation split, its labels back in label units."""
+    labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
+        np.asarray(splits.val.targets, dtype=np.float64)
+    return CalibrationSet(splits.val, labels, f"fold_{fold} validation split")
+
+
+def load_calibration_file(setup: RunSetup) -> SourceData | None:
+    """``--calibration_path`` read with the run's readers and featurised like the training data (on the cluster,
+    as the data file is); its labelled valid molecules checked again, before any training. None without the flag."""
+    c = setup.config
+    if not c.calibration_path:
+        return None
+    source = load_source(c.calibration_path, c, setup.task_names, c.calibration_features_path)
+    check_calibration_labels(c.calibration_path, source.targets, setup.task_names, setup.dataset_type,
+                             note=" with a valid SMILES")
+    width, data_width = source.featurized.features.shape[1], setup.data.featurized.features.shape[1]
+    if width != data_width:
+        raise UserError(f"--calibration_features_path {c.calibration_features_path}: {width} molecule feature "
+                        f"columns, and --features_path gives the training data {data_width}")
+    return source
+
+
+def file_set(source: SourceData, splits: ScaledSplits) -> CalibrationSet:
+    """The calibration file's molecules for one fold: features scaled with the fold's scaler, labels raw."""
+    molecules = scaled_set(source.featurized, source.targets, splits.features_scaler)
+    in_training = int(in_training_split(molecules.smiles, splits.train.smiles).sum())
+    return CalibrationSet(molecules, np.asarray(source.targets, dtype=np.float64),
+                          f"--calibration_path {source.path} ({len(source)} molecules)", in_training)
+
+
+def in_training_split(smiles: Sequence[str], train_smiles: Sequence[str]) -> np.ndarray:
+    """Which of ``smiles`` also appear (as the same SMILES string) among ``train_smiles``."""
+    train = set(train_smiles)
+    return np.array([s in train for s in smiles], dtype=bool)
+
+
+def overlap_line(source: SourceData, per_fold: list[np.ndarray]) -> str | None:
+    """One warning line when molecules of the calibration file are in a fold's training split (``per_fold``: each
+    fold's :func:`in_training_split` mask), else None."""
+    anywhere = np.logical_or.reduce(per_fold) if per_fold else np.zeros(len(source), dtype=bool)
+    if not anywhere.any():
+        return None
+    folds = ", ".join(f"fold {k}: {int(mask.sum())}" for k, mask in enumerate(per_fold))
+    return (f"warning: --calibration_path {source.path}: {int(anywhere.sum())} of its {len(source)} molecules are "
+            f"also in the training data ({folds}); the model has seen them, so intervals calibrated on them come "
+            "out too narrow: calibrate on molecules it never trained on")
+
+
+def calibration_predictions(model, splits: ScaledSplits, on: CalibrationSet, batch_size: int, use_gpu: bool,
+                            precision: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(n, n_tasks) predictions of ``on``'s molecules in label units, made exactly as the test predictions are (on
+    the driver, or a GPU task with ``use_gpu``), and a variance head's predicted variances (None without one)."""
+    return member_test_predictions_with_variance(model, replace(splits, test=on.molecules), batch_size, use_gpu,
                                                  precision)
 
 
 def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray],
-                   member_variances: list[np.ndarray | None] | None = None) -> dict[str, Any]:
-    """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json. ``member_variances``: each
+                   member_variances: list[np.ndarray | None] | None = None,
+                   on: CalibrationSet | None = None) -> dict[str, Any]:
+    """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json. ``member_preds``: each
+    member's predictions of ``on``'s molecules (default: the fold's validation split); ``member_variances``: each
     member's predicted variances in label units (None for a plain member; None: all plain)."""
+    on = on or validation_set(fold, splits)
     if not is_calibrated(setup):
-        return _skipped(fold, f"{setup.dataset_type} models are not calibrated")
+        return _skipped(setup, fold, on, f"{setup.dataset_type} models are not calibrated")
     if setup.dataset_type == "classification":
-        return _calibrate_classes(setup, fold, splits, member_preds)
+        return _calibrate_classes(setup, fold, on, member_preds)
     members = np.stack(member_preds)  # [K, N, T]
     variances = _stacked_variances(members, member_variances)
     mu, sigma = members.mean(axis=0), total_std(members, variances)
-    labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
-        np.asarray(splits.val.targets, dtype=np.float64)
     method = setup.config.calibration_method if len(member_preds) > 1 or variances is not None else PLAIN_FALLBACK
-    source = f"fold_{fold} validation split"
     try:
-        fitted = {task: fit_calibration(task, mu[:, t], labels[:, t], sigma[:, t], method, source)
+        fitted = {task: fit_calibration(task, mu[:, t], on.labels[:, t], sigma[:, t], method, on.source)
                   for t, task in enumerate(setup.task_names)}
     except UserError as error:
-        return _skipped(fold, str(error))
+        return _skipped(setup, fold, on, str(error))
     if method == PLAIN_FALLBACK:
         print(f"fold {fold}: one model per fold has no spread, so its intervals use plain conformal (one width for "
               "every molecule); train --ensemble_size 2 or more for intervals that adapt per molecule", flush=True)
     path = setup.save_dir / f"fold_{fold}" / CALIBRATION_FILE
-    save_calibrations(str(path), fitted, source=f"{source}, {len(member_preds)} member(s)")
-    record: dict[str, Any] = {"file": str(path.relative_to(setup.save_dir)), "method": method, "tasks": {}}
+    save_calibrations(str(path), fitted, source=f"{on.source}, {len(member_preds)} member(s)")
+    record = _record(setup, path, method, on)
     for t, (task, calibration) in enumerate(fitted.items()):
         lower, upper = intervals(calibration, mu[:, t], sigma[:, t], REPORTED_LEVEL)
         record["tasks"][task] = {"n": calibration.n, "z_scale": calibration.z_scale,
                                  f"width_{REPORTED_LEVEL}": float(np.nanmean(upper - lower))}
-    print(f"fold {fold}: calibrated ({method} conformal) on {source}: " + ", ".join(
+    print(f"fold {fold}: calibrated ({method} conformal) on {on.source}: " + ", ".join(
         f"{task} n={v['n']} mean {REPORTED_LEVEL:.0%} width {v[f'width_{REPORTED_LEVEL}']:.4g}"
         for task, v in record["tasks"].items()), flush=True)
     return record
 
 
-def _calibrate_classes(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) \
+def _calibrate_classes(setup: RunSetup, fold: int, on: CalibrationSet, member_preds: list[np.ndarray]) \
         -> dict[str, Any]:
-    """``fold_F/classification_calibration.json`` from the members' validation probabilities [K, N, T]."""
-    probs = np.stack(member_preds)
-    labels = np.asarray(splits.val.targets, dtype=np.float64)
-    source = f"fold_{fold} validation split"
+    """``fold_F/classification_calibration.json`` from the members' probabilities [K, N, T] of ``on``."""
+    probs, method = np.stack(member_preds), setup.config.class_calibration_method
     try:
-        fitted = fit_class_calibrations(setup.task_names, probs, labels, DEFAULT_CLASSIFICATION_METHOD, source)
+        fitted = fit_class_calibrations(setup.task_names, probs, on.labels, method, on.source)
     except UserError as error:
-        return _skipped(fold, str(error))
+        return _skipped(setup, fold, on, str(error))
     path = setup.save_dir / f"fold_{fold}" / CLASS_CALIBRATION_FILE
-    save_class_calibrations(str(path), fitted, f"{source}, {len(member_preds)} member(s)")
-    tasks = class_calibration_record(fitted, probs.mean(axis=0), labels, REPORTED_LEVEL)
-    print(f"fold {fold}: calibrated ({DEFAULT_CLASSIFICATION_METHOD} probabilities, conformal sets) on {source}: "
-          + ", ".join(f"{task} n={entry['n']}" for task, entry in tasks.items()), flush=True)
-    return {"file": str(path.relative_to(setup.save_dir)), "method": DEFAULT_CLASSIFICATION_METHOD, "tasks": tasks}
+    save_class_calibrations(str(path), fitted, f"{on.source}, {len(member_preds)} member(s)")
+    record = _record(setup, path, method, on)
+    record["tasks"] = class_calibration_record(fitted, probs.mean(axis=0), on.labels, REPORTED_LEVEL)
+    print(f"fold {fold}: calibrated ({method} probabilities, conformal sets) on {on.source}: "
+          + ", ".join(f"{task} n={entry['n']}" for task, entry in record["tasks"].items()), flush=True)
+    return record
+
+
+def _record(setup: RunSetup, path, method: str, on: CalibrationSet) -> dict[str, Any]:
+    """The start of a calibrated fold's run.json record: its file, method and what it was fitted on."""
+    record: dict[str, Any] = {"file": str(path.relative_to(setup.save_dir)), "method": method, "source": on.source,
+                              "tasks": {}}
+    if on.in_training is not None:
+        record["in_training_split"] = on.in_training
+    return record
 
 
 def _stacked_variances(members: np.ndarray, member_variances: list[np.ndarray | None] | None) -> np.ndarray | None:
@@ -106,9 +179,14 @@ def _stacked_variances(members: np.ndarray, member_variances: list[np.ndarray | 
     return np.stack([np.zeros_like(m) if v is None else v for m, v in zip(members, member_variances)])
 
 
-def _skipped(fold: int, reason: str) -> dict[str, Any]:
+def _skipped(setup: RunSetup, fold: int, on: CalibrationSet, reason: str) -> dict[str, Any]:
+    """A fold left uncalibrated: one line, the reason for run.json, and no calibration file of an earlier
+    calibration of the same models left behind (a re-run with other calibration settings recalibrates)."""
+    for name in (CALIBRATION_FILE, CLASS_CALIBRATION_FILE):
+        (setup.save_dir / f"fold_{fold}" / name).unlink(missing_ok=True)
     print(f"fold {fold}: no calibration ({reason}); its models predict, but not with --interval", flush=True)
-    return {"file": None, "reason": reason}
+    return {"file": None, "source": on.source, "reason": reason}
 
 
-__all__ = ["calibrate_fold", "is_calibrated", "member_val_predictions"]
+__all__ = ["CalibrationSet", "calibrate_fold", "calibration_predictions", "file_set", "in_training_split",
+           "is_calibrated", "load_calibration_file", "overlap_line", "validation_set"]

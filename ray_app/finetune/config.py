@@ -22,6 +22,7 @@ from kermt.registry import (
     FEATURE_GENERATORS,
     Activation,
     CalibrationMethod,
+    ClassCalibrationMethod,
     DatasetType,
     DropoutDraws,
     FinetuneLoss,
@@ -30,6 +31,7 @@ from kermt.registry import (
     Precision,
     SplitType,
 )
+from kermt.uncertainty.classification import DEFAULT_CLASSIFICATION_METHOD
 from kermt.uncertainty.conformal import DEFAULT_METHOD
 from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings
@@ -84,9 +86,21 @@ class FinetuneConfig(DataParallelSettings):
     show_individual_scores: bool = Field(False, description="log per-task scores")
     select_by_loss: bool = Field(False, description="select the best epoch by validation loss")
     calibration_method: CalibrationMethod = Field(
-        DEFAULT_METHOD, description="how each fold's regression intervals are calibrated on its validation split: "
-        "normalised (adapt per molecule), mondrian (normalised, coverage within sigma bins), plain (one width), "
-        "zscaling (Gaussian, for NLL; no guarantee); one model per fold always uses plain (unless --loss mve)")
+        DEFAULT_METHOD, description="how each fold's regression intervals are calibrated (on its validation split, "
+        "or --calibration_path): normalised (adapt per molecule), mondrian (normalised, coverage within sigma bins), "
+        "plain (one width), zscaling (Gaussian, for NLL; no guarantee); one model per fold always uses plain "
+        "(unless --loss mve)")
+    class_calibration_method: ClassCalibrationMethod = Field(
+        DEFAULT_CLASSIFICATION_METHOD, description="how each fold's classification probabilities are recalibrated: "
+        "platt (two numbers, needs few molecules) or isotonic (a monotone step function, a few hundred molecules or "
+        "more); the conformal sets are the same either way")
+    calibration_path: Optional[str] = Field(
+        None, description="calibrate every fold's ensemble on this labelled file (SMILES + the run's task columns) "
+        "instead of its validation split; its molecules should be ones the model never trained on (a line counts "
+        "those also in a fold's training split); changing only this (or the calibration methods) on a finished run "
+        "recalibrates its models without training them again")
+    calibration_features_path: Optional[list[str]] = Field(
+        None, description=".npz features of the calibration file (needed with --features_path)")
     # training schedule (epochs, batch sizes, learning rates: DataParallelSettings)
     fine_tune_coff: float = Field(1.0, ge=0, description="encoder LR multiplier; 0 freezes the encoder")
     early_stop_epoch: int = Field(1000, ge=1, description="stop after this many epochs without improvement")
@@ -135,6 +149,11 @@ class FinetuneConfig(DataParallelSettings):
                 raise ValueError(f"unknown features_generator {name!r}{did_you_mean(name, FEATURE_GENERATORS)}")
         if self.features_generator and self.features_path:
             raise ValueError("features_generator and features_path cannot be combined (as upstream)")
+        if self.calibration_features_path and not self.calibration_path:
+            raise ValueError("calibration_features_path needs calibration_path (the file its rows describe)")
+        if self.features_path and self.calibration_path and not self.calibration_features_path:
+            raise ValueError("calibration_path with features_path needs calibration_features_path: the .npz "
+                             "features of the calibration file's molecules")
         if self.split_type == "predetermined" and (self.folds_file is None or self.test_fold_index is None):
             raise ValueError("split_type predetermined needs folds_file and test_fold_index")
         if self.split_type in ("crossval", "index_predetermined") and self.crossval_index_file is None:
@@ -144,10 +163,14 @@ class FinetuneConfig(DataParallelSettings):
         return self
 
 
+# Settings that decide only the calibration fitted after the members are trained (ray_app.finetune.calibrate): a
+# re-run with only these changed keeps the trained members and calibrates them again.
+CALIBRATION_SETTINGS = ("calibration_method", "class_calibration_method", "calibration_path",
+                        "calibration_features_path")
 # Settings that may change when a run is resumed in the same save_dir (a finetune's unfinished members, a sweep's
-# trials): they do not change what is computed. (`kermt tune` refuses overwrite, so there it never changes.)
+# trials): they do not change what is trained. (`kermt tune` refuses overwrite, so there it never changes.)
 RESUMABLE_CHANGES = ("address", "max_concurrent_trials", "dry_run", "storage_path", "max_failures",
-                     "tensorboard", "show_individual_scores", "trust_checkpoint", "overwrite")
+                     "tensorboard", "show_individual_scores", "trust_checkpoint", "overwrite", *CALIBRATION_SETTINGS)
 
 
 def resolve(argv: list[str] | None, schema: type[BaseModel] = FinetuneConfig,

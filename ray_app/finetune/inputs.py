@@ -38,7 +38,7 @@ def read_labelled(path: str, config: FinetuneConfig, target_names: list[str] | N
 
 def _optional_files(config: FinetuneConfig) -> list[tuple[str, str]]:
     """(flag, path) of every other file the run reads."""
-    lists = ("features_path", "separate_val_features_path", "separate_test_features_path")
+    lists = ("features_path", "separate_val_features_path", "separate_test_features_path", "calibration_features_path")
     single = ("folds_file", "crossval_index_file", "checkpoint_path")
     found = [(name, path) for name in lists for path in getattr(config, name) or ()]
     found += [(name, getattr(config, name)) for name in single if getattr(config, name)]
@@ -63,14 +63,18 @@ def check_finetune_inputs(config: FinetuneConfig) -> None:
     """What can be checked before Ray starts, so a mistake costs a second, not a cluster start: every data file is
     readable with its columns and numeric labels (read once here and again by the run; reading is cheap next to
     featurisation), the dataset type (given or inferred from the labels) fits the metric and every file's labels,
-    other files exist, the checkpoint is one. Raises UserError."""
+    the calibration file can calibrate every task, other files exist, the checkpoint is one. Raises UserError."""
     data, _ = read_labelled(config.data_path, config, None)
     tables = [data]
     if config.separate_val_path:
         tables.append(read_labelled(config.separate_val_path, config, data.target_names)[0])
     if config.separate_test_path:
         tables.append(read_labelled(config.separate_test_path, config, data.target_names, blinded_ok=True)[0])
-    settle_task(config, data.targets, [(t.path, t.targets) for t in tables], data.target_names)
+    if config.calibration_path:
+        tables.append(read_labelled(config.calibration_path, config, data.target_names)[0])
+    dataset_type, _ = settle_task(config, data.targets, [(t.path, t.targets) for t in tables], data.target_names)
+    if config.calibration_path:
+        check_calibration_labels(config.calibration_path, tables[-1].targets, data.target_names, dataset_type)
     for flag, path in _optional_files(config):
         if not Path(path).exists():
             raise UserError(f"--{flag} {path} does not exist")
@@ -83,6 +87,23 @@ def check_finetune_inputs(config: FinetuneConfig) -> None:
             kind = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
                                    dataset_type=config.dataset_type).spec.kind
     check_model_settings(config, data.target_names, kind)
+
+
+def check_calibration_labels(path: str, targets: np.ndarray, task_names: list[str], dataset_type: str,
+                             note: str = "") -> None:
+    """``--calibration_path``'s labels can calibrate every task: at least MIN_CALIBRATION_ROWS labelled molecules
+    per task, and both classes for a classification task. Checked before Ray starts (on the file's rows) and again
+    on its valid molecules once featurised (``note`` says so), both before any training."""
+    from kermt.uncertainty.conformal import MIN_CALIBRATION_ROWS
+
+    for t, task in enumerate(task_names):
+        labels = targets[:, t][~np.isnan(targets[:, t])]
+        if len(labels) < MIN_CALIBRATION_ROWS:
+            raise UserError(f"--calibration_path {path}: column {task!r} has {len(labels)} labelled molecule(s)"
+                            f"{note}; a calibration needs at least {MIN_CALIBRATION_ROWS} per task")
+        if dataset_type == "classification" and len(np.unique(labels)) < 2:
+            raise UserError(f"--calibration_path {path}: column {task!r}: every labelled molecule is class "
+                            f"{int(labels[0])}; a classification calibration needs both classes")
 
 
 def check_model_settings(config: FinetuneConfig, task_names: list[str], checkpoint_kind: str | None) -> None:

@@ -137,17 +137,23 @@ def scale_splits(
     features_scaler = StandardScaler.fit(train_feats.features) if scale_features and width else None
 
     def molecule_set(name: str, scale_targets: bool) -> MoleculeSet:
-        feats, targets = parts[name]
-        features = feats.features
-        if features_scaler is not None:
-            features = np.nan_to_num(features_scaler.transform(features), nan=0.0)
-        if scale_targets and target_scaler is not None:
-            targets = target_scaler.transform(targets)
-        return MoleculeSet(feats.graphs, features.astype(np.float32) if width else None,
-                           np.asarray(targets, dtype=np.float32), feats.smiles)
+        return scaled_set(*parts[name], features_scaler, target_scaler if scale_targets else None)
 
     return ScaledSplits(molecule_set("train", True), molecule_set("val", True), molecule_set("test", False),
                         parts["test"][1], target_scaler, features_scaler)
+
+
+def scaled_set(feats: FeaturizedMolecules, targets: np.ndarray, features_scaler: StandardScaler | None,
+               target_scaler: StandardScaler | None = None) -> MoleculeSet:
+    """Molecules as a fold's model reads them: features standardised with the fold's (train) scaler, targets
+    standardised when ``target_scaler`` is given (train and val; test and calibration molecules keep raw labels)."""
+    features = feats.features
+    if features_scaler is not None:
+        features = np.nan_to_num(features_scaler.transform(features), nan=0.0)
+    if target_scaler is not None:
+        targets = target_scaler.transform(targets)
+    return MoleculeSet(feats.graphs, features.astype(np.float32) if features.shape[1] else None,
+                       np.asarray(targets, dtype=np.float32), feats.smiles)
 
 
 def wants_feature_scaling(config: FinetuneConfig) -> bool:

@@ -42,13 +42,24 @@ def new_run_id() -> str:
 
 
 def _settings(config: FinetuneConfig) -> dict[str, Any]:
-    data = json.loads(json.dumps(config.model_dump(mode="json")))
-    return {k: v for k, v in data.items() if k not in RESUMABLE_CHANGES}
+    return _identity(json.loads(json.dumps(config.model_dump(mode="json"))))
+
+
+def _identity(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings that decide what a run trains (its identity): all but RESUMABLE_CHANGES."""
+    return {k: v for k, v in settings.items() if k not in RESUMABLE_CHANGES}
 
 
 def _read_state(save_dir: Path) -> dict[str, Any] | None:
+    """run_state.json, its settings filtered as the current ones are: a run recorded before a setting joined
+    RESUMABLE_CHANGES (the calibration settings) still resumes."""
     path = save_dir / RUN_STATE_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    if isinstance(state.get("settings"), dict):
+        state["settings"] = _identity(state["settings"])
+    return state
 
 
 def _changed(settings: dict[str, Any], state: dict[str, Any]) -> list[str]:
@@ -89,8 +100,8 @@ def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, boo
     settings, state = _settings(config), _read_state(save_dir)
     if state is not None and state.get("settings") == settings and not config.overwrite:
         finished = finished_run_id(save_dir) == state["run_id"]
-        print(f"the run in {save_dir} finished before with these settings: the models it saved are kept "
-              f"(--overwrite trains anew)" if finished else _resuming(save_dir), flush=True)
+        print(f"the run in {save_dir} finished before with these settings: the models it saved are kept and "
+              f"calibrated again (--overwrite trains anew)" if finished else _resuming(save_dir), flush=True)
         return state["run_id"], True
     leftovers = _run_outputs(save_dir)
     earlier_id = state["run_id"] if state else "before-" + new_run_id()

@@ -28,13 +28,14 @@ from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.remote_files import publish
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import is_uri
-from ray_app.finetune.calibrate import calibrate_fold, is_calibrated, member_val_predictions
+from ray_app.finetune.calibrate import calibrate_fold, calibration_predictions, file_set, in_training_split, \
+    is_calibrated, load_calibration_file, overlap_line, validation_set
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.domain import write_fold_domain
 from ray_app.finetune.ensemble import member_directory, train_members
 from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
-from ray_app.finetune.prepare import ScaledSplits, fold_count, write_invalid
+from ray_app.finetune.prepare import ScaledSplits, SourceData, fold_count, write_invalid
 from ray_app.finetune.resume import finished_member, start_finetune_run
 from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, \
     member_initial_state, model_config, resolve_setup
@@ -68,41 +69,49 @@ def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelC
     """Split and scale every fold and put each in the object store once; returns each fold's reference and model
     config, and the splits' record (splits.json). Writes nothing: a setting that fails here leaves save_dir as it
     was."""
-    fold_refs, fold_configs, record = [], [], {}
+    fold_refs, fold_configs, record, overlaps = [], [], {}, []
     for fold in range(fold_count(setup.config)):
         split, splits = fold_splits(setup, fold)
         record[f"fold_{fold}"] = _split_record(setup, split)
+        if setup.calibration is not None:
+            overlaps.append(in_training_split(setup.calibration.featurized.smiles, splits.train.smiles))
         # built here so that a flag contradicting the checkpoint fails on the driver, not in a trial
         fold_configs.append(model_config(setup, features_width(splits)))
         fold_refs.append(ray.put(splits))  # the one copy of the fold's data, shared by every member and worker
         del splits  # from here on the driver reads the object store's copy (zero-copy)
+    warning = overlap_line(setup.calibration, overlaps) if setup.calibration is not None else None
+    if warning:
+        print(warning, flush=True)
     return fold_refs, fold_configs, record
 
 
-def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: list[FinetuneModelConfig]) \
-        -> tuple[list[float], dict[str, Any], dict[str, Any]]:
+def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: list[FinetuneModelConfig],
+                calibration: SourceData | None = None) -> tuple[list[float], dict[str, Any], dict[str, Any]]:
     """Train every member of every fold (one Tune run, concurrently where resources allow) and write fold_k/;
-    returns each fold's task-averaged test score, its calibration record (ray_app.finetune.calibrate) and its
-    record for the report (ray_app.finetune.fold_record)."""
+    returns each fold's task-averaged test score, its calibration record (ray_app.finetune.calibrate: on the
+    validation split, or on ``calibration``, the --calibration_path file) and its record for the report
+    (ray_app.finetune.fold_record)."""
     c = setup.config
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
                                      for member in range(c.ensemble_size)], fold_configs)
     scores, calibrations, folds = [], {}, {}
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)
-        member_preds, member_val, member_val_variances = [], [], []
+        on = file_set(calibration, parts) if calibration is not None else validation_set(fold, parts)
+        member_preds, member_cal, member_cal_variances = [], [], []
         for member in range(c.ensemble_size):
             found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
             member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
-            if is_calibrated(setup):
-                preds, variances = member_val_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision)
-                member_val.append(preds)
-                member_val_variances.append(variances)
+            if is_calibrated(setup):  # where the test predictions are made: on the driver, or a GPU task
+                preds, variances = calibration_predictions(found[0], parts, on, c.step_batch_size, c.use_gpu,
+                                                           c.precision)
+                member_cal.append(preds)
+                member_cal_variances.append(variances)
             if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
                 write_fold_domain(setup, fold, parts, found[0])
         scores.append(finish_fold(setup, fold, parts, member_preds))
-        calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_val, member_val_variances)
+        calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_cal, member_cal_variances, on)
         folds[f"fold_{fold}"] = fold_record(setup, fold, parts, member_preds)
     return scores, calibrations, folds
 
@@ -114,11 +123,13 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     recorded = recorded or config
     resources = connect(config.address)
     setup = resolve_setup(config, sources)
+    setup = replace(setup, calibration=load_calibration_file(setup))  # featurised like the data, before training
     if not config.dry_run:
         print(start_line(str(recorded.save_dir), of_file=False), flush=True)
     print(f"dataset_type={setup.dataset_type}{' (inferred from the labels)' if config.dataset_type is None else ''} "
           f"metric={setup.metric} tasks={setup.task_names}", flush=True)
-    n_invalid = sum(len(s.invalid) for s in (setup.data, setup.val, setup.test) if s is not None)
+    inputs = [s for s in (setup.data, setup.val, setup.test, setup.calibration) if s is not None]
+    n_invalid = sum(len(s.invalid) for s in inputs)
     if n_invalid:
         print(f"skipping {n_invalid} invalid SMILES (listed in invalid_smiles.csv)", flush=True)
     if config.dry_run:
@@ -129,13 +140,13 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     if is_uri(recorded.save_dir):  # a killed driver uploads nothing; a re-run must still find this run's id
         publish(setup.save_dir / RUN_STATE_FILE, recorded.save_dir, "--save_dir")
     outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(recorded))
-    write_invalid(setup.save_dir / "invalid_smiles.csv", [s for s in (setup.data, setup.val, setup.test) if s is not None])
+    write_invalid(setup.save_dir / "invalid_smiles.csv", inputs)
     outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(split_record) + "\n")
     # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
-    # graph arrays plus the SMILES) for the rest of the run.
-    setup = setup.without_inputs()
+    # graph arrays plus the SMILES) for the rest of the run; it keeps the calibration file's molecules.
+    calibration, setup = setup.calibration, setup.without_inputs()
     try:
-        scores, calibrations, folds = train_folds(setup, fold_refs, fold_configs)
+        scores, calibrations, folds = train_folds(setup, fold_refs, fold_configs, calibration)
     except (Interrupted, RuntimeError):  # stopped, or a member failed: the report shows the members that finished
         announce_report(setup.save_dir, recorded.save_dir)
         raise

@@ -150,3 +150,17 @@ def test_an_ensembles_validation_predictions_give_every_tasks_calibration(tmp_pa
     labels[:, 1] = np.where(np.isnan(labels[:, 1]), np.nan, 1.0)
     with pytest.raises(UserError, match="fold_0 validation split: column 'b': every labelled molecule is class 1"):
         fit_class_calibrations(("a", "b"), members, labels, source="fold_0 validation split")
+
+
+def test_the_method_names_are_the_registrys_and_isotonic_equals_scikit_learns_fit():
+    from sklearn.isotonic import IsotonicRegression
+
+    from kermt.registry import CLASS_CALIBRATION_METHODS
+    from kermt.uncertainty import CLASSIFICATION_METHODS
+
+    assert CLASSIFICATION_METHODS == CLASS_CALIBRATION_METHODS == ("platt", "isotonic")
+    p, y = _draw(500, seed=7)
+    fitted = fit_class_calibration("active", p, y, "isotonic")
+    reference = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(p, y)
+    new = np.linspace(0.0, 1.0, 101)  # between and beyond the calibration probabilities
+    np.testing.assert_allclose(fitted.calibrated(new), reference.predict(new), atol=1e-12)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import types
 
 import numpy as np
+import pytest
 
 from kermt.data.scalers import StandardScaler
 from kermt.uncertainty import load_calibrations
 from ray_app.finetune.calibrate import calibrate_fold
+from ray_app.finetune.config import FinetuneConfig
 
 
 def _fold_inputs(tmp_path, rows: int):
@@ -18,7 +20,7 @@ def _fold_inputs(tmp_path, rows: int):
     raw = rng.normal(loc=5.0, scale=2.0, size=(rows, 1))
     scaler = StandardScaler.fit(raw)
     setup = types.SimpleNamespace(dataset_type="regression", task_names=["logS"], save_dir=tmp_path,
-                                  config=types.SimpleNamespace(calibration_method="normalised"))
+                                  config=FinetuneConfig(data_path="d.csv"))
     splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=scaler.transform(raw)), target_scaler=scaler)
     members = [raw + rng.normal(scale=0.5, size=raw.shape) for _ in range(2)]
     return setup, splits, raw, members
@@ -57,7 +59,8 @@ def test_one_member_falls_back_to_plain_and_a_small_split_is_skipped(tmp_path, c
     assert "fold 1: no calibration (" in capsys.readouterr().out
 
 
-def test_a_classification_fold_gets_platt_probabilities_and_set_scores(tmp_path, capsys):
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_a_classification_fold_gets_calibrated_probabilities_and_set_scores(tmp_path, capsys, method):
     from kermt.uncertainty.calibration_file import load_class_calibrations
     from kermt.uncertainty.classification import fit_class_calibrations
 
@@ -68,13 +71,14 @@ def test_a_classification_fold_gets_platt_probabilities_and_set_scores(tmp_path,
     overconfident = 1 / (1 + np.exp(-2.5 * np.log(truth / (1 - truth))))
     members = [np.clip(overconfident + rng.normal(scale=0.02, size=truth.shape), 0.01, 0.99) for _ in range(2)]
     setup = types.SimpleNamespace(dataset_type="classification", task_names=["c1", "c2"], save_dir=tmp_path,
-                                  config=types.SimpleNamespace(calibration_method="normalised"))
+                                  config=FinetuneConfig(data_path="d.csv", class_calibration_method=method))
     splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=labels), target_scaler=None)
     record = calibrate_fold(setup, 0, splits, members)
     saved = load_class_calibrations(str(tmp_path / "fold_0" / "classification_calibration.json"))
-    expected = fit_class_calibrations(["c1", "c2"], np.stack(members), labels, "platt")
-    assert saved == expected and record["method"] == "platt"
+    expected = fit_class_calibrations(["c1", "c2"], np.stack(members), labels, method)
+    assert saved == expected and record["method"] == method and record["source"] == "fold_0 validation split"
+    assert all(c.method == method for c in saved.values())
     assert record["tasks"]["c2"]["n"] == 195
     assert record["tasks"]["c1"]["calibrated_ece"] < 0.6 * record["tasks"]["c1"]["ece"]  # over-confidence undone
-    assert "fold 0: calibrated (platt probabilities, conformal sets)" in capsys.readouterr().out
+    assert f"fold 0: calibrated ({method} probabilities, conformal sets)" in capsys.readouterr().out
     assert not (tmp_path / "fold_0" / "calibration.json").exists()

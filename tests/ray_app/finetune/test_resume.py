@@ -40,3 +40,17 @@ def test_a_member_counts_as_finished_only_when_complete_and_from_this_run(tmp_pa
     assert history == [{"epoch": 0.0, "train_loss": 1.5, "val_rmse": 0.25}, {"epoch": 1.0, "train_loss": 1.0}]
     for key, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], tensor), key
+
+
+def test_calibration_settings_are_not_part_of_the_runs_identity(tmp_path, capsys):
+    config = FinetuneConfig(data_path="d.csv", save_dir=str(tmp_path))
+    first, _ = claim_run_id(tmp_path, config)
+    recalibrated = config.model_copy(update={"calibration_method": "mondrian", "class_calibration_method": "isotonic",
+                                             "calibration_path": "assay.csv"})
+    assert claim_run_id(tmp_path, recalibrated) == (first, True)  # the trained members are kept
+    # a run recorded before the calibration settings left the identity (its state lists calibration_method)
+    state = json.loads((tmp_path / RUN_STATE_FILE).read_text())
+    state["settings"]["calibration_method"] = "plain"
+    (tmp_path / RUN_STATE_FILE).write_text(json.dumps(state))
+    assert claim_run_id(tmp_path, config) == (first, True)
+    assert "other settings" not in capsys.readouterr().out
