@@ -8,7 +8,12 @@ run's fold files, or, with ``--calibration_path``, fitted on the user's labelled
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from kermt.checkpoint import Checkpoint
+from kermt.data.feature_files import load_features_files
 from kermt.errors import UserError
 from kermt.inference import task_names
 from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
@@ -92,16 +97,25 @@ def log_class_calibration(calibrations: dict[str, ClassCalibration], level: floa
     log(f"{level:.0%} prediction sets and {method}-calibrated probabilities, calibrated on {what}")
 
 
-def check_calibration_file(config: ModelScreeningConfig, tasks: tuple[str, ...]) -> str | None:
-    """``--calibration_path``'s SMILES column (``--smiles_column``, else its first), once its columns are known to
-    hold every task; None without the flag."""
+@dataclass(frozen=True)
+class CalibrationFile:
+    """``--calibration_path`` as checked before Ray starts: its SMILES column and, for a model given
+    ``--features_path``, its own feature rows (``--calibration_features_path``)."""
+
+    path: str
+    smiles_column: str
+    features: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def check_calibration_file(config: ModelScreeningConfig, tasks: tuple[str, ...],
+                           file_features: tuple[np.ndarray, np.ndarray] | None) -> CalibrationFile | None:
+    """``--calibration_path`` once its columns are known to hold every task (its SMILES column:
+    ``--smiles_column``, else its first) and its feature files to match ``--features_path``'s; None without it."""
     path = config.calibration_path
     if path is None:
+        if config.calibration_features_path:
+            raise UserError("--calibration_features_path holds the features of --calibration_path's rows: give both")
         return None
-    if config.features_path:
-        raise UserError(f"--calibration_path {path} with --features_path: the feature files hold --data_path's "
-                        "rows, not the calibration file's; use a model with a features_generator, or calibrate "
-                        "without --features_path")
     try:
         names = column_names(path)
     except UserError as error:
@@ -111,4 +125,22 @@ def check_calibration_file(config: ModelScreeningConfig, tasks: tuple[str, ...])
     if missing:
         raise UserError(f"--calibration_path {path} has no column {missing[0]!r} (columns: {', '.join(names)}); it "
                         f"needs the SMILES column and one label column per task of the model ({', '.join(tasks)})")
-    return smiles
+    return CalibrationFile(path, smiles, _calibration_features(config, file_features))
+
+
+def _calibration_features(config: ModelScreeningConfig,
+                          file_features: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    given = config.calibration_features_path
+    if bool(given) != (file_features is not None):
+        raise UserError(f"--calibration_path {config.calibration_path}: " + (
+            "the model is given --features_path, so the calibration file needs its own feature rows: add "
+            "--calibration_features_path FILE.npz" if file_features is not None else
+            "--calibration_features_path is only for a model given --features_path (else the checkpoint's "
+            "features_generator computes the calibration file's features)"))
+    if not given:
+        return None
+    features = load_features_files(given)
+    if features[0].shape[1] != file_features[0].shape[1]:
+        raise UserError(f"--calibration_features_path has {features[0].shape[1]} features per row and "
+                        f"--features_path {file_features[0].shape[1]}: give the same features for both files")
+    return features

@@ -82,6 +82,8 @@ class ModelScreeningConfig(FeatureFlags, ScreeningConfig):
                                             "Parquet with a SMILES column (--smiles_column, else the first) and a "
                                             "label column per task; its predictions replace the run's calibration "
                                             "for --interval and <task>_calibrated")
+    calibration_features_path: Optional[list[str]] = Field(None, description=".npz features of --calibration_path, "
+                                                           "one row per row (needed when --features_path is given)")
     applicability_domain: bool = Field(False, description="add domain_distance (mean distance to the 5 nearest "
                                        "training molecules in the model's embedding) and in_domain (as close as "
                                        "95 percent of the validation molecules were), from the run's "

@@ -1,6 +1,7 @@
 """``--calibration_path FILE`` on `kermt predict / eval`: recalibrate a trained model on the user's labelled molecules.
 
-The file (CSV/Parquet, a SMILES column and one label column per task; its columns were checked before Ray started,
+The file (CSV/Parquet, a SMILES column and one label column per task, and for a model given ``--features_path`` its
+own rows of features, ``--calibration_features_path``; all checked before Ray starts,
 ray_app.screening.calibration.check_calibration_file) is predicted by the screening pipeline itself, then each
 task's calibration is fitted on the driver and replaces the run's for ``--interval`` and ``<task>_calibrated``:
 
@@ -71,13 +72,17 @@ def calibrated_on_file(config: ModelScreeningConfig, checked: PredictPlan) -> Pr
 
 def _predicted(config: ModelScreeningConfig, checked: PredictPlan) -> LabelledRows:
     """The ensemble's mean and total std of the calibration file's valid rows, with their labels."""
-    tasks = task_names(checked.members[0].spec)
-    path = config.calibration_path
+    tasks, file = task_names(checked.members[0].spec), checked.calibration_file
+    path = file.path
     plain = config.model_copy(update={"data_path": path, "uncertainty": True, "interval": None})
-    plan = replace(checked, source=Source(checked.calibration_smiles, ()), calibrations=None, domain=None,
-                   class_calibrations=None, file_features=None)
+    plan = replace(checked, source=Source(file.smiles_column, ()), calibrations=None, domain=None,
+                   class_calibrations=None, file_features=file.features)
     rows = LabelledRows(path, tasks, tasks, checked.members[0].spec.head.dataset_type == "classification")
-    stats = drain(predict_stream(plain, plan, tasks), rows.add)
+    try:
+        stream = predict_stream(plain, plan, tasks)
+    except UserError as error:  # the row count of the feature files is checked there, under predict's flag name
+        raise UserError(str(error).replace("--features_path", "--calibration_features_path", 1)) from error
+    stats = drain(stream, rows.add)
     if stats.valid == 0:
         raise UserError(f"--calibration_path: {stats.all_invalid_message(path)}")
     if stats.valid < stats.rows:

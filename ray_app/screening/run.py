@@ -25,7 +25,8 @@ from kermt.uncertainty import Calibration, ClassCalibration
 from kermt.uncertainty.domain import DomainIndex
 from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScreeningConfig, PredictConfig,
                                       ScreeningConfig, elapsed_line, log)
-from ray_app.screening.calibration import check_calibration_file, plan_class_calibration, plan_intervals
+from ray_app.screening.calibration import (CalibrationFile, check_calibration_file, plan_class_calibration,
+                                           plan_intervals)
 from ray_app.screening.domain import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, plan_domain
 from ray_app.screening.stream import (CALIBRATED_SUFFIX, LOWER_SUFFIX, SET_SUFFIX, STD_SUFFIX, UPPER_SUFFIX,
                                       EmbedStage, InputSpec, PredictStage, StreamStats, build_stream, drain)
@@ -175,7 +176,7 @@ class PredictPlan:
     calibrations: dict[str, Calibration] | None = None  # --interval: each task's calibration
     domain: DomainIndex | None = None  # --applicability_domain: fold 0's index
     class_calibrations: dict[str, ClassCalibration] | None = None  # classification: each task's calibration
-    calibration_smiles: str | None = None  # --calibration_path: its SMILES column (the fit waits for Ray)
+    calibration_file: CalibrationFile | None = None  # --calibration_path, checked (the fit waits for Ray)
 
 
 def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False) -> PredictPlan:
@@ -194,21 +195,21 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
         classes = plan_class_calibration(config, members)  # first: it refuses a class file beside regression
         calibrations = plan_intervals(config, members)
         names = task_names(members[0].spec)
-        calibration_smiles = check_calibration_file(config, names)
         domain = plan_domain(config, members)
         plan, file_features = _feature_plan(config, [m.spec for m in members])
+        calibration_file = check_calibration_file(config, names, file_features)
         scaled = [str(m.path) for m in members if m.spec.features_scaler is not None]
         if config.no_features_scaling and scaled:
             raise UserError(f"--no_features_scaling contradicts {', '.join(scaled)}, trained with feature scaling "
                             "(its scaler is applied); drop the flag")
         suffixes = _calibrated_suffixes(config, members[0].spec.head.dataset_type == "regression",
-                                        bool(calibrations or classes or calibration_smiles))
+                                        bool(calibrations or classes or calibration_file))
         source = _source(config, _prediction_columns(names, config.uncertainty, suffixes, domain is not None)
                          if carry_other_columns else None)
         clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, "valid", "error"}
         if clash:
             raise UserError(f"id/SMILES column names {sorted(clash)} clash with the model's task names")
-    return PredictPlan(members, plan, file_features, source, calibrations, domain, classes, calibration_smiles)
+    return PredictPlan(members, plan, file_features, source, calibrations, domain, classes, calibration_file)
 
 
 def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):

@@ -151,6 +151,33 @@ def test_calibration_path_on_one_model_is_plain_conformal_and_eval_scores_it(ray
         assert report["tasks"][task]["mean_width"] == pytest.approx(2 * half, rel=1e-5)
 
 
+def _feature_file(path, smiles, rows=None):
+    """rdkit_2d_normalized features (the fixture model's generator) of ``smiles`` as an upstream .npz."""
+    from kermt.chem.descriptors import molecule_features
+    from kermt.data.feature_files import save_features
+
+    save_features(path, molecule_features(list(smiles)[:rows], ["rdkit_2d_normalized"]))
+    return path
+
+
+def test_a_model_given_feature_files_calibrates_with_the_file_s_own(ray_cluster, tmp_path, capsys):
+    features = _feature_file(tmp_path / "f.npz", pd.read_csv(REG_DATA)["smiles"])
+    common = ["--data_path", str(REG_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"),
+              "--features_path", str(features), "--calibration_path", str(REG_DATA), "--interval", "0.9"]
+    assert main_predict([*common, "--output_path", str(tmp_path / "p.csv"), "--calibration_features_path",
+                         str(features)]) == 0
+    frame, labels = pd.read_csv(tmp_path / "p.csv"), pd.read_csv(REG_DATA)
+    for task in REG_TASKS:  # one model: plain conformal on the file's own predictions (the same rows here)
+        half = fit_calibration(task, frame[task], labels[task], None, method="plain").quantile(0.9)
+        np.testing.assert_allclose(frame[f"{task}_upper"] - frame[task], half, rtol=0, atol=1e-9)
+    short = _feature_file(tmp_path / "short.npz", labels["smiles"], rows=5)
+    assert main_predict([*common, "--output_path", str(tmp_path / "q.csv"), "--calibration_features_path",
+                         str(short)]) == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert f"--calibration_features_path has 5 rows but {REG_DATA} has 26" in error
+    assert not (tmp_path / "q.csv").exists()
+
+
 def test_calibration_file_errors_before_ray_starts(tmp_path, capsys):
     """Column and flag mistakes are found before the cluster starts (no ray_cluster fixture here)."""
     pd.read_csv(REG_DATA).drop(columns=["t2"]).to_csv(tmp_path / "no_t2.csv", index=False)
@@ -163,6 +190,18 @@ def test_calibration_file_errors_before_ray_starts(tmp_path, capsys):
     assert "a regression model's calibration gives intervals; add --interval LEVEL" in capsys.readouterr().err
     assert main_predict([*common, "--calibration_path", str(tmp_path / "missing.csv"), "--interval", "0.9"]) == 2
     assert f"--calibration_path {tmp_path / 'missing.csv'} does not exist" in capsys.readouterr().err
+    np.savez(tmp_path / "f.npz", features=np.zeros((26, 200)))
+    np.savez(tmp_path / "narrow.npz", features=np.zeros((26, 3)))
+    with_features = [*common, "--features_path", str(tmp_path / "f.npz"), "--calibration_path", str(REG_DATA),
+                     "--interval", "0.9"]
+    assert main_predict(with_features) == 2
+    assert "so the calibration file needs its own feature rows: add --calibration_features_path" \
+        in capsys.readouterr().err
+    assert main_predict([*with_features, "--calibration_features_path", str(tmp_path / "narrow.npz")]) == 2
+    assert "--calibration_features_path has 3 features per row and --features_path 200" in capsys.readouterr().err
+    assert main_predict([*common, "--calibration_features_path", str(tmp_path / "f.npz")]) == 2
+    assert "--calibration_features_path holds the features of --calibration_path's rows: give both" \
+        in capsys.readouterr().err
     assert not (tmp_path / "p.csv").exists()
 
 
