@@ -43,6 +43,76 @@ function showModelOptions() {
   $("uncertainty-box").hidden = model.members.length < 2;
   $("interval-box").hidden = !model.calibrated;
   $("domain-box").hidden = !model.domain;
+  showAbout(model);
+}
+
+// "About this model": what GET /models says about the selected model and, when its run recorded one, how it scored
+// on its test molecules. Each value is a [key, label, text, title]; the text goes in through textContent.
+const NO_TRAINING = "no training record (a single checkpoint, or a run directory without run.json)";
+
+const isSet = (value) => value !== null && value !== undefined;
+
+function pairs(entries, format) {  // {t1: 0.3, t2: null} -> "t1 0.3, t2 n/a"
+  return Object.entries(entries).map(([key, value]) => key + " " + (isSet(value) ? format(value) : "n/a")).join(", ");
+}
+
+function testScore(training) {
+  if (!isSet(training.overall_test_score)) return "not recorded";
+  let text = (training.metric || "score") + " " + formatNumber(training.overall_test_score);
+  if (isSet(training.overall_test_std)) text += " \u00b1 " + formatNumber(training.overall_test_std);
+  const folds = (training.fold_test_scores || []).length;
+  return folds ? text + " over " + folds + " fold" + (folds > 1 ? "s" : "") : text;
+}
+
+function calibrationText(model) {
+  const training = model.training || {};
+  const method = training.calibration_method || model.calibration_method;
+  if (!method) return "none";
+  if (training.calibration_size) {
+    return method + ", fitted on validation molecules: " + pairs(training.calibration_size, String);
+  }
+  const size = isSet(model.calibration_size) ? ", " + model.calibration_size + " validation molecules per task" : "";
+  return method + size;
+}
+
+function trainingRows(training) {
+  if (!training) return [["training", "Training record", NO_TRAINING]];
+  const metric = training.metric || "score";
+  return [
+    ["test_score", "Test score (ensemble, over folds)", testScore(training)],
+    ["task_test_scores", "Test " + metric + " per task (members' mean)",
+     training.task_test_scores ? pairs(training.task_test_scores, formatNumber) : "not recorded"],
+    ["split_type", "Split", training.split_type || "not recorded"],
+    ["run_id", "Run", training.run_id || "not recorded"],
+  ];
+}
+
+function aboutRows(model) {
+  const features = model.features_generator.length
+    ? model.features_generator.join(", ") + (model.features_scaling ? ", scaled" : ", not scaled") : "none";
+  return [
+    ["dataset_type", "Dataset type", model.dataset_type],
+    ["tasks", "Tasks", model.tasks.join(", ")],
+    ["members", "Members", String(model.members.length)],
+    ["features", "Molecule features", features],
+    ...trainingRows(model.training),
+    ["calibration", "Calibration", calibrationText(model)],
+    ["domain", "Applicability domain", model.domain ? "yes" : "no", model.domain_missing || ""],
+  ];
+}
+
+function showAbout(model) {
+  $("about-title").textContent = "About this model: " + model.name;
+  $("about-list").replaceChildren(...aboutRows(model).flatMap(([key, label, text, title]) => {
+    const term = document.createElement("dt");
+    term.textContent = label;
+    const value = document.createElement("dd");
+    value.textContent = text;
+    value.dataset.key = key;
+    if (title) value.title = title;
+    return [term, value];
+  }));
+  $("about-box").hidden = false;
 }
 
 async function loadModels() {

@@ -1,6 +1,7 @@
 """The page for chemists in a real headless Chromium, against the package's running `kermt serve` (with its API
 key): the table it renders holds what the JSON API returns, the drawings render, the CSV download is the table's
-data. A screenshot is kept as test-artifacts/serve_page.png."""
+data, the "About this model" panel shows GET /models' record of the picked model. A screenshot is kept as
+test-artifacts/serve_page.png."""
 
 from __future__ import annotations
 
@@ -44,13 +45,28 @@ def _cells(driver) -> list[dict]:
         }));""")  # pairs, not an object: the driver would hand the keys back sorted
 
 
-def test_the_page_predicts_typed_smiles_with_intervals_and_domain_and_downloads_the_table(page, served):
+def _enter_key(driver, wait) -> None:
+    """Type the API key the page asks for (once per browser session) and wait for both models in the list."""
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
-    driver, wait = page
-    driver.find_element("id", "api-key-input").send_keys(API_KEY, Keys.TAB)  # the page asks for the key
+    if len(Select(driver.find_element("id", "model-select")).options) < 2:
+        driver.find_element("id", "api-key-input").send_keys(API_KEY, Keys.TAB)
     wait.until(lambda d: len(Select(d.find_element("id", "model-select")).options) == 2)
+
+
+def _about(driver) -> dict:
+    """The "About this model" panel: each value's key -> [its text, its hover title, its child elements]."""
+    return {key: [text, title, children] for key, text, title, children in driver.execute_script("""
+        return [...document.querySelectorAll('#about-list dd')].map((dd) =>
+          [dd.dataset.key, dd.textContent, dd.title, dd.children.length]);""")}
+
+
+def test_the_page_predicts_typed_smiles_with_intervals_and_domain_and_downloads_the_table(page, served):
+    from selenium.webdriver.support.ui import Select
+
+    driver, wait = page
+    _enter_key(driver, wait)
     Select(driver.find_element("id", "model-select")).select_by_value("reg")
     wait.until(lambda d: d.find_element("id", "interval-box").is_displayed())  # reg is calibrated
     driver.find_element("id", "uncertainty-input").click()
@@ -94,6 +110,52 @@ def test_the_page_predicts_typed_smiles_with_intervals_and_domain_and_downloads_
     assert table["error"].fillna("").tolist() == ["", api[1]["error"], ""]
     assert console_errors(driver) == []
     assert keep_screenshot(driver, "serve_page").stat().st_size > 10_000
+
+
+def _scores(text: str) -> dict:  # "t1 0.3, t2 n/a" -> {"t1": 0.3, "t2": None}
+    return {task: None if value == "n/a" else float(value) for task, value in (p.split(" ") for p in text.split(", "))}
+
+
+def test_the_about_panel_shows_get_models_record_of_the_picked_model(page, served):
+    from selenium.webdriver.support.ui import Select
+
+    driver, wait = page
+    _enter_key(driver, wait)
+    models = {m["name"]: m for m in served.client.get("/models").json()["models"]}
+    select = Select(driver.find_element("id", "model-select"))
+    select.select_by_value("cls")  # a run directory without run.json: no training record
+    wait.until(lambda d: d.find_element("id", "about-title").text == "About this model: cls")
+    cls, about = models["cls"], _about(driver)
+    assert cls["training"] is None and not cls["calibrated"] and not cls["domain"] and not cls["features_generator"]
+    assert {key: value[0] for key, value in about.items()} == {
+        "dataset_type": "classification", "tasks": "c1, c2", "members": "2", "features": "none",
+        "training": "no training record (a single checkpoint, or a run directory without run.json)",
+        "calibration": "none", "domain": "no"}
+    assert about["domain"][1] == cls["domain_missing"] and "domain.json" in about["domain"][1]  # why not, on hover
+
+    select.select_by_value("reg")  # a finetune run: its run.json's scores, calibration and domain
+    wait.until(lambda d: d.find_element("id", "about-title").text == "About this model: reg")
+    reg, about = models["reg"], _about(driver)
+    training, text = reg["training"], {key: value[0] for key, value in about.items()}
+    assert list(text) == ["dataset_type", "tasks", "members", "features", "test_score", "task_test_scores",
+                          "split_type", "run_id", "calibration", "domain"]
+    assert (text["dataset_type"], text["tasks"], text["members"]) == (reg["dataset_type"], "t1, t2", "2")
+    assert (reg["features_generator"], reg["features_scaling"]) == (["rdkit_2d_normalized"], False)
+    assert text["features"] == "rdkit_2d_normalized, not scaled"
+    metric, score, plus_minus, std, over, folds, fold_word = text["test_score"].split(" ")
+    assert (metric, plus_minus, over, fold_word) == (training["metric"], "±", "over", "fold")
+    assert metric == "rmse"
+    assert (float(score), float(std), int(folds)) == (training["overall_test_score"], training["overall_test_std"],
+                                                      len(training["fold_test_scores"])) == (0.25, 0.0, 1)
+    shown = _scores(text["task_test_scores"])
+    assert shown == pytest.approx(training["task_test_scores"], rel=6e-4)  # 4 significant digits
+    assert shown == pytest.approx({"t1": 0.3, "t2": 0.3})
+    assert (text["split_type"], text["run_id"]) == (training["split_type"], training["run_id"])
+    assert text["calibration"] == "normalised, fitted on validation molecules: t1 30, t2 30"
+    assert (training["calibration_method"], training["calibration_size"]) == ("normalised", {"t1": 30, "t2": 30})
+    assert text["domain"] == "yes" and reg["domain"]
+    assert all(children == 0 for _, _, children in about.values())  # text only: nothing from the API became markup
+    assert console_errors(driver) == []
 
 
 def test_a_csv_file_fills_the_list(page, tmp_path):
