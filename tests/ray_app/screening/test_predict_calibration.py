@@ -134,6 +134,26 @@ def test_calibration_path_gives_the_intervals_of_fit_calibration_on_its_predicti
         assert np.ptp(upper - lower) > 0  # normalised: the width follows each molecule's spread
 
 
+def test_calibration_path_sees_the_mc_dropout_spread_it_serves(ray_cluster, tmp_path, capsys):
+    """--dropout_samples with --interval is refused with the run's calibration (fitted without MC dropout) but not
+    with --calibration_path, whose predictions have the same dropout passes: normalised on their spread."""
+    from tests.kermt.test_inference_estimators import _member
+
+    model = _member(tmp_path / "dropout", seed=0, variance=False, dropout=0.2)
+    out = tmp_path / "p.csv"
+    assert main_predict(["--data_path", str(REG_DATA), "--output_path", str(out), "--checkpoint_path", str(model),
+                         "--dropout_samples", "3", "--calibration_path", str(REG_DATA), "--interval", "0.9",
+                         "--uncertainty", "--drop_extra_columns"]) == 0
+    assert "90% intervals: normalised conformal, calibrated on --calibration_path" in capsys.readouterr().err
+    frame, labels = pd.read_csv(out), pd.read_csv(REG_DATA)
+    for task in REG_TASKS:
+        mu, sigma = frame[task].to_numpy(), frame[f"{task}_std"].to_numpy()
+        assert (sigma > 0).all()
+        lower, upper = intervals(fit_calibration(task, mu, labels[task].to_numpy(float), sigma), mu, sigma, 0.9)
+        np.testing.assert_allclose(frame[[f"{task}_lower", f"{task}_upper"]].to_numpy(), np.stack([lower, upper], 1),
+                                   rtol=0, atol=1e-9)
+
+
 def test_calibration_path_on_one_model_is_plain_conformal_and_eval_scores_it(ray_cluster, tmp_path, capsys):
     common = ["--data_path", str(REG_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"),
               "--calibration_path", str(REG_DATA)]
