@@ -101,11 +101,13 @@ CHECKPOINT_KINDS: tuple[str, ...] = get_args(CheckpointKind)
 PRETRAIN_KINDS: tuple[str, ...] = ("grover_base", *PRETRAIN_MODES)
 
 __all__ = [
-    "ACTIVATIONS", "CALIBRATION_METHODS", "CHECKPOINT_KINDS", "CLASS_CALIBRATION_METHODS", "DATASET_TYPES", "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS",
+    "ACTIVATIONS", "CALIBRATION_METHODS", "CHECKPOINT_KINDS", "CLASS_CALIBRATION_METHODS", "DATASET_TYPES",
+    "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS",
     "EMBEDDING_OUTPUT_TYPES", "FEATURE_GENERATORS", "FINETUNE_LOSSES", "LOWER_IS_BETTER", "METRICS_FOR",
     "METRIC_NAMES", "METRIC_TABLE",
     "PADDING_MODES", "POSITIONAL_ENCODINGS", "PRECISIONS", "PRETRAIN_KINDS", "PRETRAIN_MODES", "SPLIT_TYPES",
-    "Activation", "CalibrationMethod", "CheckpointKind", "ClassCalibrationMethod", "DatasetType", "DropoutDraws", "EmbeddingOutputType", "FeatureGenerator",
+    "Activation", "CalibrationMethod", "CheckpointKind", "ClassCalibrationMethod", "DatasetType", "DropoutDraws",
+    "EmbeddingOutputType", "FeatureGenerator",
     "FinetuneLoss", "FingerprintSource", "Metric", "MetricDirection", "PaddingMode", "PositionalEncoding", "Precision",
     "PretrainMode", "SplitType",
 ]

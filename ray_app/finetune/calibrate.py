@@ -5,10 +5,12 @@ The members' mean is the prediction (``mu``), their total std is ``sigma`` (popu
 variances of variance heads, :func:`kermt.uncertainty.total_std`: what `kermt predict --uncertainty` writes as
 ``<task>_std``), so the calibration describes exactly the intervals predict will serve. Normalised conformal by
 default; with one plain member per fold the spread is 0 and the fold falls back to plain conformal (one
-variance-head member has its own sigma and keeps the chosen method). A classification fold gets Platt scaling of
-its members' mean probability (or isotonic: ``--class_calibration_method``) and the scores of conformal prediction sets (``classification_calibration.json``,
-kermt.uncertainty.classification). A fold whose validation split is too small (or has one class) is reported in
-one line and recorded in run.json, never a failed run: the models are trained and usable without intervals.
+variance-head member has its own sigma and keeps the chosen method). A classification fold gets Platt scaling
+(or isotonic, ``--class_calibration_method``) of its members' mean probability and the scores of conformal
+prediction sets (``classification_calibration.json``, kermt.uncertainty.classification). A fold whose validation
+split is too small (or has one class) is reported in one line and recorded in run.json, never a failed run: the
+models are trained and usable without intervals. A calibration file that small is an error before training
+(ray_app.finetune.inputs.check_calibration_labels).
 """
 
 from __future__ import annotations
