@@ -82,3 +82,27 @@ def test_a_classification_fold_gets_calibrated_probabilities_and_set_scores(tmp_
     assert record["tasks"]["c1"]["calibrated_ece"] < 0.6 * record["tasks"]["c1"]["ece"]  # over-confidence undone
     assert f"fold 0: calibrated ({method} probabilities, conformal sets)" in capsys.readouterr().out
     assert not (tmp_path / "fold_0" / "calibration.json").exists()
+
+
+def test_a_fold_recalibrated_without_success_keeps_no_earlier_calibration_file(tmp_path, capsys):
+    setup, splits, _, members = _fold_inputs(tmp_path, rows=40)
+    calibrate_fold(setup, 0, splits, members)
+    assert (tmp_path / "fold_0" / "calibration.json").exists()
+    setup, splits, _, members = _fold_inputs(tmp_path, rows=10)  # the same fold, recalibrated on too few molecules
+    assert calibrate_fold(setup, 0, splits, members)["file"] is None
+    assert not (tmp_path / "fold_0" / "calibration.json").exists()  # it would describe other settings
+
+
+def test_the_overlap_line_counts_the_files_molecules_in_any_training_split():
+    from kermt.data.featurize import featurize_smiles
+    from ray_app.finetune.calibrate import in_training_split, overlap_line
+    from ray_app.finetune.prepare import SourceData
+
+    smiles = ["C", "CC", "CCC", "CCCC"]
+    source = SourceData("assay.csv", ["t"], np.arange(4), featurize_smiles(smiles), np.zeros((4, 1)), ())
+    masks = [in_training_split(smiles, train) for train in (["CC", "CO"], ["CC", "CCC"])]
+    assert overlap_line(source, masks) == (
+        "warning: --calibration_path assay.csv: 2 of its 4 molecules are also in the training data (fold 0: 1, "
+        "fold 1: 2); the model has seen them, so intervals calibrated on them come out too narrow: calibrate on "
+        "molecules it never trained on")
+    assert overlap_line(source, [in_training_split(smiles, ["CO"])]) is None
