@@ -12,7 +12,7 @@ replicas get plain strings. This module imports no torch, so the ingress replica
 
 # no `from __future__ import annotations`: FastAPI reads the routes' body types from the live annotations
 import asyncio
-from typing import Optional
+from typing import Optional, Union
 
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.responses import Response
@@ -21,7 +21,8 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.handle import DeploymentHandle
 
 from kermt.errors import UserError
-from kermt.uncertainty import Calibration
+from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
+from kermt.uncertainty import Calibration, ClassCalibration
 from ray_app.serve.auth import check_bearer
 from ray_app.serve.depict import depict_svg
 from ray_app.serve.page import asset_response, page_response
@@ -36,7 +37,7 @@ class Gateway:
     """Routes requests to the model deployments; holds nothing heavier than their descriptions."""
 
     def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int,
-                 calibrations: Optional[dict[str, dict[str, Calibration]]] = None,
+                 calibrations: Optional[dict[str, dict[str, Union[Calibration, ClassCalibration]]]] = None,
                  api_key_sha256: Optional[str] = None, max_embed_molecules: int = 100):
         self.models, self.infos = models, {info.name: info for info in infos}
         self.default = next(info.name for info in infos if info.default)
@@ -101,13 +102,10 @@ class Gateway:
         """A 400 naming the field before the request reaches a model batch (an error there would fail the batch)."""
         if level is None:
             return
-        info = self.infos[name]
-        if info.dataset_type != "regression":
-            raise HTTPException(400, f"interval: intervals are for regression models; model {name!r} is "
-                                f"{info.dataset_type}")
         if name not in self.calibrations:
             raise HTTPException(400, f"interval: model {name!r} has no calibration (serve the --save_dir of a "
-                                "`kermt finetune` run, whose folds hold calibration.json); drop interval")
+                                f"`kermt finetune` run, whose folds hold {CALIBRATION_FILE} or "
+                                f"{CLASS_CALIBRATION_FILE}); drop interval")
         try:
             for calibration in self.calibrations[name].values():
                 calibration.quantile(level)

@@ -19,7 +19,8 @@ from kermt.inference import find_checkpoints, plan_features, read_members, task_
 from kermt.inputs import check_checkpoint_file
 from kermt.uncertainty import Calibration
 from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, embedding_identity, load_domain
-from kermt.uncertainty.run_calibration import run_calibration
+from kermt.uncertainty.classification import ClassCalibration
+from kermt.uncertainty.run_calibration import run_calibration, run_class_calibration
 from ray_app.screening.domain import HOW_TO_GET_ONE, _fold_directory
 from ray_app.serve.embedding import embedding_size
 from ray_app.serve.run_metrics import training_metrics
@@ -34,7 +35,8 @@ class ServedModel:
     members: list[Checkpoint]
     features_generator: tuple[str, ...]
     info: ModelInfo
-    calibrations: dict[str, Calibration] | None = None  # per task, when the run was calibrated (intervals)
+    # per task, when the run was calibrated: a regression's intervals, a classifier's probabilities and sets
+    calibrations: dict[str, Calibration] | dict[str, ClassCalibration] | None = None
     domain: DomainIndex | None = None  # fold 0's applicability domain, as `kermt predict --applicability_domain`
 
     @property
@@ -63,13 +65,15 @@ def checkpoint_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_calibrations(source: str | Path, tasks: tuple[str, ...], dataset_type: str) -> dict[str, Calibration] | None:
-    """The run's calibration, as `kermt predict --checkpoint_dir DIR --interval` finds it (folds pooled); None for a
-    single checkpoint, a classifier or a run trained before calibration existed."""
+def load_calibrations(source: str | Path, tasks: tuple[str, ...],
+                      dataset_type: str) -> dict[str, Calibration] | dict[str, ClassCalibration] | None:
+    """The run's calibration as `kermt predict --checkpoint_dir DIR` finds it (folds pooled): a regression's
+    conformal scores, a classifier's recalibration and set scores; None for a single checkpoint or a run trained
+    before calibration existed."""
     path = Path(source)
-    if dataset_type != "regression" or not path.is_dir() or is_native_checkpoint(path):
+    if not path.is_dir() or is_native_checkpoint(path):
         return None
-    return run_calibration(path, tasks)
+    return run_calibration(path, tasks) if dataset_type == "regression" else run_class_calibration(path, tasks)
 
 
 def load_domain_index(source: str | Path, members: list[Checkpoint]) -> tuple[DomainIndex | None, str | None]:

@@ -26,29 +26,32 @@ from ray import serve
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.inference import Ensemble
 from kermt.inference.shared import predict_blocks
-from kermt.uncertainty import Calibration, intervals
-# <task>_std, <task>_lower/_upper: as `kermt predict --uncertainty --interval` names them
 from ray_app.screening.domain import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, DomainColumns
-from ray_app.screening.stream import LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
+# <task>_std, _lower/_upper, _calibrated, _set: the columns of `kermt predict`, computed by its own functions
+from ray_app.screening.stream import STD_SUFFIX, class_columns, interval_columns
 from ray_app.serve.embedding import EMBEDDING_COLUMN, MemberEmbedding
 from ray_app.serve.models import ServedModel
 from ray_app.serve.schemas import PredictJob
 
 
-def _value(x: float) -> float | None:
-    return None if np.isnan(x) else float(x)
+def _value(x):
+    """A JSON-ready value: NaN becomes null."""
+    return None if isinstance(x, float) and np.isnan(x) else x
 
 
-def _interval_columns(tasks: Sequence[str], calibrations: dict[str, Calibration] | None, level: float | None,
-                      mean: np.ndarray, std: np.ndarray) -> dict[str, np.ndarray]:
-    """<task>_lower/<task>_upper for the block (the library call of `kermt predict --interval`), or nothing."""
-    if level is None or calibrations is None:
+def _calibrated_columns(ensemble: Ensemble, calibrations: dict | None, level: float | None, mean: np.ndarray,
+                        std: np.ndarray, valid: np.ndarray) -> dict[str, list]:
+    """What the calibration adds, with `kermt predict`'s own code: a regression's <task>_lower/_upper at ``level``;
+    a classifier's <task>_calibrated, and at ``level`` its <task>_set."""
+    if calibrations is None:
         return {}
-    columns = {}
-    for t, task in enumerate(tasks):
-        columns[task + LOWER_SUFFIX], columns[task + UPPER_SUFFIX] = intervals(calibrations[task], mean[:, t],
-                                                                               std[:, t], level)
-    return columns
+    if ensemble.dataset_type == "regression":
+        if level is None:
+            return {}
+        columns = interval_columns(ensemble.task_names, calibrations, mean, std, level, valid)
+    else:
+        columns = class_columns(ensemble.task_names, calibrations, mean, level, valid)
+    return {name: column.to_pylist() for name, column in columns.items()}
 
 
 def _requested_columns(job: PredictJob) -> tuple[str, ...]:
@@ -68,18 +71,19 @@ def _job_extras(job: PredictJob, molecules: FeaturizedMolecules, batch_size: int
 
 
 def _entries(ensemble: Ensemble, job: PredictJob, reasons: Sequence[str | None], mean: np.ndarray,
-             std: np.ndarray, calibrations: dict[str, Calibration] | None = None,
-             extras: dict[str, list] | None = None) -> list[dict]:
-    """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then the tasks (their std, interval)."""
+             std: np.ndarray, calibrations: dict | None = None, extras: dict[str, list] | None = None) -> list[dict]:
+    """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then the tasks (their std, interval or
+    calibrated probability and set)."""
     tasks = ensemble.task_names
-    bounds = _interval_columns(tasks, calibrations, job.interval, mean, std)
+    valid = np.array([reason is None for reason in reasons], dtype=bool)
+    calibrated = _calibrated_columns(ensemble, calibrations, job.interval, mean, std, valid)
     out = []
     for i, smiles in enumerate(job.smiles):
-        entry = {"smiles": smiles, "valid": reasons[i] is None, "error": reasons[i]}
-        entry.update({task: _value(mean[i, t]) for t, task in enumerate(tasks)})
+        entry = {"smiles": smiles, "valid": bool(valid[i]), "error": reasons[i]}
+        entry.update({task: _value(float(mean[i, t])) for t, task in enumerate(tasks)})
         if job.uncertainty:
-            entry.update({task + STD_SUFFIX: _value(std[i, t]) for t, task in enumerate(tasks)})
-        entry.update({column: _value(values[i]) for column, values in bounds.items()})
+            entry.update({task + STD_SUFFIX: _value(float(std[i, t])) for t, task in enumerate(tasks)})
+        entry.update({column: _value(values[i]) for column, values in calibrated.items()})
         entry.update({column: (extras or {})[column][i] for column in _requested_columns(job)})
         out.append(entry)
     return out

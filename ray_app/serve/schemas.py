@@ -17,9 +17,10 @@ class PredictRequest(BaseModel):
 
     smiles: list[StrictStr] = Field(description="molecules to predict, in the order the predictions come back")
     uncertainty: StrictBool = Field(False, description="add <task>_std: the standard deviation over the members")
-    interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper: conformal "
-                                      "intervals at this level (e.g. 0.9) from the model's calibration, as "
-                                      "`kermt predict --interval`; regression models trained with calibration")
+    interval: Optional[float] = Field(None, gt=0, lt=1, description="a regression model: add <task>_lower/"
+                                      "<task>_upper, conformal intervals at this level (e.g. 0.9); a classifier: "
+                                      "add <task>_set, the conformal prediction set (\"0\", \"1\", \"0,1\" or "
+                                      "\"\"); from the run's calibration, as `kermt predict --interval`")
     domain: StrictBool = Field(False, description="add domain_distance (mean distance to the 5 nearest training "
                                "molecules in the model's embedding) and in_domain, as `kermt predict "
                                "--applicability_domain`; models whose run saved fold_k/domain.json (GET /models)")

@@ -42,6 +42,8 @@ function showModelOptions() {
   if (!model) return;
   $("uncertainty-box").hidden = model.members.length < 2;
   $("interval-box").hidden = !model.calibrated;
+  // a calibrated classifier answers a level with prediction sets, a regression with intervals
+  $("interval-label").textContent = model.dataset_type === "regression" ? "interval" : "prediction set";
   $("domain-box").hidden = !model.domain;
   showAbout(model);
 }
@@ -186,13 +188,13 @@ function readCsvFile(file) {
   reader.readAsText(file);
 }
 
-// The columns of the result, in the order `kermt predict` writes them: each task, its _std, its interval, then the
-// applicability domain.
+// The columns of the result, in the order `kermt predict` writes them: each task, its _std, its interval (a
+// regression) or its calibrated probability and prediction set (a classifier), then the applicability domain.
 function valueColumns(model, predictions) {
   const keys = new Set(predictions.flatMap((p) => Object.keys(p)));
   const columns = [];
   for (const task of model.tasks) {
-    for (const suffix of ["", "_std", "_lower", "_upper"]) {
+    for (const suffix of ["", "_std", "_lower", "_upper", "_calibrated", "_set"]) {
       if (keys.has(task + suffix)) columns.push(task + suffix);
     }
   }
@@ -205,6 +207,7 @@ function valueColumns(model, predictions) {
 function formatNumber(value) {
   if (value === null || value === undefined) return "";
   if (typeof value === "boolean") return value ? "yes" : "no";  // in_domain
+  if (typeof value === "string") return value;  // <task>_set: "0", "1", "0,1" or ""
   return String(Number(value.toPrecision(SHOWN_DIGITS)));
 }
 

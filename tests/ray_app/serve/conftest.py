@@ -1,5 +1,5 @@
-"""One `kermt serve` app for every test of the package (Ray Serve starts once): a classifier ensemble (the
-default, no applicability domain), a calibrated regression ensemble with molecule features and fold 0's
+"""One `kermt serve` app for every test of the package (Ray Serve starts once): a calibrated classifier ensemble
+(the default, no applicability domain), a calibrated regression ensemble with molecule features and fold 0's
 applicability domain and run.json, and bearer-token auth on."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import pytest
 
 from kermt.checkpoint import load_finetune_model, read_checkpoint
 from kermt.data.featurize import featurize_smiles
-from kermt.uncertainty import fit_calibration, save_calibrations
+from kermt.run_layout import CLASS_CALIBRATION_FILE
+from kermt.uncertainty import fit_calibration, fit_class_calibrations, save_calibrations, save_class_calibrations
 from kermt.uncertainty.domain import embedding_identity, fit_domain, model_embeddings, save_domain
 from ray_app.serve.command import Serving, load_models
 from ray_app.serve.config import ServeConfig
@@ -40,6 +41,18 @@ def calibrated_run(root: Path) -> Path:
                       {task: fit_calibration(task, mu, y, sigma) for task in ("t1", "t2")}, source="test")
     save_fold_domain(run / "fold_0", run / "fold_0" / "model_0" / "model.pt")
     (run / "run.json").write_text(json.dumps(RUN_RECORD))
+    return run
+
+
+def class_calibrated_run(root: Path) -> Path:
+    """A two-member classifier run (c1, c2) whose fold holds a classification_calibration.json (Platt, 30
+    molecules), as `kermt finetune` writes it."""
+    run = ensemble_dir(root, "ckpt_ft_cls.pt")
+    rng = np.random.default_rng(1)
+    probs = rng.uniform(0.05, 0.95, size=(30, 2))
+    labels = (rng.random((30, 2)) < probs).astype(float)
+    save_class_calibrations(str(run / "fold_0" / CLASS_CALIBRATION_FILE),
+                            fit_class_calibrations(("c1", "c2"), probs, labels, source="test"), source="test")
     return run
 
 
@@ -77,7 +90,7 @@ class Served:
 @pytest.fixture(scope="package")
 def served(ray_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
-    config = ServeConfig(checkpoint_dir=str(ensemble_dir(root / "cls_run", "ckpt_ft_cls.pt")), name="cls",
+    config = ServeConfig(checkpoint_dir=str(class_calibrated_run(root / "cls_run")), name="cls",
                          model=[f"reg={calibrated_run(root / 'reg_run')}"], port=free_port(),
                          max_request_molecules=MAX_MOLECULES,
                          max_embed_molecules=MAX_EMBED_MOLECULES, app_name="kermt-test", api_key_env=API_KEY_ENV)

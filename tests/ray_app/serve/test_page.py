@@ -112,6 +112,33 @@ def test_the_page_predicts_typed_smiles_with_intervals_and_domain_and_downloads_
     assert keep_screenshot(driver, "serve_page").stat().st_size > 10_000
 
 
+def test_a_classifier_shows_its_calibrated_probabilities_and_prediction_sets(page, served):
+    from selenium.webdriver.support.ui import Select
+
+    driver, wait = page
+    _enter_key(driver, wait)
+    Select(driver.find_element("id", "model-select")).select_by_value("cls")
+    wait.until(lambda d: d.find_element("id", "interval-box").is_displayed())  # cls is calibrated too
+    assert driver.find_element("id", "interval-label").text == "prediction set"
+    if not driver.find_element("id", "interval-enabled").is_selected():
+        driver.find_element("id", "interval-enabled").click()
+    typed = driver.find_element("id", "smiles-input")
+    typed.clear()
+    typed.send_keys("\n".join(TYPED))
+    driver.find_element("id", "submit-button").click()
+    wait.until(lambda d: d.find_element("id", "summary").text.startswith("Model cls"))
+
+    api = served.client.post("/predict", json={"smiles": SMILES, "interval": 0.9}).json()["predictions"]
+    rows = [dict(row["values"]) for row in _cells(driver)]
+    for row, expected in zip(rows, api):
+        for task in ("c1", "c2"):
+            assert row[f"{task}_set"] == (expected[f"{task}_set"] or "")  # "0", "1", "0,1" as sent
+            if expected[f"{task}_calibrated"] is not None:
+                assert float(row[f"{task}_calibrated"]) == pytest.approx(expected[f"{task}_calibrated"], rel=6e-4)
+    assert api[0]["c1_set"] in ("0", "1", "0,1", "") and api[1]["c1_set"] is None
+    assert console_errors(driver) == []
+
+
 def _scores(text: str) -> dict:  # "t1 0.3, t2 n/a" -> {"t1": 0.3, "t2": None}
     return {task: None if value == "n/a" else float(value) for task, value in (p.split(" ") for p in text.split(", "))}
 
@@ -126,11 +153,11 @@ def test_the_about_panel_shows_get_models_record_of_the_picked_model(page, serve
     select.select_by_value("cls")  # a run directory without run.json: no training record
     wait.until(lambda d: d.find_element("id", "about-title").text == "About this model: cls")
     cls, about = models["cls"], _about(driver)
-    assert cls["training"] is None and not cls["calibrated"] and not cls["domain"] and not cls["features_generator"]
+    assert cls["training"] is None and cls["calibrated"] and not cls["domain"] and not cls["features_generator"]
     assert {key: value[0] for key, value in about.items()} == {
         "dataset_type": "classification", "tasks": "c1, c2", "members": "2", "features": "none",
         "training": "no training record (a single checkpoint, or a run directory without run.json)",
-        "calibration": "none", "domain": "no"}
+        "calibration": "platt, 30 validation molecules per task", "domain": "no"}
     assert about["domain"][1] == cls["domain_missing"] and "domain.json" in about["domain"][1]  # why not, on hover
 
     select.select_by_value("reg")  # a finetune run: its run.json's scores, calibration and domain

@@ -17,6 +17,7 @@ import pytest
 
 from kermt.data.featurize import featurize_smiles
 from kermt.inference import Embedder, Ensemble, find_checkpoints, read_members
+from kermt.uncertainty.run_calibration import run_class_calibration
 from ray_app.screening.commands import main_predict
 from ray_app.serve.command import wait_for_stop_signal
 from tests.conftest import FIXTURE_DIR
@@ -53,7 +54,7 @@ def test_ensemble_predictions_equal_kermt_predict(served, tmp_path):
     assert [p["valid"] for p in predictions] == expected["valid"].tolist()
     assert [p["error"] or "" for p in predictions] == expected["error"].fillna("").tolist()
     tasks = [c for c in expected.columns if c not in ("smiles", "valid", "error")]
-    assert len(tasks) == 4 and set(tasks) <= set(predictions[0])  # two tasks and their _std
+    assert len(tasks) == 6 and set(tasks) <= set(predictions[0])  # two tasks, their _std and _calibrated
     for task in tasks:
         np.testing.assert_allclose(_column(predictions, task), expected[task].to_numpy(), rtol=0, atol=1e-6)
     assert np.nanmax(_column(predictions, tasks[-1])) > 1e-4  # two different members: a spread that is not zero
@@ -87,8 +88,27 @@ def test_intervals_spread_and_domain_equal_kermt_predict_interval_uncertainty_do
     assert np.nanmin(widths) > 0 and np.nanstd(widths) > 0  # normalised conformal: per-molecule widths
 
 
+def test_a_classifiers_sets_and_calibrated_probabilities_equal_kermt_predict_interval(served, tmp_path):
+    predictions = _post(served.client, "/predict", REQUEST, interval=0.9)["predictions"]
+    expected = kermt_predict(tmp_path, ["--checkpoint_dir", served.config.checkpoint_dir], REQUEST,
+                             "--interval", "0.9")
+    calibrations = run_class_calibration(served.config.checkpoint_dir, ("c1", "c2"))
+    for task in ("c1", "c2"):
+        raw = _column(predictions, task)
+        np.testing.assert_allclose(_column(predictions, f"{task}_calibrated"),
+                                   expected[f"{task}_calibrated"].to_numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(_column(predictions, f"{task}_calibrated"),
+                                   calibrations[task].calibrated(raw), rtol=0, atol=1e-9)
+        assert [p[f"{task}_set"] for p in predictions] == calibrations[task].sets(raw, 0.9)
+        sets = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)[f"{task}_set"]  # "0", not 0.0
+        written = [v if valid else None for v, valid in zip(sets, expected["valid"])]
+        assert [p[f"{task}_set"] for p in predictions] == written
+    assert predictions[5]["c1_set"] is None and predictions[5]["c1_calibrated"] is None  # the invalid SMILES
+    assert not np.allclose(_column(predictions, "c1_calibrated"), _column(predictions, "c1"), equal_nan=True)
+
+
 @pytest.mark.parametrize("path, level, message", [
-    ("/predict", 0.9, "regression"),                  # the classifier
+    ("/predict", 0.99, "calibrated on 30"),             # the classifier: its sets at a level 30 cannot give
     ("/models/reg/predict", 0.99, "calibrated on 30"),  # a level its 30 calibration molecules cannot give
 ])
 def test_an_interval_the_model_cannot_give_is_400_naming_it(served, path, level, message):
@@ -184,7 +204,8 @@ def test_healthz_and_models(served):
     models = {m["name"]: m for m in client.get("/models").json()["models"]}
     assert set(models) == {"cls", "reg"} and models["cls"]["default"] and not models["reg"]["default"]
     assert models["cls"]["tasks"] == ["c1", "c2"] and models["cls"]["dataset_type"] == "classification"
-    assert len(models["cls"]["members"]) == 2 and not models["cls"]["calibrated"]
+    assert len(models["cls"]["members"]) == 2 and models["cls"]["calibrated"]
+    assert (models["cls"]["calibration_method"], models["cls"]["calibration_size"]) == ("platt", 30)
     assert models["reg"]["features_generator"] == ["rdkit_2d_normalized"]
     assert (models["reg"]["domain"], models["reg"]["domain_missing"], models["cls"]["domain"]) == (True, None, False)
     assert "domain.json" in models["cls"]["domain_missing"]
