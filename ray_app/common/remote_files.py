@@ -43,6 +43,7 @@ INPUT_SETTINGS = (
     "data_path", "separate_val_path", "separate_test_path", "features_path", "separate_val_features_path",
     "separate_test_features_path", "checkpoint_path", "checkpoint_dir", "folds_file", "crossval_index_dir",
     "crossval_index_file", "continue_from", "atom_vocab_path", "bond_vocab_path", "smiles_vocab_path",
+    "calibration_path", "calibration_features_path",
 )
 OUTPUT_DIR_SETTINGS = ("save_dir",)
 OUTPUT_FILE_SETTINGS = ("output_path",)

@@ -26,10 +26,11 @@ def _run(prog: str, schema: type[BaseModel], argv: list[str], body, reported: bo
 
     def with_local_files(config: BaseModel, sources) -> int:
         # --checkpoint_path/--checkpoint_dir URIs are downloaded, an --output_path URI is uploaded once complete;
-        # --data_path is streamed by Ray Data itself, URI or not.
+        # --data_path and --calibration_path are streamed by Ray Data itself, URI or not (on a cluster every node
+        # reads them where they are).
         if reported:
             print(start_line(config.output_path, of_file=True), flush=True)
-        with local_files(config, keep_remote=("data_path",)) as local:
+        with local_files(config, keep_remote=("data_path", "calibration_path")) as local:
             status = body(local)
             if reported:
                 _say_where_the_report_is(Path(local.output_path), config.output_path)
