@@ -4,8 +4,8 @@ rows by reason, moments and ranges of every numeric column and keeps each task's
 exact histograms over those ranges. Memory is a batch plus a few numbers per column, whatever the library's size.
 
 The output's layout (ray_app.screening.stream.PredictStage): the SMILES column, a column per task, then when asked
-``<task>_std``, ``<task>_lower``/``<task>_upper``, ``domain_distance``/``in_domain``, then the carried input
-columns, ``valid`` and ``error``.
+``<task>_std``, ``<task>_lower``/``<task>_upper``, ``<task>_calibrated``, ``<task>_set``,
+``domain_distance``/``in_domain``, then the carried input columns, ``valid`` and ``error`` (ray_app.common.columns).
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from ray_app.common.columns import (DISTANCE_COLUMN, IN_DOMAIN_COLUMN, LOWER_SUFFIX, STD_SUFFIX, TASK_SUFFIXES,
+                                    UPPER_SUFFIX)
+
 BATCH_ROWS = 65_536
 CSV_BLOCK_BYTES = 1 << 20  # the reader reads ahead some blocks: small ones bound its memory (~40 MB)
 BINS = 40
 TOP_N = 12
 EXAMPLES = 3
-STD, LOWER, UPPER = "_std", "_lower", "_upper"  # ray_app.screening.stream's suffixes (not imported: it pulls Ray)
-DISTANCE, IN_DOMAIN = "domain_distance", "in_domain"  # ray_app.screening.domain's columns
-BOOLEAN = ("valid", IN_DOMAIN)
+BOOLEAN = ("valid", IN_DOMAIN_COLUMN)
 
 
 def is_prediction_output(path: Path) -> bool:
@@ -87,15 +88,16 @@ def output_layout(path: Path, tasks: Sequence[str] | None = None) -> OutputLayou
         tasks = _tasks_read_off(path, names)
     present = set(names)
     pick = lambda suffix: {t: t + suffix for t in tasks if t + suffix in present}  # noqa: E731
-    return OutputLayout(names[0], tuple(tasks), pick(STD), pick(LOWER), pick(UPPER),
-                        DISTANCE if DISTANCE in present else None, IN_DOMAIN if IN_DOMAIN in present else None)
+    return OutputLayout(names[0], tuple(tasks), pick(STD_SUFFIX), pick(LOWER_SUFFIX), pick(UPPER_SUFFIX),
+                        DISTANCE_COLUMN if DISTANCE_COLUMN in present else None,
+                        IN_DOMAIN_COLUMN if IN_DOMAIN_COLUMN in present else None)
 
 
 def _tasks_read_off(path: Path, names: list[str]) -> list[str]:
     candidates = []
     for name in names[1:]:
-        if name in ("valid", "error", DISTANCE, IN_DOMAIN) or any(name in (t + STD, t + LOWER, t + UPPER)
-                                                                  for t in candidates):
+        if name in ("valid", "error", DISTANCE_COLUMN, IN_DOMAIN_COLUMN) or any(
+                name == task + suffix for task in candidates for suffix in TASK_SUFFIXES):
             break
         candidates.append(name)
     if path.suffix.lower() != ".parquet":  # a CSV's text columns (ids) read as numbers would fail below

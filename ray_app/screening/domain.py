@@ -20,9 +20,9 @@ from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
 from kermt.uncertainty.domain import (DOMAIN_FILE, DomainIndex, DomainSearch, embedding_identity, load_domain,
                                       model_embeddings)
+from ray_app.common.columns import DISTANCE_COLUMN, IN_DOMAIN_COLUMN
 from ray_app.screening.config import ModelScreeningConfig, log
 
-DISTANCE_COLUMN, IN_DOMAIN_COLUMN = "domain_distance", "in_domain"
 FLAG = "--applicability_domain"
 HOW_TO_GET_ONE = ("train it again with this kermt: `kermt finetune` saves each fold's applicability domain "
                   f"(fold_k/{DOMAIN_FILE}, from its train and validation splits)")

@@ -38,15 +38,12 @@ from kermt.inference import Embedder, Ensemble
 from kermt.uncertainty import Calibration, ClassCalibration, intervals
 from kermt.uncertainty.domain import DomainIndex
 from ray_app.screening.domain import DomainColumns
+from ray_app.common.columns import CALIBRATED_SUFFIX, LOWER_SUFFIX, SET_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
 from ray_app.common.progress import Progress
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
-STD_SUFFIX = "_std"  # --uncertainty: <task>_std, the members' standard deviation
-LOWER_SUFFIX, UPPER_SUFFIX = "_lower", "_upper"  # --interval: <task>_lower / <task>_upper, conformal bounds
-CALIBRATED_SUFFIX = "_calibrated"  # classification with a calibration: <task>_calibrated, the recalibrated probability
-SET_SUFFIX = "_set"  # classification with --interval: <task>_set, the conformal prediction set ("0", "1", "0,1", "")
 FILE_FEATURES, FILE_FEATURES_VALID = "file_features", "file_features_valid"
 NO_FILE_FEATURES = "no features for this row in --features_path"
 TARGET_ROWS_PER_BLOCK = 1024

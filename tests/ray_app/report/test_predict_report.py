@@ -128,3 +128,15 @@ def test_the_report_of_a_200k_row_output_streams_in_bounded_memory(predicted, tm
           f"{page.stat().st_size / 1e6:.2f} MB")
     text = page.read_text()
     assert f"<td>valid molecules</td><td>{valid}</td>" in text and "<td>rows</td><td>200000</td>" in text
+
+
+def test_a_classifiers_calibrated_and_set_columns_are_not_taken_for_tasks(tmp_path):
+    """Without the run, the tasks are read off the header: a calibrated classifier's output (`kermt predict
+    --interval` on a run with classification_calibration.json) has c1, c2, then their _calibrated and _set."""
+    from ray_app.report.library import output_layout
+
+    path = tmp_path / "out.csv"
+    path.write_text("smiles,c1,c2,c1_calibrated,c2_calibrated,c1_set,c2_set,valid,error\n"
+                    "CCO,0.2,0.7,0.25,0.66,0,\"0,1\",True,\n"
+                    "not_a_smiles,,,,,,,False,unparsable\n")
+    assert output_layout(path).tasks == ("c1", "c2")
