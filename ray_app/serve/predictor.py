@@ -26,9 +26,10 @@ from ray import serve
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.inference import Ensemble
 from kermt.inference.shared import predict_blocks
-from ray_app.screening.domain import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, DomainColumns
-# <task>_std, _lower/_upper, _calibrated, _set: the columns of `kermt predict`, computed by its own functions
-from ray_app.screening.stream import STD_SUFFIX, class_columns, interval_columns
+from ray_app.common.columns import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, STD_SUFFIX
+from ray_app.screening.domain import DomainColumns
+# <task>_lower/_upper, _calibrated, _set: the columns of `kermt predict`, computed by its own functions
+from ray_app.screening.stream import class_columns, interval_columns
 from ray_app.serve.embedding import EMBEDDING_COLUMN, MemberEmbedding
 from ray_app.serve.models import ServedModel
 from ray_app.serve.schemas import PredictJob

@@ -112,3 +112,18 @@ def test_every_calibration_method_fits_and_gives_intervals_around_the_prediction
         assert calibration.method == method and np.all(lower < mu) and np.all(mu < upper), method
     with pytest.raises(Exception, match="not one of"):
         fit_calibration("t", mu, y, sigma, method="isotonic")
+
+
+def test_every_classification_calibration_method_fits_and_keeps_probabilities_in_order():
+    from kermt.uncertainty import fit_class_calibration
+
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.02, 0.98, size=300)
+    y = (rng.random(300) < p ** 2).astype(float)  # over-confident in class 1: calibration lowers p
+    for method in registry.CLASS_CALIBRATION_METHODS:
+        calibration = fit_class_calibration("t", p, y, method=method)
+        calibrated = calibration.calibrated(np.sort(p))
+        assert calibration.method == method and np.all(np.diff(calibrated) >= -1e-12), method  # monotone
+        assert calibrated.mean() < np.sort(p).mean(), method
+    with pytest.raises(Exception, match="not one of|unknown|method"):
+        fit_class_calibration("t", p, y, method="normalised")
