@@ -37,7 +37,7 @@ from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, SourceData, fold_count, write_invalid
 from ray_app.finetune.resume import finished_member, start_finetune_run
-from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, _user_set, features_width, fold_splits, \
+from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, user_set, features_width, fold_splits, \
     member_initial_state, model_config, resolve_setup
 from ray_app.report import announce_report, start_line
 
@@ -173,7 +173,7 @@ def _settings_with_checkpoint_values(setup: RunSetup) -> tuple[dict[str, Any], d
     sources: dict[str, str] = dict(setup.sources)
     if setup.checkpoint is not None:
         for key in ENCODER_KEYS:
-            if not _user_set(setup.sources, key):
+            if not user_set(setup.sources, key):
                 settings[key], sources[key] = getattr(setup.checkpoint.spec.encoder, key), "checkpoint"
     return settings, sources
 

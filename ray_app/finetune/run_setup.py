@@ -88,7 +88,8 @@ class RunSetup:
         return replace(self.checkpoint, **parts)
 
 
-def _user_set(setup_sources: dict[str, Source], key: str) -> bool:
+def user_set(setup_sources: dict[str, Source], key: str) -> bool:
+    """Whether the user gave ``key`` (a flag or a config file), not its default."""
     return setup_sources.get(key, "default") != "default"
 
 
@@ -110,9 +111,9 @@ def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
         return FinetuneModelConfig(enc, ReadoutConfig(**readout), HeadConfig(**{"activation": enc.activation, **head}),
                                    c.use_mtl_loss)
     if ckpt.spec.kind == "finetuned":  # only what the user actually set may (and must) agree with the checkpoint
-        readout = {k: v for k, v in readout.items() if _user_set(setup.sources, k)}
+        readout = {k: v for k, v in readout.items() if user_set(setup.sources, k)}
         head = {k: v for k, v in head.items() if k in ("num_tasks", "dataset_type", "features_size", "dropout")
-                or _user_set(setup.sources, "loss" if k == "variance" else k)}
+                or user_set(setup.sources, "loss" if k == "variance" else k)}
     return merge_finetune_config(ckpt.spec, encoder=encoder, readout=readout, head=head,
                                  use_mtl_loss=c.use_mtl_loss, source=str(ckpt.path))
 

@@ -35,7 +35,7 @@ def plan_domain(config: ModelScreeningConfig, members: list[Checkpoint]) -> Doma
     if config.checkpoint_dir is None:
         raise UserError(f"{FLAG} needs the finetune run: pass --checkpoint_dir with its --save_dir (each fold_k/ "
                         f"holds {DOMAIN_FILE}), not --checkpoint_path of one member")
-    fold = _fold_directory(Path(config.checkpoint_dir), members[0].path)
+    fold = fold_directory(Path(config.checkpoint_dir), members[0].path)
     if fold is None:
         raise UserError(f"{FLAG}: --checkpoint_dir {config.checkpoint_dir} has no applicability domain (no "
                         f"{DOMAIN_FILE} beside its first member {members[0].path}): it was trained before the "
@@ -51,7 +51,7 @@ def plan_domain(config: ModelScreeningConfig, members: list[Checkpoint]) -> Doma
     return index
 
 
-def _fold_directory(root: Path, first_member: Path) -> Path | None:
+def fold_directory(root: Path, first_member: Path) -> Path | None:
     """The directory holding the domain of ``first_member`` (``fold_k/model_0/model``): its fold, or ``root``."""
     for candidate in (first_member.parent.parent, root):
         if (candidate / DOMAIN_FILE).is_file():
@@ -73,4 +73,4 @@ class DomainColumns:
                                            pa.bool_(), mask=~valid)}
 
 
-__all__ = ["DISTANCE_COLUMN", "DomainColumns", "IN_DOMAIN_COLUMN", "plan_domain"]
+__all__ = ["DISTANCE_COLUMN", "DomainColumns", "IN_DOMAIN_COLUMN", "fold_directory", "plan_domain"]

@@ -21,7 +21,7 @@ from kermt.uncertainty import Calibration
 from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, embedding_identity, load_domain
 from kermt.uncertainty.classification import ClassCalibration
 from kermt.uncertainty.run_calibration import run_calibration, run_class_calibration
-from ray_app.screening.domain import HOW_TO_GET_ONE, _fold_directory
+from ray_app.screening.domain import HOW_TO_GET_ONE, fold_directory
 from ray_app.serve.embedding import embedding_size
 from ray_app.serve.run_metrics import training_metrics
 from ray_app.serve.schemas import MemberInfo, ModelInfo
@@ -85,7 +85,7 @@ def load_domain_index(source: str | Path, members: list[Checkpoint]) -> tuple[Do
     if not path.is_dir() or is_native_checkpoint(path):
         return None, f"it is one checkpoint, not a finetune run's directory (serve the run's --save_dir: each " \
                      f"fold_k/ holds {DOMAIN_FILE})"
-    fold = _fold_directory(path, Path(members[0].path))
+    fold = fold_directory(path, Path(members[0].path))
     if fold is None:
         return None, f"no {DOMAIN_FILE} beside its first member {members[0].path}: {HOW_TO_GET_ONE}"
     index = load_domain(str(fold))
