@@ -56,10 +56,12 @@ def start_until_first_epoch(cluster, args: list[str]) -> tuple[subprocess.Popen,
 
 def test_worker_nodes_cannot_see_the_heads_disk(cluster, head_inputs):
     """The lane's premise: what the driver has on the head is invisible to a process on a worker node."""
-    probe = ("import os, ray; ray.init(); "
-             "f = ray.remote(num_cpus=1)(lambda p: (ray.util.get_node_ip_address(), os.path.exists(p))); "
-             f"print(sorted(set(ray.get([f.options(scheduling_strategy='SPREAD').remote({str(head_inputs['data'])!r}) "
-             "for _ in range(8)]))))")
+    # one task pinned to each alive node that has CPUs (SPREAD is best effort: a leased worker may take all of them)
+    probe = ("import os, ray; from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On; "
+             "ray.init(); f = ray.remote(num_cpus=1)(lambda p: (ray.util.get_node_ip_address(), os.path.exists(p))); "
+             "nodes = [n['NodeID'] for n in ray.nodes() if n['Alive'] and n['Resources'].get('CPU')]; "
+             f"print(sorted(ray.get([f.options(scheduling_strategy=On(n, soft=False)).remote("
+             f"{str(head_inputs['data'])!r}) for n in nodes])))")
     done = subprocess.run([sys.executable, "-c", probe], env=cluster.driver_env(), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
