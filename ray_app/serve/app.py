@@ -38,8 +38,10 @@ class Gateway:
 
     def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int,
                  calibrations: Optional[dict[str, dict[str, Union[Calibration, ClassCalibration]]]] = None,
-                 api_key_sha256: Optional[str] = None, max_embed_molecules: int = 100):
+                 api_key_sha256: Optional[str] = None, max_embed_molecules: int = 100,
+                 featurizer: Optional[DeploymentHandle] = None):
         self.models, self.infos = models, {info.name: info for info in infos}
+        self.featurizer = featurizer  # None: each model replica featurises its own requests
         self.default = next(info.name for info in infos if info.default)
         self.max_request_molecules, self.max_embed_molecules = max_request_molecules, max_embed_molecules
         self.calibrations = calibrations or {}
@@ -89,8 +91,11 @@ class Gateway:
             return PredictResponse(model=name, predictions=[])
         job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval, request.domain,
                          request.embed)
+        # the featurizer's response is passed on unfetched: its molecules go from that replica to the model's
+        molecules = (self.featurizer.featurize.remote(job.smiles, tuple(self.infos[name].features_generator))
+                     if self.featurizer is not None else None)
         try:
-            entries = await self.models[name].predict.remote(job)
+            entries = await self.models[name].predict.remote(job, molecules)
         except (RayActorError, ActorUnavailableError):  # the replica died with the request (Serve starts another)
             raise HTTPException(503, f"model {name!r}: the replica predicting this request stopped (Serve is "
                                 "replacing it); send the request again", headers={"Retry-After": "1"}) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ray_app.serve.app import Gateway
 from ray_app.serve.auth import key_sha256, read_api_key
 from ray_app.serve.config import ServeConfig
+from ray_app.serve.featurizer import Featurizer
 from ray_app.serve.models import ServedModel
 from ray_app.serve.predictor import ModelReplica
 
@@ -17,6 +18,12 @@ HEALTH_CHECK_PERIOD_S = 2.0
 # The ingress only validates and awaits the model replicas, so it holds many requests at once (Serve's default, 5,
 # would cap how many requests from different clients can reach a model batch together).
 GATEWAY_ONGOING_REQUESTS = 256
+
+FEATURIZER_DEPLOYMENT = "featurizer"
+
+# A featurizer queues requests itself, like the ingress: at 32, 64 clients left Serve's router backing off between
+# retries (p99 4.5 s against 1.2 s at 256, bench/serve.py's 64-client phase with --num_featurizers 1)
+FEATURIZER_ONGOING_REQUESTS = 256
 
 
 def deployment_name(model: str) -> str:
@@ -50,11 +57,16 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
             "cuda" if config.use_gpu else "cpu")
         for m in models
     }
+    featurizer = (Featurizer.options(name=FEATURIZER_DEPLOYMENT, num_replicas=config.num_featurizers,
+                                     max_ongoing_requests=FEATURIZER_ONGOING_REQUESTS,
+                                     health_check_period_s=HEALTH_CHECK_PERIOD_S,
+                                     ray_actor_options={"num_cpus": config.featurizer_cpus}).bind()
+                  if config.num_featurizers else None)
     return Gateway.options(num_replicas=1, max_ongoing_requests=GATEWAY_ONGOING_REQUESTS,
                            ray_actor_options={"num_cpus": 0}).bind(
         handles, [m.info for m in models], config.max_request_molecules,
         {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256,
-        max_embed_molecules=config.max_embed_molecules)
+        max_embed_molecules=config.max_embed_molecules, featurizer=featurizer)
 
 
 def serving_app(config: ServeConfig, models: list[ServedModel]):

@@ -50,6 +50,9 @@ class ServeConfig(BaseModel):
     upscale_delay_s: float = Field(30.0, ge=0, description="autoscaling: how long load must stay high to add one")
     downscale_delay_s: float = Field(600.0, ge=0, description="autoscaling: how long load must stay low to remove one")
     look_back_period_s: float = Field(30.0, gt=0, description="autoscaling: the window load is averaged over")
+    num_featurizers: int = Field(0, ge=0, description="Featurizer replicas (RDKit, on CPUs), shared by every "
+                                 "model; 0: each model replica featurises its own requests")
+    featurizer_cpus: float = Field(1.0, gt=0, description="CPUs each Featurizer replica reserves")
     use_gpu: bool = Field(False, description="each model replica on a GPU (its members on cuda)")
     num_gpus_per_replica: float = Field(1.0, gt=0, description="GPUs per model replica with --use_gpu "
                                         "(fractions ok: several replicas share one GPU)")

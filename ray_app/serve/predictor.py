@@ -130,11 +130,12 @@ class ModelReplica:
         self._predict_batch.set_batch_wait_timeout_s(batch_wait_timeout_s)
         self._in_flight = 0  # requests in this replica now (the event loop's thread alone changes it)
 
-    async def predict(self, job: PredictJob) -> list[dict]:
+    async def predict(self, job: PredictJob, molecules: FeaturizedMolecules | None = None) -> list[dict]:
+        """``molecules``: ``job``'s SMILES featurised by the Featurizer deployment; None: featurise them here."""
         self._in_flight += 1
         try:
-            # featurised on arrival, in a thread: it overlaps the batch whose forwards run now
-            molecules = await asyncio.to_thread(self.predictor.featurize, job)
+            if molecules is None:  # featurised on arrival, in a thread: it overlaps the batch whose forwards run now
+                molecules = await asyncio.to_thread(self.predictor.featurize, job)
             if self._in_flight == 1:
                 # alone in the replica: waiting batch_wait_timeout_s for company would only add latency (a
                 # client sending one molecule at a time: 13 instead of 25 ms, bench/serve.py)

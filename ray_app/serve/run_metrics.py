@@ -18,6 +18,8 @@ from kermt.checkpoint import is_native_checkpoint
 from kermt.uncertainty.calibration_file import read_json_file
 from ray_app.serve.schemas import TrainingMetrics
 
+VALIDATION_MOLECULES = "validation molecules"  # what a run calibrated without --calibration_path was fitted on
+
 RUN_FILE = "run.json"
 
 
@@ -39,17 +41,25 @@ def _task_test_scores(folds: dict) -> Optional[dict[str, float]]:
             for task, values in per_task.items()}
 
 
-def _calibration(calibration: dict) -> tuple[Optional[str], Optional[dict[str, int]]]:
-    """The folds' method (``"mixed"`` when folds differ) and each task's calibration molecules over the folds."""
+def _calibration_source(folds: list[dict]) -> str:
+    """What the folds were calibrated on: a ``--calibration_path`` file (run.json records, only then, how many of
+    its molecules were also in a fold's training split) as run.json names it, else their validation splits."""
+    files = [str(fold["source"]) for fold in folds if "in_training_split" in fold and fold.get("source")]
+    return files[0] if files else VALIDATION_MOLECULES
+
+
+def _calibration(calibration: dict) -> tuple[Optional[str], Optional[dict[str, int]], Optional[str]]:
+    """The folds' method (``"mixed"`` when folds differ), each task's calibration molecules over the folds, and what
+    they were."""
     folds = [fold for fold in calibration.values() if isinstance(fold, dict) and fold.get("method")]
     if not folds:
-        return None, None
+        return None, None, None
     methods = {fold["method"] for fold in folds}
     sizes: dict[str, int] = {}
     for fold in folds:
         for task, entry in (fold.get("tasks") or {}).items():
             sizes[task] = sizes.get(task, 0) + int((entry or {}).get("n") or 0)
-    return (methods.pop() if len(methods) == 1 else "mixed"), sizes or None
+    return (methods.pop() if len(methods) == 1 else "mixed"), sizes or None, _calibration_source(folds)
 
 
 def training_metrics(source: str | Path) -> Optional[TrainingMetrics]:
@@ -62,12 +72,12 @@ def training_metrics(source: str | Path) -> Optional[TrainingMetrics]:
         return None
     summary = record.get("summary") or {}
     metric, split_type = summary.get("metric"), _setting(record, "split_type")
-    method, sizes = _calibration(record.get("calibration") or {})
+    method, sizes, on = _calibration(record.get("calibration") or {})
     return TrainingMetrics(
         run_id=summary.get("run_id"), metric=metric, split_type=split_type,
         overall_test_score=summary.get(f"overall_{split_type}_test_{metric}"), overall_test_std=summary.get("std"),
         fold_test_scores=summary.get("fold_scores"), task_test_scores=_task_test_scores(record.get("folds") or {}),
-        calibration_method=method, calibration_size=sizes)
+        calibration_method=method, calibration_size=sizes, calibration_source=on)
 
 
 __all__ = ["RUN_FILE", "training_metrics"]

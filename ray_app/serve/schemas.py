@@ -75,8 +75,10 @@ class TrainingMetrics(BaseModel):
     task_test_scores: Optional[dict[str, Optional[float]]] = Field(None, description="per task: the members' "
                                                                    "test scores, mean over members and folds")
     calibration_method: Optional[str] = None
-    calibration_size: Optional[dict[str, int]] = Field(None, description="per task: validation molecules the "
-                                                       "calibration was fitted on, over the folds")
+    calibration_size: Optional[dict[str, int]] = Field(None, description="per task: molecules the calibration "
+                                                       "was fitted on, over the folds")
+    calibration_source: Optional[str] = Field(None, description="what they were: \"validation molecules\", or the "
+                                              "--calibration_path file as run.json names it")
 
 
 class ModelInfo(BaseModel):
@@ -90,7 +92,7 @@ class ModelInfo(BaseModel):
     members: list[MemberInfo]
     calibrated: bool = Field(False, description="the run holds a calibration: requests may ask for an interval")
     calibration_method: Optional[str] = None
-    calibration_size: Optional[int] = Field(None, description="validation molecules per task it was fitted on")
+    calibration_size: Optional[int] = Field(None, description="molecules per task it was fitted on")
     domain: bool = Field(False, description="the run holds an applicability domain: requests may ask for it")
     domain_missing: Optional[str] = Field(None, description="why the model has no domain, and how to get one")
     embedding_size: int = Field(0, description="floats in each molecule's embedding (\"embed\": true)")

@@ -71,9 +71,9 @@ function calibrationText(model) {
   const method = training.calibration_method || model.calibration_method;
   if (!method) return "none";
   if (training.calibration_size) {
-    return method + ", fitted on validation molecules: " + pairs(training.calibration_size, String);
+    return method + ", fitted on " + training.calibration_source + ": " + pairs(training.calibration_size, String);
   }
-  const size = isSet(model.calibration_size) ? ", " + model.calibration_size + " validation molecules per task" : "";
+  const size = isSet(model.calibration_size) ? ", fitted on " + model.calibration_size + " molecules per task" : "";
   return method + size;
 }
 

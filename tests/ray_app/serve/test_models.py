@@ -3,12 +3,14 @@ model has none) and the run's recorded scores."""
 
 from __future__ import annotations
 
+import json
+
 from kermt.inference import find_checkpoints, read_members
 from ray_app.serve.models import load_domain_index
 from ray_app.serve.run_metrics import training_metrics
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import ensemble_dir
-from tests.ray_app.serve.conftest import save_fold_domain
+from tests.ray_app.serve.conftest import RUN_RECORD, save_fold_domain
 
 
 def test_a_model_without_a_usable_domain_says_why(tmp_path):
@@ -26,3 +28,15 @@ def test_a_model_without_a_usable_domain_says_why(tmp_path):
     index, why = load_domain_index(one_file, members[:1])
     assert index is None and "one checkpoint" in why
     assert training_metrics(run) is None and training_metrics(one_file) is None  # no run.json
+
+
+def test_the_training_record_says_what_the_calibration_was_fitted_on(tmp_path):
+    run = ensemble_dir(tmp_path / "run", "ckpt_ft_reg.pt")
+    (run / "run.json").write_text(json.dumps(RUN_RECORD))  # fold_0 calibrated on its validation split
+    assert training_metrics(run).calibration_source == "validation molecules"
+    on_file = {**RUN_RECORD["calibration"]["fold_0"], "source": "--calibration_path assay.csv (40 molecules)",
+               "in_training_split": 3}  # what ray_app/finetune/calibrate.py records for --calibration_path
+    (run / "run.json").write_text(json.dumps({**RUN_RECORD, "calibration": {"fold_0": on_file}}))
+    metrics = training_metrics(run)
+    assert metrics.calibration_source == "--calibration_path assay.csv (40 molecules)"
+    assert (metrics.calibration_method, metrics.calibration_size) == ("normalised", {"t1": 30, "t2": 30})

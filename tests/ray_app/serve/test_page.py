@@ -157,7 +157,7 @@ def test_the_about_panel_shows_get_models_record_of_the_picked_model(page, serve
     assert {key: value[0] for key, value in about.items()} == {
         "dataset_type": "classification", "tasks": "c1, c2", "members": "2", "features": "none",
         "training": "no training record (a single checkpoint, or a run directory without run.json)",
-        "calibration": "platt, 30 validation molecules per task", "domain": "no"}
+        "calibration": "platt, fitted on 30 molecules per task", "domain": "no"}
     assert about["domain"][1] == cls["domain_missing"] and "domain.json" in about["domain"][1]  # why not, on hover
 
     select.select_by_value("reg")  # a finetune run: its run.json's scores, calibration and domain

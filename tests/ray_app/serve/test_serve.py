@@ -215,7 +215,8 @@ def test_healthz_and_models(served):
         "run_id": "20261204-000000-abcdef", "metric": "rmse", "split_type": "scaffold_balanced",
         "overall_test_score": 0.25, "overall_test_std": 0.0, "fold_test_scores": [0.25],
         "task_test_scores": {"t1": pytest.approx(0.3), "t2": 0.3},  # members' mean; t2's NaN member skipped
-        "calibration_method": "normalised", "calibration_size": {"t1": 30, "t2": 30}}
+        "calibration_method": "normalised", "calibration_size": {"t1": 30, "t2": 30},
+        "calibration_source": "validation molecules"}
     assert (models["reg"]["calibrated"], models["reg"]["calibration_size"]) == (True, 30)
     assert models["reg"]["members"][0]["sha256"] == hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
     assert client.get("/docs").status_code == 200 and "/predict" in client.get("/openapi.json").json()["paths"]

@@ -1,0 +1,30 @@
+"""Featurisation as its own deployment: RDKit's work, scaled apart from the model replicas.
+
+Featurising a request (parsing, atom and bond tables, molecule features) holds the interpreter lock; a forward
+mostly does not. In the model replica's process the two share one lock, and featurisation was two thirds of a
+replica's work (py-spy, bench/serve.py). Featurizer replicas are CPU processes of their own: the Gateway sends a
+request's SMILES here and hands the result (a reference, never fetched by the Gateway) to the model replica, so a
+GPU replica only runs forwards, and featurisation scales with ``--num_featurizers`` on any node with CPUs.
+
+One pool serves every model: the molecule features a model needs travel with the request. Off by default
+(``--num_featurizers 0``): on two CPU cores the extra call per request cost more than it freed (docs/serving.md).
+"""
+
+from __future__ import annotations
+
+from ray import serve
+
+from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
+
+
+@serve.deployment
+class Featurizer:
+    """Featurises requests' SMILES, for every model of the app."""
+
+    def featurize(self, smiles: tuple[str, ...], features_generator: tuple[str, ...]) -> FeaturizedMolecules:
+        # a plain method: Serve runs it in a thread pool, so the replica's event loop keeps taking requests and
+        # health checks while RDKit works (which holds the interpreter lock: one request featurised at a time)
+        return featurize_smiles(smiles, features_generator)
+
+
+__all__ = ["Featurizer"]
