@@ -23,7 +23,7 @@ import numpy as np
 
 from kermt.data.dataset import MoleculeSet
 from kermt.errors import UserError
-from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
+from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE, IN_TRAINING_SPLIT_KEY
 from kermt.uncertainty import fit_calibration, intervals, save_calibrations, total_std
 from kermt.uncertainty.calibration_file import save_class_calibrations
 from kermt.uncertainty.classification import class_calibration_record, fit_class_calibrations
@@ -170,7 +170,7 @@ def _record(setup: RunSetup, path, method: str, on: CalibrationSet) -> dict[str,
     record: dict[str, Any] = {"file": str(path.relative_to(setup.save_dir)), "method": method, "source": on.source,
                               "tasks": {}}
     if on.in_training is not None:
-        record["in_training_split"] = on.in_training
+        record[IN_TRAINING_SPLIT_KEY] = on.in_training
     return record
 
 

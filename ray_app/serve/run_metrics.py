@@ -15,12 +15,11 @@ from typing import Any, Optional
 import numpy as np
 
 from kermt.checkpoint import is_native_checkpoint
+from kermt.run_layout import IN_TRAINING_SPLIT_KEY, RUN_RECORD_FILE
 from kermt.uncertainty.calibration_file import read_json_file
 from ray_app.serve.schemas import TrainingMetrics
 
 VALIDATION_MOLECULES = "validation molecules"  # what a run calibrated without --calibration_path was fitted on
-
-RUN_FILE = "run.json"
 
 
 def _setting(record: dict, name: str) -> Any:
@@ -44,7 +43,7 @@ def _task_test_scores(folds: dict) -> Optional[dict[str, float]]:
 def _calibration_source(folds: list[dict]) -> str:
     """What the folds were calibrated on: a ``--calibration_path`` file (run.json records, only then, how many of
     its molecules were also in a fold's training split) as run.json names it, else their validation splits."""
-    files = [str(fold["source"]) for fold in folds if "in_training_split" in fold and fold.get("source")]
+    files = [str(fold["source"]) for fold in folds if IN_TRAINING_SPLIT_KEY in fold and fold.get("source")]
     return files[0] if files else VALIDATION_MOLECULES
 
 
@@ -65,9 +64,9 @@ def _calibration(calibration: dict) -> tuple[Optional[str], Optional[dict[str, i
 def training_metrics(source: str | Path) -> Optional[TrainingMetrics]:
     """The served run's recorded scores, or None when ``source`` is not a run directory holding run.json."""
     path = Path(source)
-    if not path.is_dir() or is_native_checkpoint(path) or not (path / RUN_FILE).is_file():
+    if not path.is_dir() or is_native_checkpoint(path) or not (path / RUN_RECORD_FILE).is_file():
         return None
-    record = read_json_file(str(path / RUN_FILE), "finetune run record")
+    record = read_json_file(str(path / RUN_RECORD_FILE), "finetune run record")
     if not isinstance(record, dict):
         return None
     summary = record.get("summary") or {}
@@ -80,4 +79,4 @@ def training_metrics(source: str | Path) -> Optional[TrainingMetrics]:
         calibration_method=method, calibration_size=sizes, calibration_source=on)
 
 
-__all__ = ["RUN_FILE", "training_metrics"]
+__all__ = ["training_metrics"]
