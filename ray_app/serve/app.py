@@ -12,6 +12,8 @@ replicas get plain strings. This module imports no torch, so the ingress replica
 
 # no `from __future__ import annotations`: FastAPI reads the routes' body types from the live annotations
 import asyncio
+from collections.abc import Sequence
+from functools import partial
 from typing import Optional, Union
 
 from fastapi import FastAPI, Header, HTTPException, Request
@@ -24,6 +26,7 @@ from kermt.errors import UserError
 from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
 from kermt.uncertainty import Calibration, ClassCalibration
 from ray_app.serve.auth import check_bearer
+from ray_app.serve.coalesce import Coalescer
 from ray_app.serve.depict import depict_svg
 from ray_app.serve.page import asset_response, page_response
 from ray_app.serve.schemas import ModelInfo, ModelsResponse, PredictJob, PredictRequest, PredictResponse
@@ -39,8 +42,12 @@ class Gateway:
     def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int,
                  calibrations: Optional[dict[str, dict[str, Union[Calibration, ClassCalibration]]]] = None,
                  api_key_sha256: Optional[str] = None, max_embed_molecules: int = 100,
-                 featurizer: Optional[DeploymentHandle] = None):
+                 featurizer: Optional[DeploymentHandle] = None, calls_per_model: int = 2,
+                 max_requests_per_call: int = 16):
         self.models, self.infos = models, {info.name: info for info in infos}
+        # one handle call carries every request that waited while the model's calls were busy
+        self.coalescers = {name: Coalescer(partial(self._call_model, name), max_calls=calls_per_model,
+                                           max_items=max_requests_per_call) for name in models}
         self.featurizer = featurizer  # None: each model replica featurises its own requests
         self.default = next(info.name for info in infos if info.default)
         self.max_request_molecules, self.max_embed_molecules = max_request_molecules, max_embed_molecules
@@ -91,17 +98,22 @@ class Gateway:
             return PredictResponse(model=name, predictions=[])
         job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval, request.domain,
                          request.embed)
-        # the featurizer's response is passed on unfetched: its molecules go from that replica to the model's
-        molecules = (self.featurizer.featurize.remote(job.smiles, tuple(self.infos[name].features_generator))
-                     if self.featurizer is not None else None)
         try:
-            entries = await self.models[name].predict.remote(job, molecules)
+            entries = await self.coalescers[name].submit(job)
         except (RayActorError, ActorUnavailableError):  # the replica died with the request (Serve starts another)
             raise HTTPException(503, f"model {name!r}: the replica predicting this request stopped (Serve is "
                                 "replacing it); send the request again", headers={"Retry-After": "1"}) from None
         if request.depict:
             entries = await asyncio.to_thread(self._with_depictions, entries)
         return PredictResponse(model=name, predictions=entries)
+
+    async def _call_model(self, name: str, jobs: Sequence[PredictJob]) -> list[list[dict]]:
+        """One call to model ``name``: each job's entries."""
+        # the featurizer's response is passed on unfetched: its molecules go from that replica to the model's
+        molecules = (self.featurizer.featurize.remote([job.smiles for job in jobs],
+                                                      tuple(self.infos[name].features_generator))
+                     if self.featurizer is not None else None)
+        return await self.models[name].predict.remote(list(jobs), molecules)
 
     def _check_interval(self, name: str, level: Optional[float]) -> None:
         """A 400 naming the field before the request reaches a model batch (an error there would fail the batch)."""

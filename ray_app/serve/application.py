@@ -19,6 +19,11 @@ HEALTH_CHECK_PERIOD_S = 2.0
 # would cap how many requests from different clients can reach a model batch together).
 GATEWAY_ONGOING_REQUESTS = 256
 
+# Calls the ingress keeps in flight per model replica (the model's upper bound of replicas): two, so a replica
+# featurises the next call's molecules while the current call's forwards run; requests arriving meanwhile wait in
+# the ingress and leave together (ray_app/serve/coalesce.py)
+CALLS_PER_REPLICA = 2
+
 FEATURIZER_DEPLOYMENT = "featurizer"
 
 # A featurizer queues requests itself, like the ingress: at 32, 64 clients left Serve's router backing off between
@@ -66,7 +71,8 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
                            ray_actor_options={"num_cpus": 0}).bind(
         handles, [m.info for m in models], config.max_request_molecules,
         {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256,
-        max_embed_molecules=config.max_embed_molecules, featurizer=featurizer)
+        max_embed_molecules=config.max_embed_molecules, featurizer=featurizer,
+        calls_per_model=CALLS_PER_REPLICA * config.replica_range[1], max_requests_per_call=config.max_batch_size)
 
 
 def serving_app(config: ServeConfig, models: list[ServedModel]):

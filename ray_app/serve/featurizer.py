@@ -12,6 +12,8 @@ One pool serves every model: the molecule features a model needs travel with the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ray import serve
 
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
@@ -21,10 +23,12 @@ from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 class Featurizer:
     """Featurises requests' SMILES, for every model of the app."""
 
-    def featurize(self, smiles: tuple[str, ...], features_generator: tuple[str, ...]) -> FeaturizedMolecules:
-        # a plain method: Serve runs it in a thread pool, so the replica's event loop keeps taking requests and
-        # health checks while RDKit works (which holds the interpreter lock: one request featurised at a time)
-        return featurize_smiles(smiles, features_generator)
+    def featurize(self, requests: Sequence[tuple[str, ...]],
+                  features_generator: tuple[str, ...]) -> list[FeaturizedMolecules]:
+        """Each request's SMILES featurised (one call carries the group of requests the ingress coalesced)."""
+        # a plain method: Serve runs it in a thread pool, so the replica's event loop keeps taking calls and
+        # health checks while RDKit works (which holds the interpreter lock: one call featurised at a time)
+        return [featurize_smiles(smiles, features_generator) for smiles in requests]
 
 
 __all__ = ["Featurizer"]

@@ -121,34 +121,45 @@ class Predictor:
 
 @serve.deployment
 class ModelReplica:
-    """One replica of one served model."""
+    """One replica of one served model. A call carries a group of requests (the ingress coalesces the requests
+    that arrive while the model's calls are busy, :mod:`ray_app.serve.coalesce`)."""
 
     def __init__(self, model: ServedModel, batch_size: int, max_batch_size: int, batch_wait_timeout_s: float,
                  max_batch_atoms: int | None = None, device: str = "cpu"):
         self.predictor = Predictor(model, batch_size, max_batch_atoms, device)
         self._predict_batch.set_max_batch_size(max_batch_size)
         self._predict_batch.set_batch_wait_timeout_s(batch_wait_timeout_s)
-        self._in_flight = 0  # requests in this replica now (the event loop's thread alone changes it)
+        self._in_flight = 0  # calls in this replica now (the event loop's thread alone changes it)
 
-    async def predict(self, job: PredictJob, molecules: FeaturizedMolecules | None = None) -> list[dict]:
-        """``molecules``: ``job``'s SMILES featurised by the Featurizer deployment; None: featurise them here."""
+    async def predict(self, jobs: Sequence[PredictJob],
+                      molecules: Sequence[FeaturizedMolecules] | None = None) -> list[list[dict]]:
+        """Each job's entries; ``molecules``: the jobs' SMILES featurised by the Featurizer deployment, None:
+        featurise them here."""
         self._in_flight += 1
         try:
-            if molecules is None:  # featurised on arrival, in a thread: it overlaps the batch whose forwards run now
-                molecules = await asyncio.to_thread(self.predictor.featurize, job)
+            if molecules is None:  # featurised on arrival, in a thread: it overlaps the call whose forwards run now
+                molecules = await asyncio.to_thread(lambda: [self.predictor.featurize(job) for job in jobs])
             if self._in_flight == 1:
                 # alone in the replica: waiting batch_wait_timeout_s for company would only add latency (a
                 # client sending one molecule at a time: 13 instead of 25 ms, bench/serve.py)
-                return (await asyncio.to_thread(self.predictor.predict, [job], [molecules]))[0]
-            return await self._predict_batch((job, molecules))
+                return await asyncio.to_thread(self.predictor.predict, jobs, molecules)
+            return await self._predict_batch((jobs, molecules))
         finally:
             self._in_flight -= 1
 
     @serve.batch
-    async def _predict_batch(self, requests: list[tuple[PredictJob, FeaturizedMolecules]]) -> list[list[dict]]:
-        # the forwards run in a thread, so the replica's event loop keeps featurising and queueing requests
-        jobs, blocks = zip(*requests)
-        return await asyncio.to_thread(self.predictor.predict, jobs, blocks)
+    async def _predict_batch(self, calls: list[tuple[Sequence[PredictJob], Sequence[FeaturizedMolecules]]]
+                             ) -> list[list[list[dict]]]:
+        # calls that met in this replica share forwards too; the forwards run in a thread, so the replica's event
+        # loop keeps featurising and queueing calls
+        jobs = [job for call_jobs, _ in calls for job in call_jobs]
+        blocks = [block for _, call_blocks in calls for block in call_blocks]
+        entries = await asyncio.to_thread(self.predictor.predict, jobs, blocks)
+        out, start = [], 0
+        for call_jobs, _ in calls:
+            out.append(entries[start : start + len(call_jobs)])
+            start += len(call_jobs)
+        return out
 
 
 __all__ = ["ModelReplica", "Predictor"]
