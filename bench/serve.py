@@ -2,7 +2,7 @@
 predict`'s batch throughput on the same model and molecules, in one run.
 
     .venv/bin/python bench/serve.py [--checkpoint tests/data/kermt_upstream/ckpt_ft_cls.pt] [--seconds 15]
-                                    [--predict_n 4000] [--serve_args "--num_replicas 2"]
+                                    [--predict_n 4000] [--serve_args "" --serve_args "--num_replicas 2" ...]
 
 * ``kermt predict`` (a child process, its own local Ray cluster) on ``--predict_n`` molecules and on 10 times as
   many: wall times with start-up, and the steady rate of its batch pipeline, the extra molecules over the extra
@@ -10,7 +10,8 @@ predict`'s batch throughput on the same model and molecules, in one run.
 * in this process, the library calls ``kermt predict`` makes (featurise, ``Ensemble.predict`` in batches of 32) on
   the same molecules: its rate without Ray's start-up, what a warm server compares with; and featurisation plus one
   forward of one molecule (the floor a single-molecule request can reach);
-* ``kermt serve`` (a child process, its own local Ray cluster, SIGTERM at the end): phases of ``--seconds`` each
+* ``kermt serve`` (a child process, its own local Ray cluster, SIGTERM at the end; one per ``--serve_args``
+  configuration, one after the other): phases of ``--seconds`` each
   with 1 client sending 1 SMILES, then 1, 8 and 64 clients each sending requests of 1-10 SMILES (seeded) back to
   back: p50/p99 latency, requests/s, molecules/s, failed requests.
 
@@ -122,6 +123,7 @@ class Phase:
     molecules: int
     failures: int
     seconds: float
+    client_cores: float  # CPU the clients (this process) used meanwhile, in cores
 
     def line(self) -> str:
         ordered = sorted(self.latencies_s) or [float("nan")]
@@ -129,25 +131,27 @@ class Phase:
         p99 = 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
         return (f"{self.name:<24} {len(self.latencies_s):>6} req  p50 {p50:8.1f} ms  p99 {p99:8.1f} ms  "
                 f"{len(self.latencies_s) / self.seconds:7.1f} req/s  {self.molecules / self.seconds:8.1f} mol/s  "
-                f"{self.failures} failed")
+                f"{self.failures} failed  (clients: {self.client_cores:.2f} cores)")
 
 
 async def run_phase(url: str, name: str, clients: int, sizes: tuple[int, int], smiles: list[str],
                     seconds: float, seed: int) -> Phase:
-    """``clients`` clients, each sending requests of ``sizes`` SMILES back to back for ``seconds``."""
-    import httpx
+    """``clients`` clients, each sending requests of ``sizes`` SMILES back to back for ``seconds``. The clients are
+    aiohttp's (a Ray dependency), which costs this process about a third of httpx's CPU per request: the load
+    generator shares the machine with the server, and what it spends the server cannot."""
+    import aiohttp
 
     latencies, counts = [], {"molecules": 0, "failures": 0}
     deadline = time.perf_counter() + seconds
 
-    async def client(http: httpx.AsyncClient, rng: random.Random) -> None:
+    async def client(http: aiohttp.ClientSession, rng: random.Random) -> None:
         while time.perf_counter() < deadline:
             batch = [smiles[rng.randrange(len(smiles))] for _ in range(rng.randint(*sizes))]
             start = time.perf_counter()
             try:
-                response = await http.post(url, json={"smiles": batch})
-                ok = response.status_code == 200 and len(response.json()["predictions"]) == len(batch)
-            except httpx.HTTPError:
+                async with http.post(url, json={"smiles": batch}) as response:
+                    ok = response.status == 200 and len((await response.json())["predictions"]) == len(batch)
+            except aiohttp.ClientError:
                 ok = False
             if ok:
                 latencies.append(time.perf_counter() - start)
@@ -155,12 +159,13 @@ async def run_phase(url: str, name: str, clients: int, sizes: tuple[int, int], s
             else:
                 counts["failures"] += 1
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
-        start = time.perf_counter()
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
+        cpu, start = time.process_time(), time.perf_counter()
         await asyncio.gather(*(client(http, random.Random(seed + i)) for i in range(clients)))
         elapsed = time.perf_counter() - start
-    return Phase(name, latencies, counts["molecules"], counts["failures"], elapsed)
+        client_cores = (time.process_time() - cpu) / elapsed
+    return Phase(name, latencies, counts["molecules"], counts["failures"], elapsed, client_cores)
 
 
 def serve_phases(url: str, smiles: list[str], seconds: float) -> list[Phase]:
@@ -178,7 +183,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each serving phase")
     parser.add_argument("--predict_n", type=int, default=4000, help="molecules of the smaller kermt predict run "
                         "(the larger has 10 times as many)")
-    parser.add_argument("--serve_args", default="", help="more kermt serve flags, e.g. '--num_replicas 2'")
+    parser.add_argument("--serve_args", action="append", help="kermt serve flags of one configuration, e.g. "
+                        "'--ingress haproxy --num_replicas 2'; repeat to compare several in this run (default: one "
+                        "run with the defaults; '' is the defaults)")
     parser.add_argument("--serve_only", action="store_true", help="skip the kermt predict run")
     args = parser.parse_args()
     source = sample_smiles()
@@ -198,22 +205,29 @@ def main() -> None:
         library, one_ms = library_rates(args.checkpoint, cycled)
         print(f"in process, kermt predict's library calls: {library:.1f} mol/s; featurise + one forward of one "
               f"molecule {one_ms:.1f} ms (median)")
-        port = free_port()
-        process = start_serve(args.checkpoint, port, shlex.split(args.serve_args), directory)
-        try:
-            phases = serve_phases(f"http://127.0.0.1:{port}/predict", source, args.seconds)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=180)
-    print(f"kermt serve {args.serve_args or '(defaults)'}, {args.seconds:.0f} s per phase:")
-    for phase in phases:
-        print("  " + phase.line())
-    busiest = phases[-1]
-    rate = busiest.molecules / busiest.seconds
-    print(f"64 clients: {rate:.1f} mol/s = {rate / steady:.0%} of kermt predict's steady rate, "
-          f"{rate / library:.0%} of its library calls' rate in one process; {busiest.failures} failed requests; "
-          f"load average {os.getloadavg()[0]:.1f} at the end")
+        results = [(serve_args, serve_run(args.checkpoint, shlex.split(serve_args), source, args.seconds, directory))
+                   for serve_args in args.serve_args or [""]]
+    for serve_args, phases in results:
+        print(f"kermt serve {serve_args or '(defaults)'}, {args.seconds:.0f} s per phase:")
+        for phase in phases:
+            print("  " + phase.line())
+        busiest = phases[-1]
+        rate = busiest.molecules / busiest.seconds
+        print(f"  64 clients: {rate:.1f} mol/s = {rate / steady:.0%} of kermt predict's steady rate, "
+              f"{rate / library:.0%} of its library calls' rate in one process; {busiest.failures} failed requests")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
+
+def serve_run(checkpoint: Path, serve_args: list[str], smiles: list[str], seconds: float,
+              directory: Path) -> list[Phase]:
+    """The serving phases against one `kermt serve` child started with ``serve_args``, stopped after them."""
+    port = free_port()
+    process = start_serve(checkpoint, port, serve_args, directory)
+    try:
+        return serve_phases(f"http://127.0.0.1:{port}/predict", smiles, seconds)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=180)
 
 if __name__ == "__main__":
     main()

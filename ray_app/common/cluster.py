@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +40,11 @@ _LOCAL_ENV = {
 _LOCAL_ONLY_ENV = {TRAIN_PREEMPTION_WATCHER_VARIABLE: "0"}
 
 
-def connect(address: str | None = None, num_cpus: int | None = None, object_store_mb: int | None = None) -> dict:
-    """ray.init once; returns the cluster's total resources. Reuses an already initialised session."""
+def connect(address: str | None = None, num_cpus: int | None = None, object_store_mb: int | None = None,
+            local_env: Callable[[], Mapping[str, str]] | None = None) -> dict:
+    """ray.init once; returns the cluster's total resources. Reuses an already initialised session. ``local_env``:
+    more environment for a cluster started here (a running cluster keeps the environment its nodes started with;
+    a user's own variables win)."""
     for key, value in _LOCAL_ENV.items():
         os.environ.setdefault(key, value)
     if not ray.is_initialized():
@@ -51,7 +55,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
         else:
             # "local": always a new cluster here. A bare ray.init() would attach to any cluster that `ray start`
             # left running on this machine; `--address auto` asks for that explicitly.
-            for key, value in _LOCAL_ONLY_ENV.items():
+            for key, value in {**_LOCAL_ONLY_ENV, **(local_env() if local_env else {})}.items():
                 os.environ.setdefault(key, value)
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
@@ -65,7 +69,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
 def _start_local_cluster(kwargs: dict[str, Any]) -> None:
     """ray.init(address="local") with the GCS on a port chosen here and RAY_ADDRESS naming it in the environment the
     cluster's processes start with; the driver's environment is left as it was."""
-    port = os.environ.get(GCS_PORT_VARIABLE) or str(_free_port())
+    port = os.environ.get(GCS_PORT_VARIABLE) or str(free_port())
     cluster_env = {"RAY_ADDRESS": f"{ray.util.get_node_ip_address()}:{port}", GCS_PORT_VARIABLE: port}
     saved = {key: os.environ.get(key) for key in cluster_env}
     os.environ.update(cluster_env)  # the GCS and the raylet copy it; every worker the raylet spawns inherits it
@@ -85,7 +89,7 @@ def _start_local_cluster(kwargs: dict[str, Any]) -> None:
                 os.environ[key] = value
 
 
-def _free_port() -> int:
+def free_port() -> int:
     # Another process may take the port before the GCS binds it; ray.init then fails loudly, never silently.
     with socket.socket() as probe:
         probe.bind(("", 0))

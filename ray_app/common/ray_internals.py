@@ -87,6 +87,21 @@ TRAIN_PREEMPTION_WATCHER_VARIABLE = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 SERVE_CONTEXT_MODULE = "ray.serve.context"
 
 
+# Ray Serve's high-throughput mode (documented for KubeRay since Ray 2.55, "Enable High Throughput on Ray Serve"):
+# HAProxy instead of the Python proxy actor, ingress replicas answering HTTP themselves, gRPC between deployments.
+# ray.serve._private.constants reads the variables once, when the controller, proxies and replicas import it, so
+# they must be in the environment the cluster's nodes start with.
+SERVE_HAPROXY_VARIABLE = "RAY_SERVE_ENABLE_HA_PROXY"
+SERVE_THROUGHPUT_VARIABLE = "RAY_SERVE_THROUGHPUT_OPTIMIZED"
+# HAProxy also serves a stats page and a Prometheus exporter, on every interface at fixed ports (8404, 9101) unless
+# these name others: a second HAProxy on the same machine (another app's local cluster) fails to start on them.
+SERVE_HAPROXY_STATS_PORT_VARIABLE = "RAY_SERVE_HAPROXY_STATS_PORT"
+SERVE_HAPROXY_METRICS_PORT_VARIABLE = "RAY_SERVE_HAPROXY_METRICS_PORT"
+# An ingress replica that stops keeps answering this long (default 30 s), so that load balancers on other nodes
+# notice first: every stop of a `kermt serve` app waited for it.
+SERVE_INGRESS_DRAINING_VARIABLE = "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"
+
+
 def running_serve_http_options() -> dict | None:
     """The running Serve instance's ``http_options`` ({"host": ..., "port": ..., ...}); None when none runs."""
     context = importlib.import_module(SERVE_CONTEXT_MODULE)

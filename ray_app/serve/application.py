@@ -37,10 +37,12 @@ def deployment_name(model: str) -> str:
 
 def _replica_options(config: ServeConfig) -> dict:
     low, high = config.replica_range
-    # a replica must accept well over a full batch of requests at once: at 2 batches (32), 64 clients left the
-    # router backing off between retries and throughput fell to a fifth of 8 clients' (bench/serve.py: 117 vs
-    # 495 mol/s); at 8 batches the replica queues them itself and 64 clients get 8 clients' rate
-    options: dict = {"max_ongoing_requests": 8 * config.max_batch_size, "health_check_period_s": HEALTH_CHECK_PERIOD_S}
+    # a replica takes every call the ingress keeps in flight for its model (CALLS_PER_REPLICA per replica of the
+    # upper bound: all of them while an autoscaling deployment is at its lower bound), and then some; before the
+    # ingress coalesced requests, a bound of 2 batches' worth left the router backing off between retries at 64
+    # clients and throughput fell to a fifth of 8 clients' (bench/serve.py: 117 vs 495 mol/s)
+    ongoing = max(8 * config.max_batch_size, CALLS_PER_REPLICA * high)
+    options: dict = {"max_ongoing_requests": ongoing, "health_check_period_s": HEALTH_CHECK_PERIOD_S}
     if config.use_gpu:
         options["ray_actor_options"] = {"num_gpus": config.num_gpus_per_replica}
     if low == high:

@@ -14,6 +14,7 @@ file's own sections (``http_options``, ``applications[].name`` / ``route_prefix`
 from ray.serve import Application
 
 from kermt.errors import UserError
+from ray_app.common.ray_internals import SERVE_HAPROXY_VARIABLE, SERVE_THROUGHPUT_VARIABLE
 from ray_app.serve.application import serving_app
 from ray_app.serve.command import load_models
 from ray_app.serve.config import ServeConfig
@@ -21,7 +22,9 @@ from ray_app.serve.config import ServeConfig
 # settings of `kermt serve` a Serve config file sets in its own sections, each with where
 CONFIG_FILE_PLACE = {"host": "http_options.host", "port": "http_options.port",
                      "address": "the cluster `serve run`/`serve deploy` is pointed at (--address)",
-                     "app_name": "applications[].name"}
+                     "app_name": "applications[].name",
+                     "ingress": f"the environment the cluster's nodes start with ({SERVE_HAPROXY_VARIABLE}=1 "
+                                f"{SERVE_THROUGHPUT_VARIABLE}=1 for haproxy)"}
 
 
 def build(args: ServeConfig) -> Application:

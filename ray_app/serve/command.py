@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from kermt.errors import UserError
 from ray_app.common.remote_files import fetch_input
 from ray_app.common.command import run_command
-from ray_app.common.ray_internals import running_serve_http_options
+from ray_app.common.ray_internals import (SERVE_HAPROXY_VARIABLE, SERVE_THROUGHPUT_VARIABLE,
+                                          running_serve_http_options)
 from ray_app.serve.auth import exposure_warning, read_api_key
 from ray_app.serve.config import ServeConfig
 from ray_app.serve.models import ServedModel, load_served_model
@@ -58,11 +59,16 @@ class Serving:
 
         from ray_app.common.cluster import connect
         from ray_app.serve.application import serving_app
+        from ray_app.serve.ingress import haproxy_enabled, haproxy_env
 
         self.started_ray = not ray.is_initialized()
-        connect(self.config.address)
+        # Serve's processes read the ingress mode from the environment a local cluster starts with
+        connect(self.config.address, local_env=haproxy_env if self.config.ingress == "haproxy" else None)
         if stop_signal is not None:  # from here on: ray.init installed its own SIGTERM handler, which exits at once
             stop_signal.catch()
+        if self.config.ingress == "haproxy" and not haproxy_enabled():
+            log("--ingress haproxy: this cluster's nodes decide what answers HTTP (Serve's Python proxy here); start "
+                f"them with {SERVE_HAPROXY_VARIABLE}=1 {SERVE_THROUGHPUT_VARIABLE}=1 for HAProxy (docs/serving.md)")
         status = serve.status()
         if self.config.app_name in status.applications:
             raise UserError(f"a Serve application named {self.config.app_name!r} already runs on this cluster; "

@@ -7,12 +7,13 @@ adds more (``POST /models/NAME/predict``). Each is a finetune run's directory (e
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ray_app.common.data_parallel import parse_worker_range
 
+Ingress = Literal["ray", "haproxy"]  # ray_app.serve.ingress says what each is
 DEFAULT_HOST = "127.0.0.1"  # loopback unless --host says otherwise (then --api_key_env, else a warning)
 
 
@@ -43,10 +44,15 @@ class ServeConfig(BaseModel):
                                        "entries); without --checkpoint_dir the first is the default")
     host: str = Field(DEFAULT_HOST, description="address to listen on (0.0.0.0: every interface)")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port")
+    ingress: Ingress = Field("ray", description="what answers HTTP: ray, Serve's Python proxy; "
+                                               "haproxy, Ray Serve's high-throughput mode (HAProxy, and ingress "
+                                               "replicas that answer HTTP themselves), for the local cluster this "
+                                               "command starts (a running cluster: set it on its nodes, docs/serving.md)")
     num_replicas: Union[str, int] = Field(1, description="replicas per model: N, or MIN-MAX to autoscale")
     # autoscaling (--num_replicas MIN-MAX), Ray Serve's own knobs under its names and defaults
-    target_ongoing_requests: float = Field(2.0, gt=0, description="autoscaling: requests in flight per replica "
-                                           "it aims at (more: add replicas)")
+    target_ongoing_requests: float = Field(2.0, gt=0, description="autoscaling: calls in flight per replica it "
+                                           "aims at (more: add replicas); a call carries the requests the "
+                                           "ingress gathered while the model was busy")
     upscale_delay_s: float = Field(30.0, ge=0, description="autoscaling: how long load must stay high to add one")
     downscale_delay_s: float = Field(600.0, ge=0, description="autoscaling: how long load must stay low to remove one")
     look_back_period_s: float = Field(30.0, gt=0, description="autoscaling: the window load is averaged over")

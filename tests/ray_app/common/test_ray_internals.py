@@ -81,6 +81,17 @@ def test_serves_global_client_gives_the_running_instances_http_options():
 
 # --- Logs -------------------------------------------------------------------------------------------------------
 
+def test_serves_high_throughput_mode_is_the_variables_we_set():
+    env = {**os.environ, internals.SERVE_HAPROXY_VARIABLE: "1", internals.SERVE_THROUGHPUT_VARIABLE: "1",
+           internals.SERVE_HAPROXY_STATS_PORT_VARIABLE: "18404", internals.SERVE_HAPROXY_METRICS_PORT_VARIABLE: "19101",
+           internals.SERVE_INGRESS_DRAINING_VARIABLE: "2.5"}
+    read = ("from ray.serve._private import constants as c; print(c.RAY_SERVE_ENABLE_HA_PROXY, "
+            "c.RAY_SERVE_THROUGHPUT_OPTIMIZED, c.RAY_SERVE_ENABLE_DIRECT_INGRESS, c.RAY_SERVE_HAPROXY_STATS_PORT, "
+            "c.RAY_SERVE_HAPROXY_METRICS_PORT, c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S)")
+    done = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True", "True", "18404", "19101", "2.5"], (done.stderr[-2000:], UPGRADED)
+
+
 def test_log_dedup_honours_the_allow_regex_read_when_ray_is_imported():
     from ray_app import PROGRESS_LINE
 

@@ -89,7 +89,8 @@ def test_the_builder_is_what_serve_validates_args_into():
 
 @pytest.mark.parametrize("misplaced, where", [({"port": 9000}, "http_options.port"),
                                               ({"app_name": "x"}, "applications"),
-                                              ({"host": "0.0.0.0"}, "http_options.host")])
+                                              ({"host": "0.0.0.0"}, "http_options.host"),
+                                              ({"ingress": "haproxy"}, "RAY_SERVE_ENABLE_HA_PROXY=1")])
 def test_listening_settings_in_args_are_refused_naming_their_section(misplaced, where):
     with pytest.raises(UserError, match=where):
         build(ServeConfig(checkpoint_dir="unused", **misplaced))
