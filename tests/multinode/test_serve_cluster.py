@@ -1,5 +1,6 @@
 """`kermt serve` on the documented cluster layout (``pytest -m multinode``): a model read from S3, its replicas on
-the worker nodes (the head has 0 CPUs), predictions over HTTP equal to `kermt predict` on the same S3 model."""
+the worker nodes (the head has 0 CPUs), predictions over HTTP equal to `kermt predict` on the same S3 model; then
+with a Featurizer deployment (``--num_featurizers 1``), which lands on a worker too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from ray_app.serve.application import FEATURIZER_DEPLOYMENT
 from tests.conftest import free_port
 from tests.kermt.test_inference import ensemble_dir
 from tests.multinode.conftest import WORKER_NODES, run_driver, s3
@@ -51,20 +53,42 @@ def test_kermt_serve_from_s3_puts_replicas_on_workers_and_equals_kermt_predict(c
                          str(predicted)])  # first: serving takes every worker CPU
     with open(predicted) as f:
         expected = list(csv.DictReader(f))
-    predict_s, port = time.monotonic() - started, free_port()
+    predict_s = time.monotonic() - started
+    placed = serve_and_check(cluster, model, expected, ["--num_replicas", str(len(WORKER_NODES))])
+    print(f"\nkermt predict from S3 {predict_s:.0f} s")
+    assert placed["model-cls"] == sorted(WORKER_NODES)  # one per worker node, none on the 0-CPU head
+    # featurised by a deployment of its own: it takes the other worker's CPU, the numbers stay kermt predict's
+    placed = serve_and_check(cluster, model, expected, ["--num_replicas", "1", "--num_featurizers", "1"])
+    assert sorted(placed["model-cls"] + placed[FEATURIZER_DEPLOYMENT]) == sorted(WORKER_NODES)
+
+
+def settled_placement(cluster, replicas: int, timeout_s: float = 60) -> dict[str, list[str]]:
+    """The node IPs of each deployment's live replicas, once ``replicas`` model replicas are alive (/healthz answers
+    as soon as the ingress does, while a model replica may still be starting)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        placed = {name: replica_nodes(cluster, name) for name in ("model-cls", "Gateway", FEATURIZER_DEPLOYMENT)}
+        if len(placed["model-cls"]) >= replicas or time.monotonic() > deadline:
+            return placed
+        time.sleep(1)
+
+
+def serve_and_check(cluster, model: str, expected: list[dict], flags: list[str]) -> dict[str, list[str]]:
+    """`kermt serve --model cls=MODEL FLAGS` on the cluster: its answers for SMILES must equal ``expected`` (kermt
+    predict's rows) to 1e-6 and SIGTERM must stop it; returns the node IPs of each deployment's replicas."""
+    started, port = time.monotonic(), free_port()
     serving = subprocess.Popen([sys.executable, "-m", "ray_app.cli", "serve", "--model", f"cls={model}",
-                                "--num_replicas", str(len(WORKER_NODES)), "--port", str(port)],
+                                "--port", str(port), *flags],
                                cwd=cluster.head_dir, env=cluster.driver_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, serving, timeout_s=300)
-        serve_s = time.monotonic() - started - predict_s
+        healthy_s = time.monotonic() - started
         body = httpx.post(f"{url}/predict", json={"smiles": SMILES}, timeout=60).json()
-        placed = replica_nodes(cluster, "model-cls")
-        print(f"\nkermt predict from S3 {predict_s:.0f} s; kermt serve healthy {serve_s:.0f} s later; model "
-              f"replicas on {placed}, the ingress on {replica_nodes(cluster, 'Gateway')} (head {HEAD_IP})")
-        assert placed == sorted(WORKER_NODES)  # one per worker node, none on the 0-CPU head
+        placed = settled_placement(cluster, replicas=int(flags[flags.index("--num_replicas") + 1]))
+        print(f"\nkermt serve {' '.join(flags)}: healthy after {healthy_s:.0f} s, replicas on {placed} (head {HEAD_IP})")
+        assert HEAD_IP not in placed["model-cls"] + placed[FEATURIZER_DEPLOYMENT]  # the head has 0 CPUs
         assert [p["smiles"] for p in body["predictions"]] == SMILES
         for entry, row in zip(body["predictions"], expected):
             assert entry["valid"] == (row["valid"].lower() == "true"), (entry, row)
@@ -78,6 +102,7 @@ def test_kermt_serve_from_s3_puts_replicas_on_workers_and_equals_kermt_predict(c
         serving.send_signal(signal.SIGTERM)
         output, _ = serving.communicate(timeout=180)
         assert serving.returncode == 0 and "SIGTERM: stopping" in output, output[-3000:]
+        return placed
     finally:  # a failed assertion still stops the app (Serve's actors outlive a killed driver and hold the CPUs)
         if serving.poll() is None:
             serving.send_signal(signal.SIGTERM)
