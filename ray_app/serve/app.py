@@ -37,13 +37,14 @@ api = FastAPI(title="kermt serve", description="Predictions of trained KERMT mod
 @serve.deployment
 @serve.ingress(api)
 class Gateway:
-    """Routes requests to the model deployments; holds nothing heavier than their descriptions."""
+    """Routes requests to the model deployments, one call for the requests that waited while a model's calls were
+    busy (:mod:`ray_app.serve.coalesce`); holds nothing heavier than the models' descriptions."""
 
     def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int,
                  calibrations: Optional[dict[str, dict[str, Union[Calibration, ClassCalibration]]]] = None,
                  api_key_sha256: Optional[str] = None, max_embed_molecules: int = 100,
-                 featurizer: Optional[DeploymentHandle] = None, calls_per_model: int = 2,
-                 max_requests_per_call: int = 16):
+                 featurizer: Optional[DeploymentHandle] = None, *, calls_per_model: int,
+                 max_requests_per_call: int):
         self.models, self.infos = models, {info.name: info for info in infos}
         # one handle call carries every request that waited while the model's calls were busy
         self.coalescers = {name: Coalescer(partial(self._call_model, name), max_calls=calls_per_model,

@@ -1,12 +1,14 @@
-"""Model replicas: the ensemble loaded once per replica, requests batched across clients with ``@serve.batch``.
+"""Model replicas: the ensemble loaded once per replica; each call carries a group of requests of different
+clients (the ingress gathers the requests that arrive while the model's calls are busy, :mod:`ray_app.serve.
+coalesce`).
 
-A request is featurised (RDKit) as soon as it reaches the replica, in a worker thread, while the previous batch's
-forwards run (torch releases the GIL, RDKit holds it: the two overlap); ``@serve.batch`` then hands the featurised
-requests that arrived within ``batch_wait_timeout_s`` (at most ``max_batch_size``) to one call. Their molecules
-share forwards of up to ``batch_size`` molecules and ``max_batch_atoms`` atoms (:func:`kermt.inference.shared.
-predict_blocks`), and still each request gets `kermt predict`'s numbers for a file of its own SMILES with the same
-``--batch_size``: with upstream padding a molecule only shares a forward with molecules whose batches in their own
-requests have the same neighbour width, and that forward is collated at that width. A client's numbers never
+A call's requests are featurised (RDKit) as soon as it reaches the replica, in a worker thread, while the previous
+call's forwards run (torch releases the GIL, RDKit holds it: the two overlap); calls that meet in the replica are
+merged by ``@serve.batch`` (those that arrived within ``batch_wait_timeout_s``). The molecules of every request
+of a batch share forwards of up to ``batch_size`` molecules and ``max_batch_atoms`` atoms (:func:`kermt.inference.
+shared.predict_blocks`), and still each request gets `kermt predict`'s numbers for a file of its own SMILES with the
+same ``--batch_size``: with upstream padding a molecule only shares a forward with molecules whose batches in their
+own requests have the same neighbour width, and that forward is collated at that width. A client's numbers never
 depend on what other clients sent. An invalid SMILES is its own entry with RDKit's reason, never an error.
 
 ``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted once, in the replica's constructor
