@@ -31,6 +31,11 @@ FEATURIZER_DEPLOYMENT = "featurizer"
 FEATURIZER_ONGOING_REQUESTS = 256
 
 
+def _calls_per_model(config: ServeConfig) -> int:
+    """Calls the ingress keeps in flight to one model: CALLS_PER_REPLICA per replica of its upper bound."""
+    return CALLS_PER_REPLICA * config.replica_range[1]
+
+
 def deployment_name(model: str) -> str:
     return f"model-{model}"
 
@@ -41,7 +46,7 @@ def _replica_options(config: ServeConfig) -> dict:
     # upper bound: all of them while an autoscaling deployment is at its lower bound), and then some; before the
     # ingress coalesced requests, a bound of 2 batches' worth left the router backing off between retries at 64
     # clients and throughput fell to a fifth of 8 clients' (bench/serve.py: 117 vs 495 mol/s)
-    ongoing = max(8 * config.max_batch_size, CALLS_PER_REPLICA * high)
+    ongoing = max(8 * config.max_batch_size, _calls_per_model(config))
     options: dict = {"max_ongoing_requests": ongoing, "health_check_period_s": HEALTH_CHECK_PERIOD_S}
     if config.use_gpu:
         options["ray_actor_options"] = {"num_gpus": config.num_gpus_per_replica}
@@ -74,7 +79,7 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
         handles, [m.info for m in models], config.max_request_molecules,
         {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256,
         max_embed_molecules=config.max_embed_molecules, featurizer=featurizer,
-        calls_per_model=CALLS_PER_REPLICA * config.replica_range[1], max_requests_per_call=config.max_batch_size)
+        calls_per_model=_calls_per_model(config), max_requests_per_call=config.max_batch_size)
 
 
 def serving_app(config: ServeConfig, models: list[ServedModel]):
