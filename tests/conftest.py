@@ -1,7 +1,15 @@
-"""Shared test settings and fixture paths."""
+"""Shared test settings and fixture paths.
+
+Ray is configured by hundreds of environment variables (``RAY_DEDUP_LOGS=0`` is a common debugging setting), read
+when ``ray`` is imported and inherited by every process a test starts. The suite's assertions are about Ray's
+defaults plus the settings the app and the tests choose themselves (tests/ray_app/conftest.py), so the variables
+a user exported are taken out of this process's environment here, before anything imports ray, and the session's
+header names them. Tests that check how the app treats a user's own setting set it themselves.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -10,6 +18,29 @@ import pytest
 DATA_DIR = Path(__file__).parent / "data"
 FIXTURE_DIR = DATA_DIR / "kermt_upstream"
 SPLITS_DIR = DATA_DIR / "kermt_upstream_splits"
+
+# Ray's, Ray Tune's and Ray AIR's variables. RAY_TMPDIR only says where Ray writes (a short path for its sockets,
+# a disk with room), never what a test sees, so a user's stays.
+RAY_VARIABLE_PREFIXES = ("RAY_", "TUNE_", "AIR_")
+KEPT_RAY_VARIABLES = frozenset({"RAY_TMPDIR"})
+
+
+def _drop_users_ray_variables() -> dict[str, str]:
+    dropped = {key: value for key, value in os.environ.items()
+               if key.upper().startswith(RAY_VARIABLE_PREFIXES) and key not in KEPT_RAY_VARIABLES}
+    for key in dropped:
+        del os.environ[key]
+    return dropped
+
+
+USERS_RAY_VARIABLES = _drop_users_ray_variables()
+
+
+def pytest_report_header() -> str | None:
+    if not USERS_RAY_VARIABLES:
+        return None
+    names = " ".join(f"{key}={value}" for key, value in sorted(USERS_RAY_VARIABLES.items()))
+    return f"Ray variables from your environment, not used by these tests (tests/conftest.py says why): {names}"
 
 
 def free_port() -> int:
