@@ -10,9 +10,10 @@ checkpoint when one is loaded; training settings (dropout, dist_coff, bond_drop_
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from kermt.names import did_you_mean
 
 # The names each setting takes: kermt.registry. Literal types are not checked at run time, so __post_init__ checks
 # them: a typo would otherwise build a model in no mode at all.
@@ -77,10 +78,14 @@ class EncoderConfig:
                 "indices, so upstream itself fails at the first forward with it and no upstream model uses it; "
                 "leave undirected unset (False)"
             )
-        if self.hidden_size % self.num_attn_head:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} must be divisible by num_attn_head {self.num_attn_head}"
-            )
+        check_attention_heads(self.hidden_size, self.num_attn_head)
+
+
+def check_attention_heads(hidden_size: int, num_attn_head: int) -> None:
+    """The encoder's attention splits hidden_size over its heads. Also `kermt pretrain`'s flag check, so a bad pair
+    is refused before Ray starts, with the same words."""
+    if hidden_size % num_attn_head:
+        raise ValueError(f"hidden_size {hidden_size} must be divisible by num_attn_head {num_attn_head}")
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,7 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
-        raise ValueError(f"unknown key {key!r} for {cls.__name__}{_did_you_mean(key, fields)}")
+        raise ValueError(f"unknown key {key!r} for {cls.__name__}{did_you_mean(key, fields)}")
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _coerce(fields[name], value)
@@ -166,12 +171,7 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
 
 def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"{key} {value!r} is not one of {allowed}{_did_you_mean(str(value), allowed)}")
-
-
-def _did_you_mean(key: str, valid: Any) -> str:
-    close = difflib.get_close_matches(key, list(valid), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{key} {value!r} is not one of {allowed}{did_you_mean(str(value), allowed)}")
 
 
 __all__ = [
@@ -186,6 +186,7 @@ __all__ = [
     "HeadConfig",
     "PADDING_MODES",
     "ReadoutConfig",
+    "check_attention_heads",
     "from_dict",
     "to_dict",
 ]

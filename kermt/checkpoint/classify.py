@@ -26,6 +26,7 @@ from kermt.checkpoint.spec import CheckpointKind, CheckpointSpec, FeatureSetting
 from kermt.config import EncoderConfig, HeadConfig, ReadoutConfig
 from kermt.data.scalers import StandardScaler
 from kermt.errors import UserError
+from kermt.presets import UPSTREAM_FINETUNE
 
 _BLOCK = "kermt.encoders.node_blocks."
 _FFN = "mol_atom_from_atom_ffn."
@@ -126,7 +127,8 @@ def _encoder(sd: dict[str, torch.Tensor], resolve: _Resolver) -> EncoderConfig:
     if saved_activation is not None and (saved_activation == "PReLU") != prelu:
         raise UserError(f"{resolve.source}: saved activation {saved_activation!r} contradicts the tensors "
                          f"({'has' if prelu else 'no'} PReLU slopes)")
-    activation = "PReLU" if prelu else resolve.from_args("activation", "ReLU")
+    # no slopes and no saved name: upstream finetune's default activation (its pretraining's, PReLU, has slopes)
+    activation = "PReLU" if prelu else resolve.from_args("activation", UPSTREAM_FINETUNE.encoder.activation)
     if prelu and saved_activation is None:
         resolve.notes.append("activation='PReLU' inferred from the PReLU slope tensors")
     if resolve.args.get("undirected"):

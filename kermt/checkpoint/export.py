@@ -14,6 +14,7 @@ upstream's ``fingerprint --fingerprint_source bond|both`` on such an export woul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -26,6 +27,7 @@ from kermt.checkpoint.keys import ATOM_BRANCH_PREFIXES, bond_branch_key
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.data.scalers import StandardScaler
 from kermt.errors import UserError
+from kermt.presets import UPSTREAM_FINETUNE
 
 class UnfaithfulExportError(UserError):
     """The model cannot be written in upstream's layout without changing what it predicts."""
@@ -34,13 +36,13 @@ class UnfaithfulExportError(UserError):
 # Keys our model has that upstream's KermtFinetuneTask does not (upstream keeps MTL weights in the loss, unsaved).
 _NOT_UPSTREAM = ("mtl_log_sigma",)
 
-# Non-architecture args upstream's predict/load path reads; values are its finetune parser defaults.
+# Non-architecture args upstream's predict/load path reads; values are its finetune parser defaults (the training
+# ones from the UPSTREAM_FINETUNE preset, the rest switches `kermt finetune` does not offer).
 _UPSTREAM_DEFAULTS: dict[str, Any] = {
     "parser_name": "finetune", "backbone": "gtrans", "cuda": False, "dense": False, "features_only": False,
-    "features_dim": 0, "features_path": None, "fingerprint": False, "no_cache": True, "batch_size": 32,
-    "ensemble_size": 1, "fine_tune_coff": 1.0, "bond_drop_rate": 0, "dist_coff": 0.1, "weight_decay": 0.0,
+    "features_dim": 0, "features_path": None, "fingerprint": False, "no_cache": True,
     "select_by_loss": False, "distinct_init": False, "use_compound_names": False, "use_input_features": None,
-    "seed": 0, "gpu": None, "task_wise_checkpoint": False,
+    "gpu": None, "task_wise_checkpoint": False, **dataclasses.asdict(UPSTREAM_FINETUNE.training),
 }
 
 

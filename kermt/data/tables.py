@@ -8,7 +8,6 @@ an error naming the file, row and column instead of a crash deep inside training
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import pyarrow as pa
 
 from kermt.data.formats import InputFormat, SmiLayout, input_format
 from kermt.errors import UserError
+from kermt.names import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,8 @@ def load_molecule_table(
 def _require_columns(path: str | Path, frame: pd.DataFrame, columns: Sequence[str]) -> None:
     for column in columns:
         if column not in frame.columns:
-            close = difflib.get_close_matches(column, [str(c) for c in frame.columns], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UserError(f"{path}: no column {column!r}{hint}; columns are {list(frame.columns)}")
+            raise UserError(f"{path}: no column {column!r}{did_you_mean(column, frame.columns)}; columns are "
+                            f"{list(frame.columns)}")
 
 
 def parse_labels(path: str | Path, raw: pd.Series, column: str, first_row: int = 0) -> np.ndarray:

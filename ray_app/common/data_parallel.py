@@ -12,6 +12,10 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kermt.presets import UPSTREAM_FINETUNE
+
+_TRAINING = UPSTREAM_FINETUNE.training  # upstream's finetune and pretrain parsers agree on these
+
 
 def parse_worker_range(value: Any, setting: str = "num_workers", unit: str = "worker") -> tuple[int, int]:
     """``2`` or ``"2"`` -> (2, 2); ``"1-4"`` -> (1, 4). A ValueError names what is wrong (``setting``, ``unit``:
@@ -37,7 +41,7 @@ class DataParallelSettings(BaseModel):
 
     # schedule (upstream's Noam-style warmup then exponential decay, per optimizer step)
     epochs: int = Field(30, ge=1, description="training epochs")
-    batch_size: int = Field(32, ge=1, description="molecules per worker per step at MAX workers")
+    batch_size: int = Field(_TRAINING.batch_size, ge=1, description="molecules per worker per step at MAX workers")
     global_batch_size: Optional[int] = Field(
         None, ge=1, description="molecules per optimizer step over all workers, split over whoever runs (default: "
         "batch_size x num_workers, x MAX for a MIN-MAX range); results do not depend on the number of workers")
@@ -45,7 +49,7 @@ class DataParallelSettings(BaseModel):
     init_lr: float = Field(1e-4, gt=0, description="learning rate at the start of warmup")
     max_lr: float = Field(1e-3, gt=0, description="learning rate at the end of warmup")
     final_lr: float = Field(1e-4, gt=0, description="learning rate at the last step (exponential decay from max_lr)")
-    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay")
+    weight_decay: float = Field(_TRAINING.weight_decay, ge=0, description="Adam weight decay")
     # Ray
     num_workers: Union[str, int] = Field(
         1, description="data-parallel training workers: N, or MIN-MAX for elastic training (Ray Train starts with "

@@ -9,7 +9,6 @@ default) so ``run.json`` can say so. Unknown keys are errors that suggest the cl
 from __future__ import annotations
 
 import argparse
-import difflib
 import types
 import typing
 from pathlib import Path
@@ -21,6 +20,7 @@ from pydantic.fields import FieldInfo
 
 from kermt.cli import ArgumentParser
 from kermt.errors import UserError
+from kermt.names import did_you_mean  # also imported from here by the commands' own checks
 
 # The choices of the commands' settings (metrics, split types, feature generators, ...): kermt.registry.
 # Upstream flags that are refused, and why. A config file may still hold the key at its only working value
@@ -33,11 +33,6 @@ REMOVED_SETTINGS = {
 
 
 Source = Literal["user", "config", "default"]
-
-
-def did_you_mean(key: str, valid: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(valid), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _base_type(annotation: Any) -> Any:

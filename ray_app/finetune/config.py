@@ -18,6 +18,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
+from kermt.config import HeadConfig
+from kermt.names import did_you_mean
+from kermt.presets import UPSTREAM_FINETUNE
 from kermt.registry import (
     FEATURE_GENERATORS,
     Activation,
@@ -35,7 +38,11 @@ from kermt.uncertainty.classification import DEFAULT_CLASSIFICATION_METHOD
 from kermt.uncertainty.conformal import DEFAULT_METHOD
 from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings
-from ray_app.common.settings import Source, did_you_mean
+from ray_app.common.settings import Source
+
+# Defaults of upstream main.py finetune's parser: kermt.presets (architecture flags default to None: the checkpoint's,
+# or FROM_SCRATCH's without one, ray_app/finetune/run_setup.py).
+_ENCODER, _READOUT, _TRAINING = UPSTREAM_FINETUNE.encoder, UPSTREAM_FINETUNE.readout, UPSTREAM_FINETUNE.training
 
 
 class FinetuneConfig(DataParallelSettings):
@@ -61,7 +68,7 @@ class FinetuneConfig(DataParallelSettings):
     split_type: SplitType = Field("random", description="how to split data_path")
     split_sizes: tuple[float, float, float] = Field((0.8, 0.1, 0.1), description="train/val/test fractions")
     num_folds: int = Field(1, ge=1, description="folds; fold k uses seed + k")
-    seed: int = Field(0, description="seed of splits, initialisation, shuffling and dynamic depth")
+    seed: int = Field(_TRAINING.seed, description="seed of splits, initialisation, shuffling and dynamic depth")
     folds_file: Optional[str] = Field(None, description="predetermined: JSON list of index lists")
     val_fold_index: Optional[int] = Field(None, description="predetermined: fold used for validation")
     test_fold_index: Optional[int] = Field(None, description="predetermined: fold used for test")
@@ -102,9 +109,11 @@ class FinetuneConfig(DataParallelSettings):
     calibration_features_path: Optional[list[str]] = Field(
         None, description=".npz features of the calibration file (needed with --features_path)")
     # training schedule (epochs, batch sizes, learning rates: DataParallelSettings)
-    fine_tune_coff: float = Field(1.0, ge=0, description="encoder LR multiplier; 0 freezes the encoder")
+    fine_tune_coff: float = Field(_TRAINING.fine_tune_coff, ge=0, description="encoder LR multiplier; 0 freezes the "
+                                  "encoder")
     early_stop_epoch: int = Field(1000, ge=1, description="stop after this many epochs without improvement")
-    ensemble_size: int = Field(1, ge=1, description="models per fold, trained concurrently; predictions are their mean")
+    ensemble_size: int = Field(_TRAINING.ensemble_size, ge=1, description="models per fold, trained concurrently; "
+                               "predictions are their mean")
     # model (architecture flags must agree with a checkpoint; they define the model when training from scratch)
     hidden_size: Optional[int] = Field(None, description="encoder width (from the checkpoint when one is given)")
     depth: Optional[int] = Field(None, description="message-passing depth")
@@ -112,17 +121,21 @@ class FinetuneConfig(DataParallelSettings):
     num_mt_block: Optional[int] = Field(None, description="multi-head transformer blocks")
     activation: Optional[Activation] = Field(None, description="activation function")
     bias: Optional[bool] = Field(None, description="linear layers with a bias term")
-    dropout: float = Field(0.0, ge=0, lt=1, description="dropout probability (encoder and FFN head)")
-    self_attention: bool = Field(False, description="self-attention readout")
-    attn_hidden: int = Field(4, ge=1, description="self-attention readout: hidden size")
-    attn_out: int = Field(8, ge=1, description="self-attention readout: outputs (readout width attn_out x hidden_size)")
+    dropout: float = Field(_ENCODER.dropout, ge=0, lt=1, description="dropout probability (encoder and FFN head)")
+    self_attention: bool = Field(_READOUT.self_attention, description="self-attention readout")
+    attn_hidden: int = Field(_READOUT.attn_hidden, ge=1, description="self-attention readout: hidden size")
+    attn_out: int = Field(_READOUT.attn_out, ge=1, description="self-attention readout: outputs (readout width "
+                          "attn_out x hidden_size)")
     ffn_hidden_size: Optional[int] = Field(None, description="default: hidden_size")
-    ffn_num_layers: int = Field(2, ge=1, description="layers of the FFN head")
-    ffn_num_task_specific_layers: int = Field(0, ge=0, description="task-specific FFN layers after the shared ones")
+    ffn_num_layers: int = Field(HeadConfig.ffn_num_layers, ge=1, description="layers of the FFN head")
+    ffn_num_task_specific_layers: int = Field(HeadConfig.ffn_num_task_specific_layers, ge=0,
+                                              description="task-specific FFN layers after the shared ones")
     ffn_task_specific_hidden_size: Optional[int] = Field(
         None, description="width of the task-specific FFN layers (needed when there are any)")
-    dist_coff: float = Field(0.1, ge=0, description="weight of the disagreement term between the two views")
-    bond_drop_rate: float = Field(0.0, ge=0, lt=1, description="bond dropout probability in training")
+    dist_coff: float = Field(_TRAINING.dist_coff, ge=0, description="weight of the disagreement term between the two "
+                             "views")
+    bond_drop_rate: float = Field(_TRAINING.bond_drop_rate, ge=0, lt=1, description="bond dropout probability in "
+                                  "training")
     dropout_draws: DropoutDraws = Field(
         "per_molecule", description="dropout masks drawn per molecule from (seed, step, molecule): N workers equal "
         "1, also after an elastic restart; torch: torch's RNG per worker, upstream's masks")
@@ -130,7 +143,7 @@ class FinetuneConfig(DataParallelSettings):
         "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, loss and weights stay "
         "float32); see docs/numerics.md for how far outputs move")
     padding: PaddingMode = Field(
-        "upstream", description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
+        _ENCODER.padding, description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
     )
     # Ray (num_workers, use_gpu, address, max_failures, storage_path: DataParallelSettings)
     max_concurrent_trials: Optional[int] = Field(

@@ -15,11 +15,12 @@ import torch
 
 from kermt.checkpoint import Checkpoint, load_into_model, merge_finetune_config, read_checkpoint
 from kermt.checkpoint.reader import FRESH_HEAD_PREFIXES
-from kermt.config import ENCODER_ARCHITECTURE_KEYS, EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt.config import ENCODER_ARCHITECTURE_KEYS, FinetuneModelConfig, HeadConfig, ReadoutConfig
 from kermt.data.splits import Split
 from kermt.errors import UserError
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
+from kermt.presets import FROM_SCRATCH
 from kermt.random_streams import Stream, stream_seed
 from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.settings import Source
@@ -32,11 +33,7 @@ from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scal
 from ray_app.finetune.resume import new_run_id
 
 
-# Upstream finetune parser defaults for an encoder trained from scratch (no checkpoint).
-SCRATCH_ENCODER = {"hidden_size": 800, "depth": 6, "num_attn_head": 4, "num_mt_block": 1, "activation": "ReLU",
-                   "bias": False}
 ENCODER_KEYS = ENCODER_ARCHITECTURE_KEYS
-assert tuple(SCRATCH_ENCODER) == ENCODER_KEYS  # a default for every architecture key
 READOUT_KEYS = ("self_attention", "attn_hidden", "attn_out")
 HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size")
 
@@ -107,7 +104,7 @@ def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
     encoder = {k: getattr(c, k) for k in ENCODER_KEYS if getattr(c, k) is not None}
     encoder.update(dropout=c.dropout, padding=c.padding)
     if ckpt is None:
-        enc = EncoderConfig(**{**SCRATCH_ENCODER, **encoder, "embedding_output_type": "atom"})
+        enc = replace(FROM_SCRATCH, **encoder)  # upstream finetune's architecture, where the user gave none
         return FinetuneModelConfig(enc, ReadoutConfig(**readout), HeadConfig(**{"activation": enc.activation, **head}),
                                    c.use_mtl_loss)
     if ckpt.spec.kind == "finetuned":  # only what the user actually set may (and must) agree with the checkpoint

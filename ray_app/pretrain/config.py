@@ -20,6 +20,9 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
+from kermt.config import check_attention_heads
+from kermt.nn.pretrain.config import PretrainHeadsConfig, check_decoder_heads
+from kermt.presets import UPSTREAM_FINETUNE, UPSTREAM_PRETRAIN
 from kermt.registry import (
     DEFAULT_PRETRAIN_MODE,
     Activation,
@@ -32,6 +35,10 @@ from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings
 from ray_app.common.settings import Source
 
+# Defaults of upstream pretrain_ddp.py's parser: kermt.presets (encoder, loss weights) and PretrainHeadsConfig's
+# field defaults (latent head and decoder); read as class attributes, since an instance needs the corpus's vocab sizes.
+_ENCODER, _LOSS, _HEADS = UPSTREAM_PRETRAIN.encoder, UPSTREAM_PRETRAIN.loss, PretrainHeadsConfig
+
 
 class PretrainConfig(DataParallelSettings):
     """Every setting of a pretraining run. Field names are the flag names."""
@@ -43,46 +50,54 @@ class PretrainConfig(DataParallelSettings):
     smiles_vocab_path: Optional[str] = Field(None, description="SMILES vocab JSON (default: the corpus's)")
     val_fraction: float = Field(0.01, ge=0, lt=1, description="held-out validation slice, fixed by the seed")
     max_val_batches: int = Field(10, ge=1, description="global validation batches per validation")
-    seed: int = Field(0, description="seed of initialisation, shuffling, masking, depth and latent draws")
+    seed: int = Field(UPSTREAM_FINETUNE.training.seed,  # the same default in both upstream parsers
+                      description="seed of initialisation, shuffling, masking, depth and latent draws")
     continue_from: Optional[str] = Field(
         None, description="pretraining checkpoint (.pt or native dir) to continue from: its encoder and heads (a "
         "vocab one may continue as hybrid: latent head and decoder start fresh)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of --continue_from (runs its code)")
     # task and losses
     pretrain_mode: PretrainMode = Field(DEFAULT_PRETRAIN_MODE, description="pretraining objective")
-    vocab_loss_weight: float = Field(1.0, ge=0, description="hybrid: weight of the vocab loss")
-    dist_coff: float = Field(0.1, ge=0, description="weight of the atom/bond vocab disagreement terms")
-    contrastive_temperature: float = Field(0.1, gt=0, description="cmim/hybrid: temperature of the contrastive term")
-    reconstruction_loss_weight: float = Field(1.0, ge=0, description="cmim/hybrid: weight of the SMILES loss")
-    normalize_loss: bool = Field(False, description="scale the Gaussian log-densities by 1/latent_dim")
-    normalize_gradient: bool = Field(False, description="scale only their gradient by 1/latent_dim")
+    vocab_loss_weight: float = Field(_LOSS.vocab_loss_weight, ge=0, description="hybrid: weight of the vocab loss")
+    dist_coff: float = Field(_LOSS.dist_coff, ge=0, description="weight of the atom/bond vocab disagreement terms")
+    contrastive_temperature: float = Field(_HEADS.contrastive_temperature, gt=0,
+                                           description="cmim/hybrid: temperature of the contrastive term")
+    reconstruction_loss_weight: float = Field(_LOSS.reconstruction_loss_weight, ge=0,
+                                              description="cmim/hybrid: weight of the SMILES loss")
+    normalize_loss: bool = Field(_LOSS.normalize_loss, description="scale the Gaussian log-densities by 1/latent_dim")
+    normalize_gradient: bool = Field(_LOSS.normalize_gradient, description="scale only their gradient by 1/latent_dim")
     per_rank_loss: bool = Field(
         False, description="upstream's DDP semantics: each worker's batch means and cMIM negatives from its own "
         "batch (results then depend on the number of workers; default: the global batch's)")
     # encoder
-    hidden_size: int = Field(800, ge=1, description="encoder width")
-    depth: int = Field(3, ge=1, description="message-passing depth")
-    num_attn_head: int = Field(4, ge=1, description="attention heads per transformer block")
-    num_mt_block: int = Field(1, ge=1, description="multi-head transformer blocks")
-    dropout: float = Field(0.0, ge=0, lt=1, description="encoder dropout")
+    hidden_size: int = Field(_ENCODER.hidden_size, ge=1, description="encoder width")
+    depth: int = Field(_ENCODER.depth, ge=1, description="message-passing depth")
+    num_attn_head: int = Field(_ENCODER.num_attn_head, ge=1, description="attention heads per transformer block")
+    num_mt_block: int = Field(_ENCODER.num_mt_block, ge=1, description="multi-head transformer blocks")
+    dropout: float = Field(_ENCODER.dropout, ge=0, lt=1, description="encoder dropout")
     dropout_draws: DropoutDraws = Field(
         "per_molecule", description="dropout masks drawn per molecule from (seed, step, molecule): N workers equal "
         "1, also after an elastic restart (the sinusoidal decoder's layers excepted); torch: torch's RNG per worker")
-    activation: Activation = Field("PReLU", description="activation function")
-    bias: bool = Field(False, description="linear layers with a bias term")
+    activation: Activation = Field(_ENCODER.activation, description="activation function")
+    bias: bool = Field(_ENCODER.bias, description="linear layers with a bias term")
     precision: Precision = Field(
         "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, losses, weights and "
         "optimizer state stay float32); see docs/numerics.md for how far the losses move")
     # cMIM latent and decoder
-    latent_dim: int = Field(512, ge=1, description="cmim/hybrid: latent size (the decoder width)")
-    decoder_num_layers: int = Field(3, ge=1, description="SMILES decoder layers")
-    decoder_num_attention_heads: int = Field(8, ge=1, description="decoder attention heads")
-    decoder_ffn_hidden_size: int = Field(2048, ge=1, description="decoder feed-forward width")
-    decoder_dropout: float = Field(0.1, ge=0, lt=1, description="decoder dropout probability")
-    decoder_max_seq_len: int = Field(512, ge=3, description="longest SMILES token sequence, <start> included")
-    decoder_positional_encoding: PositionalEncoding = Field("rope", description="decoder positional encoding")
-    decoder_gate_self_attn: bool = Field(False, description="gated self-attention in the decoder")
-    decoder_gate_cross_attn: bool = Field(False, description="gated cross-attention to the latent")
+    latent_dim: int = Field(_HEADS.latent_dim, ge=1, description="cmim/hybrid: latent size (the decoder width)")
+    decoder_num_layers: int = Field(_HEADS.decoder_num_layers, ge=1, description="SMILES decoder layers")
+    decoder_num_attention_heads: int = Field(_HEADS.decoder_num_attention_heads, ge=1,
+                                             description="decoder attention heads")
+    decoder_ffn_hidden_size: int = Field(_HEADS.decoder_ffn_hidden_size, ge=1, description="decoder feed-forward width")
+    decoder_dropout: float = Field(_HEADS.decoder_dropout, ge=0, lt=1, description="decoder dropout probability")
+    decoder_max_seq_len: int = Field(_HEADS.decoder_max_seq_len, ge=3,
+                                     description="longest SMILES token sequence, <start> included")
+    decoder_positional_encoding: PositionalEncoding = Field(_HEADS.decoder_positional_encoding,
+                                                            description="decoder positional encoding")
+    decoder_gate_self_attn: bool = Field(_HEADS.decoder_gate_self_attn,
+                                         description="gated self-attention in the decoder")
+    decoder_gate_cross_attn: bool = Field(_HEADS.decoder_gate_cross_attn,
+                                          description="gated cross-attention to the latent")
     # schedule (epochs, batch sizes, learning rates) and Ray placement: DataParallelSettings
     # outputs and logging
     save_dir: str = Field("runs/pretrain", description="model/ (native), model.pt (upstream layout), metrics.csv")
@@ -95,15 +110,10 @@ class PretrainConfig(DataParallelSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":
-        if self.pretrain_mode != "vocab" and self.latent_dim % self.decoder_num_attention_heads:
-            raise ValueError(f"latent_dim {self.latent_dim} (the decoder width) must be divisible by "
-                             f"decoder_num_attention_heads {self.decoder_num_attention_heads}")
-        head_dim = self.latent_dim // self.decoder_num_attention_heads
-        if self.pretrain_mode != "vocab" and self.decoder_positional_encoding == "rope" and head_dim % 2:
-            raise ValueError(f"RoPE needs an even decoder head dimension: latent_dim {self.latent_dim} / "
-                             f"decoder_num_attention_heads {self.decoder_num_attention_heads} = {head_dim}")
-        if self.hidden_size % self.num_attn_head:
-            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_attn_head {self.num_attn_head}")
+        # The dataclasses' own checks, before Ray starts; the vocab sizes they also need come from the corpus later.
+        if self.pretrain_mode != "vocab":
+            check_decoder_heads(self.latent_dim, self.decoder_num_attention_heads, self.decoder_positional_encoding)
+        check_attention_heads(self.hidden_size, self.num_attn_head)
         return self
 
 

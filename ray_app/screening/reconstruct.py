@@ -28,6 +28,7 @@ from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.errors import UserError, user_input
 from kermt.inference import batch_starts
 from kermt.inputs import check_checkpoint_file
+from kermt.nn.pretrain.config import PretrainHeadsConfig
 from kermt.nn.pretrain.generate import SamplingConfig
 from kermt.pretrain.export import read_corpus_record
 from kermt.pretrain.generation_metrics import INPUTS_REFERENCE, GenerationTally, reference_keys
@@ -60,7 +61,7 @@ class ReconstructPlan:
 
 
 def _max_len(config: ReconstructConfig, checkpoint: Checkpoint) -> int:
-    trained = checkpoint.spec.pretrain.get("decoder_max_seq_len") or 512
+    trained = checkpoint.spec.pretrain.get("decoder_max_seq_len") or PretrainHeadsConfig.decoder_max_seq_len
     sinusoidal = checkpoint.spec.pretrain.get("decoder_positional_encoding") == "sinusoidal"
     if sinusoidal and config.max_len is not None and config.max_len > trained:
         raise UserError(f"--max_len {config.max_len}: {checkpoint.path} has a sinusoidal decoder with {trained} "

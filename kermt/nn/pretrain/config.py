@@ -67,14 +67,7 @@ class PretrainHeadsConfig:
     def _check_decoder(self) -> None:
         if self.smiles_vocab_size is None:
             raise ValueError(f"pretrain_mode {self.pretrain_mode!r} needs smiles_vocab_size")
-        if self.latent_dim % self.decoder_num_attention_heads:
-            raise ValueError(
-                f"latent_dim {self.latent_dim} (the decoder width) must be divisible by "
-                f"decoder_num_attention_heads {self.decoder_num_attention_heads}"
-            )
-        head_dim = self.latent_dim // self.decoder_num_attention_heads
-        if self.decoder_positional_encoding == "rope" and head_dim % 2:
-            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
+        check_decoder_heads(self.latent_dim, self.decoder_num_attention_heads, self.decoder_positional_encoding)
         if self.decoder_positional_encoding == "sinusoidal" and (
             self.decoder_gate_self_attn or self.decoder_gate_cross_attn
         ):
@@ -87,6 +80,19 @@ class PretrainHeadsConfig:
     @property
     def uses_decoder(self) -> bool:
         return self.pretrain_mode in ("cmim", "hybrid")
+
+
+def check_decoder_heads(latent_dim: int, decoder_num_attention_heads: int,
+                        decoder_positional_encoding: PositionalEncoding) -> None:
+    """The decoder's attention splits latent_dim over its heads, and RoPE rotates pairs of each head's dimensions.
+    Also `kermt pretrain`'s flag check (cmim, hybrid), so a bad pair is refused before Ray starts."""
+    if latent_dim % decoder_num_attention_heads:
+        raise ValueError(f"latent_dim {latent_dim} (the decoder width) must be divisible by "
+                         f"decoder_num_attention_heads {decoder_num_attention_heads}")
+    head_dim = latent_dim // decoder_num_attention_heads
+    if decoder_positional_encoding == "rope" and head_dim % 2:
+        raise ValueError(f"RoPE needs an even decoder head dimension: latent_dim {latent_dim} / "
+                         f"decoder_num_attention_heads {decoder_num_attention_heads} = {head_dim}")
 
 
 @dataclass(frozen=True)
@@ -125,5 +131,6 @@ __all__ = [
     "PretrainHeadsConfig",
     "PretrainLossConfig",
     "PretrainMode",
+    "check_decoder_heads",
     "configs_from_settings",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 
@@ -79,3 +81,19 @@ def test_undirected_is_refused_with_the_reason(tmp_path):
     path.write_text("data_path: d.csv\nundirected: null\n")
     config, sources = resolve(["--config", str(path)])
     assert "undirected" not in sources and "undirected" not in to_yaml(config)
+
+
+def test_defaults_are_upstream_finetunes_preset():
+    """kermt.presets is the one place the numbers are written; the flags read them (architecture flags stay unset:
+    the checkpoint's, or FROM_SCRATCH's, decide)."""
+    from kermt.config import ENCODER_ARCHITECTURE_KEYS, HeadConfig
+    from kermt.presets import UPSTREAM_FINETUNE
+
+    config = FinetuneConfig(data_path="d.csv")
+    training, readout = UPSTREAM_FINETUNE.training, UPSTREAM_FINETUNE.readout
+    assert {k: getattr(config, k) for k in dataclasses.asdict(training)} == dataclasses.asdict(training)
+    assert {k: getattr(config, k) for k in dataclasses.asdict(readout)} == dataclasses.asdict(readout)
+    assert (config.dropout, config.padding) == (UPSTREAM_FINETUNE.encoder.dropout, UPSTREAM_FINETUNE.encoder.padding)
+    assert (config.ffn_num_layers, config.ffn_num_task_specific_layers) == (
+        HeadConfig.ffn_num_layers, HeadConfig.ffn_num_task_specific_layers)
+    assert all(getattr(config, k) is None for k in ENCODER_ARCHITECTURE_KEYS)

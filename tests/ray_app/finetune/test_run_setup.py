@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import torch
@@ -42,3 +43,21 @@ def test_coordinator_memory_is_its_process_plus_twice_the_model():
     resources = trial_actor_resources(config, wider)
     assert resources["memory"] == COORDINATOR_BASE_BYTES + 2 * max(expected, weight_bytes(wider))
     assert resources["CPU"] == 0
+
+
+def test_a_model_from_scratch_is_upstream_finetunes_with_the_users_flags(tmp_path):
+    """Without a checkpoint the encoder is FROM_SCRATCH (upstream main.py finetune's: ReLU, depth 6, atom branches)
+    with what the user set on top."""
+    from kermt.presets import FROM_SCRATCH
+    from ray_app.finetune.config import FinetuneConfig
+    from ray_app.finetune.run_setup import RunSetup, model_config
+
+    def scratch_encoder(**flags):
+        setup = RunSetup(FinetuneConfig(data_path="d.csv", **flags), {}, tmp_path, "run", "regression", "rmse",
+                         ["t"], None, None, None, None, str(tmp_path), 0)  # type: ignore[arg-type]
+        return model_config(setup, features_size=0).encoder
+
+    assert scratch_encoder() == FROM_SCRATCH
+    assert (FROM_SCRATCH.activation, FROM_SCRATCH.depth, FROM_SCRATCH.embedding_output_type) == ("ReLU", 6, "atom")
+    wider = scratch_encoder(hidden_size=1200, depth=3, activation="PReLU", dropout=0.1)
+    assert wider == dataclasses.replace(FROM_SCRATCH, hidden_size=1200, depth=3, activation="PReLU", dropout=0.1)

@@ -1,0 +1,68 @@
+"""Named defaults: the architecture and training settings each way of starting a model begins from.
+
+The kermt dataclasses are the one source of every default. ``EncoderConfig()`` is the released NV-KERMT-70M-v2's
+encoder (800 wide, depth 6, 4 heads, 1 block, PReLU, all four output branches), which is also what upstream's tools
+fill in for a key a checkpoint lacks; ``PretrainHeadsConfig``'s field defaults are that release's latent head and
+decoder. A preset spells only where its upstream parser differs from them, and says why. The command schemas
+(``ray_app/finetune/config.py``, ``ray_app/pretrain/config.py``, ``ray_app/common/data_parallel.py``), a finetune from
+scratch (``ray_app/finetune/run_setup.py``) and the upstream export (``kermt/checkpoint/export.py``) read these;
+nothing else writes the numbers again. Upstream's parser defaults: docs/upstream-compatibility.md and the upstream
+spec's CLI tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kermt.config import EncoderConfig, ReadoutConfig
+from kermt.nn.pretrain.config import PretrainLossConfig
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """Upstream ``main.py finetune``'s training-argument defaults, the ones `kermt finetune` keeps and an exported
+    ``model.pt`` carries in its ``args``. ``batch_size``, ``weight_decay`` and ``seed`` are also ``pretrain_ddp.py``'s,
+    so every training command shares them (``ray_app/common/data_parallel.py``, `kermt pretrain`'s ``--seed``)."""
+
+    batch_size: int = 32
+    weight_decay: float = 0.0
+    seed: int = 0
+    ensemble_size: int = 1
+    fine_tune_coff: float = 1.0
+    dist_coff: float = 0.1
+    bond_drop_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class FinetunePreset:
+    """A finetune's encoder (used where no checkpoint gives one), readout and training settings."""
+
+    encoder: EncoderConfig
+    readout: ReadoutConfig = field(default_factory=ReadoutConfig)
+    training: TrainingDefaults = field(default_factory=TrainingDefaults)
+
+
+@dataclass(frozen=True)
+class PretrainPreset:
+    """A pretraining's encoder and loss weights; its latent head and decoder are ``PretrainHeadsConfig``'s defaults
+    (the vocab sizes come from the corpus)."""
+
+    encoder: EncoderConfig
+    loss: PretrainLossConfig = field(default_factory=PretrainLossConfig)
+
+
+# Upstream main.py finetune's parser: --activation ReLU, where the release and pretrain_ddp.py use PReLU; a finetune
+# builds only the atom-output branches it reads (--embedding_output_type atom).
+UPSTREAM_FINETUNE = FinetunePreset(EncoderConfig(activation="ReLU", embedding_output_type="atom"))
+
+# Upstream pretrain_ddp.py's parser: --depth 3, where the finetune parser and the release use 6. Its --hidden_size 3
+# is unusable (every run passes one, e.g. 800), so the release's 800 stands in for it.
+UPSTREAM_PRETRAIN = PretrainPreset(EncoderConfig(depth=3))
+
+# `kermt finetune` without a checkpoint builds what upstream's finetune parser would, so an upstream command line
+# that trains from scratch trains the same model here.
+FROM_SCRATCH: EncoderConfig = UPSTREAM_FINETUNE.encoder
+
+
+__all__ = ["FROM_SCRATCH", "FinetunePreset", "PretrainPreset", "TrainingDefaults", "UPSTREAM_FINETUNE",
+           "UPSTREAM_PRETRAIN"]
