@@ -1,15 +1,213 @@
-"""The files that tell what a run's output directory is, shared by the commands that write them (``ray_app``) and
-the readers that must tell a run's own models from anything else under it (:mod:`kermt.inference.members`).
-Plain names only, so that reading them costs no import."""
+"""The names of a run's files and folders: the one place that spells them, for the commands that write them
+(``ray_app``) and every reader (the report, ``kermt predict``/``serve``, :mod:`kermt.inference.members`).
+
+A finetune's ``save_dir``::
+
+    run_state.json  config.yaml  splits.json  invalid_smiles.csv  run.json  report.html  ray_results/
+    earlier_runs/<run id>/                  what an earlier run with other settings left (ray_app.finetune.resume)
+    fold_k/  test_result.csv  test_spread.csv  calibration.json  classification_calibration.json
+             domain.json  domain_embeddings.safetensors
+    fold_k/model_m/  model/ (native)  model.pt (upstream)  metrics.csv (written last)
+
+A pretraining run's ``save_dir`` has run_state.json, config.yaml, run.json, report.html, ray_results/, metrics.csv,
+model/, model.pt and, beside the model, its vocabularies and corpus record. A ``kermt tune`` sweep's has
+tune_config.yaml, all_trials.csv, sweep.json, best_config.yaml, best_model/ and ``trials/<trial id>/`` (config.yaml,
+metrics.csv). A member's or a trial's directory names its own files as a run does (:class:`RunLayout` of it).
+
+Plain names and path arithmetic only, so that importing this costs nothing (no torch, no Ray).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
 
 RUN_STATE_FILE = "run_state.json"  # a run's id and settings, written when the run starts
+RUN_CONFIG_FILE = "config.yaml"  # the settings as given, replayable with --config
 RUN_RECORD_FILE = "run.json"  # written when the run has finished (a finetune's summary names its run id)
-COMPLETE_MEMBER_FILE = "metrics.csv"  # the file a finetune member writes last: a member without it is incomplete
+SPLITS_FILE = "splits.json"  # each fold's split, by row index
+INVALID_SMILES_FILE = "invalid_smiles.csv"  # the input rows that did not parse, with why
+REPORT_FILE = "report.html"  # the run's report (ray_app.report), rebuilt from the other files by `kermt report`
+STORAGE_DIR = "ray_results"  # the run's Ray storage (checkpoints, Tune experiments) when --storage_path is not given
+EARLIER_RUNS_DIR = "earlier_runs"  # an earlier run's outputs, moved aside by a new run with other settings
+METRICS_FILE = "metrics.csv"  # one row per epoch (finetune member, trial) or interval (pretraining)
+COMPLETE_MEMBER_FILE = METRICS_FILE  # the file a finetune member writes last: a member without it is incomplete
+MODEL_DIR = "model"  # a model in the native format (kermt.checkpoint.native)
+UPSTREAM_MODEL_FILE = "model.pt"  # the same model in upstream's layout
+CHECKPOINT_STATE_FILE = "training_state.pt"  # in a Ray step/epoch checkpoint: the optimizer state and progress
+
+FOLD_PREFIX = "fold"  # fold_k/
+MEMBER_PREFIX = "model"  # fold_k/model_m/
+TEST_RESULT_FILE = "test_result.csv"  # fold_k/: the ensemble's test predictions, in upstream's layout
+TEST_SPREAD_FILE = "test_spread.csv"  # fold_k/: the members' spread on each test molecule (the report's intervals)
 CALIBRATION_FILE = "calibration.json"  # fold_k/: the fold ensemble's conformal calibration (kermt.uncertainty)
 CLASS_CALIBRATION_FILE = "classification_calibration.json"  # fold_k/: Platt/isotonic + set scores
+DOMAIN_FILE = "domain.json"  # fold_k/: the applicability domain's settings and threshold (kermt.uncertainty.domain)
+DOMAIN_ARRAYS_FILE = "domain_embeddings.safetensors"  # fold_k/: its training embeddings
 # run.json's calibration record of a fold calibrated on a --calibration_path file (only then): how many of its
 # molecules are also in the fold's training split
 IN_TRAINING_SPLIT_KEY = "in_training_split"
+
 SWEEP_FILE = "tune_config.yaml"  # a `kermt tune` save_dir: its trials are candidates, not an ensemble
-REPORT_FILE = "report.html"  # the run's report (ray_app.report), rebuilt from the other files by `kermt report`
-TEST_SPREAD_FILE = "test_spread.csv"  # fold_k/: the members' spread on each test molecule (the report's intervals)
+ALL_TRIALS_FILE = "all_trials.csv"  # a sweep's trials, one row each
+SWEEP_RECORD_FILE = "sweep.json"  # a sweep's summary (best trial, counts, wall time)
+BEST_CONFIG_FILE = "best_config.yaml"  # the best trial's settings, a `kermt finetune --config`
+TRIALS_DIR = "trials"  # trials/<trial id>/
+BEST_MODEL_DIR = "best_model"  # the best trial's model (native)
+BEST_REPLAY_DIR = "best_replay"  # best_config.yaml's --save_dir: where replaying the best trial writes
+
+# Beside a pretrained model: the release's file names (ray_app/common/release.py); our SMILES vocab is JSON where
+# the release's is a pickle.
+MODEL_VOCAB_FILES = {"atom": "pretrain_atom_vocab.json", "bond": "pretrain_bond_vocab.json",
+                     "smiles": "pretrain_smiles_vocab.json"}
+CORPUS_RECORD_FILE = "pretrain_corpus.json"  # the corpus the model saw
+
+
+def fold_name(fold: int) -> str:
+    """``fold_k``: a fold's directory, and its key in run.json and splits.json."""
+    return f"{FOLD_PREFIX}_{fold}"
+
+
+def numbered(directory: Path, prefix: str) -> list[tuple[int, Path]]:
+    """The ``prefix_0, prefix_1, ...`` directories under ``directory`` in numeric order (fold_10 after fold_9)."""
+    found = []
+    for child in directory.glob(f"{prefix}_*") if directory.is_dir() else ():
+        match = re.fullmatch(rf"{re.escape(prefix)}_(\d+)", child.name)
+        if match and child.is_dir():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where each file of the run in ``root`` (its save_dir) lives."""
+
+    root: Path
+
+    @property
+    def run_state(self) -> Path:
+        return self.root / RUN_STATE_FILE
+
+    @property
+    def config(self) -> Path:
+        return self.root / RUN_CONFIG_FILE
+
+    @property
+    def run_record(self) -> Path:
+        return self.root / RUN_RECORD_FILE
+
+    @property
+    def splits(self) -> Path:
+        return self.root / SPLITS_FILE
+
+    @property
+    def invalid_smiles(self) -> Path:
+        return self.root / INVALID_SMILES_FILE
+
+    @property
+    def report(self) -> Path:
+        return self.root / REPORT_FILE
+
+    @property
+    def storage(self) -> Path:
+        return self.root / STORAGE_DIR
+
+    @property
+    def earlier_runs(self) -> Path:
+        return self.root / EARLIER_RUNS_DIR
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def model(self) -> Path:
+        return self.root / MODEL_DIR
+
+    @property
+    def upstream_model(self) -> Path:
+        return self.root / UPSTREAM_MODEL_FILE
+
+    @property
+    def corpus_record(self) -> Path:
+        return self.root / CORPUS_RECORD_FILE
+
+    def fold(self, fold: int) -> Path:
+        return self.root / fold_name(fold)
+
+    def member(self, fold: int, member: int) -> Path:
+        """``fold_k/model_m/``: one ensemble member's model/, model.pt and metrics.csv."""
+        return self.fold(fold) / f"{MEMBER_PREFIX}_{member}"
+
+    def folds(self) -> list[tuple[int, Path]]:
+        """The fold directories present, (k, fold_k/) in numeric order."""
+        return numbered(self.root, FOLD_PREFIX)
+
+    def test_result(self, fold: int) -> Path:
+        return self.fold(fold) / TEST_RESULT_FILE
+
+    def test_spread(self, fold: int) -> Path:
+        return self.fold(fold) / TEST_SPREAD_FILE
+
+    def calibration(self, fold: int) -> Path:
+        return self.fold(fold) / CALIBRATION_FILE
+
+    def class_calibration(self, fold: int) -> Path:
+        return self.fold(fold) / CLASS_CALIBRATION_FILE
+
+    def domain(self, fold: int) -> Path:
+        return self.fold(fold) / DOMAIN_FILE
+
+    @property
+    def sweep(self) -> Path:
+        return self.root / SWEEP_FILE
+
+    @property
+    def all_trials(self) -> Path:
+        return self.root / ALL_TRIALS_FILE
+
+    @property
+    def sweep_record(self) -> Path:
+        return self.root / SWEEP_RECORD_FILE
+
+    @property
+    def best_config(self) -> Path:
+        return self.root / BEST_CONFIG_FILE
+
+    @property
+    def best_model(self) -> Path:
+        return self.root / BEST_MODEL_DIR
+
+    @property
+    def best_replay(self) -> Path:
+        return self.root / BEST_REPLAY_DIR
+
+    def trial(self, trial_id: str) -> Path:
+        """``trials/<trial id>/``: one sweep trial's config.yaml and metrics.csv."""
+        return self.root / TRIALS_DIR / trial_id
+
+
+def member_directories(fold_dir: Path) -> list[tuple[int, Path]]:
+    """The member directories present in ``fold_dir``, (m, model_m/) in numeric order."""
+    return numbered(fold_dir, MEMBER_PREFIX)
+
+
+def fold_directory(root: Path, first_member: Path) -> Path | None:
+    """The directory holding the applicability domain of ``first_member`` (``fold_k/model_0/model``): its fold, or
+    ``root`` (a folder of models with one domain); None when neither has one."""
+    for candidate in (first_member.parent.parent, root):
+        if (candidate / DOMAIN_FILE).is_file():
+            return candidate
+    return None
+
+
+__all__ = [
+    "ALL_TRIALS_FILE", "BEST_CONFIG_FILE", "BEST_MODEL_DIR", "BEST_REPLAY_DIR", "CALIBRATION_FILE",
+    "CHECKPOINT_STATE_FILE", "CLASS_CALIBRATION_FILE", "COMPLETE_MEMBER_FILE", "CORPUS_RECORD_FILE",
+    "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "EARLIER_RUNS_DIR", "FOLD_PREFIX", "INVALID_SMILES_FILE",
+    "IN_TRAINING_SPLIT_KEY", "MEMBER_PREFIX", "METRICS_FILE", "MODEL_DIR", "MODEL_VOCAB_FILES", "REPORT_FILE",
+    "RUN_CONFIG_FILE", "RUN_RECORD_FILE", "RUN_STATE_FILE", "RunLayout", "SPLITS_FILE", "STORAGE_DIR", "SWEEP_FILE",
+    "SWEEP_RECORD_FILE", "TEST_RESULT_FILE", "TEST_SPREAD_FILE", "TRIALS_DIR", "UPSTREAM_MODEL_FILE",
+    "fold_directory", "fold_name", "member_directories", "numbered"
+]

@@ -29,6 +29,7 @@ from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.config import EncoderConfig
 from kermt.data.atomic_files import write_text
 from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
+from kermt.run_layout import CORPUS_RECORD_FILE, MODEL_VOCAB_FILES  # beside the model: the release's names
 
 # pretrain_ddp.py defaults of the args that describe neither the architecture nor the losses.
 _UPSTREAM_PRETRAIN_DEFAULTS: dict[str, Any] = {
@@ -83,12 +84,6 @@ def export_pretrain_upstream(path: str | Path, model: torch.nn.Module, loss: Pre
         **(progress or {}),
     }
     return save_torch_file(state, path)
-
-
-# The release's file names (ray_app/common/release.py); our SMILES vocab is JSON where the release's is a pickle.
-MODEL_VOCAB_FILES = {"atom": "pretrain_atom_vocab.json", "bond": "pretrain_bond_vocab.json",
-                     "smiles": "pretrain_smiles_vocab.json"}
-CORPUS_RECORD_FILE = "pretrain_corpus.json"
 
 
 def save_model_vocabs(directory: str | Path, vocabs: dict[str, ContextVocab | SmilesVocab]) -> list[Path]:

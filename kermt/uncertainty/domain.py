@@ -30,13 +30,12 @@ import numpy as np
 
 from kermt.data import atomic_files
 from kermt.errors import UserError
+from kermt.run_layout import DOMAIN_ARRAYS_FILE, DOMAIN_FILE  # fold_k/: settings and threshold; arrays (float32)
 from kermt.uncertainty.calibration_file import read_json_file
 
 if TYPE_CHECKING:
     from kermt.data.featurize import FeaturizedMolecules
 
-DOMAIN_FILE = "domain.json"  # fold_k/: the index's settings and threshold
-DOMAIN_ARRAYS_FILE = "domain_embeddings.safetensors"  # fold_k/: its arrays (float32)
 DOMAIN_FORMAT, DOMAIN_VERSION = "kermt-domain", 1
 METRIC = "euclidean, standardised embedding projected on the training set's top principal components"
 DEFAULT_K, DEFAULT_QUANTILE = 5, 0.95

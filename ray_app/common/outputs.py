@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from kermt import DISTRIBUTION
+from kermt.run_layout import RUN_CONFIG_FILE
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -108,7 +109,7 @@ def run_record(settings: dict[str, Any], sources: dict[str, str], resources: dic
         "versions": _versions(),
         "git_sha": _git_sha(),
         "argv": sys.argv,
-        "replay": "kermt finetune --config " + shlex.quote(str(extra.get("config_yaml", "config.yaml"))),
+        "replay": "kermt finetune --config " + shlex.quote(str(extra.get("config_yaml", RUN_CONFIG_FILE))),
         "cluster_resources": resources,
         "settings": {k: {"value": v, "source": sources.get(k, "default")} for k, v in settings.items()},
         **extra,

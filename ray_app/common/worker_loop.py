@@ -27,10 +27,11 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 
+from kermt.run_layout import CHECKPOINT_STATE_FILE
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from ray_app.common.ray_internals import train_report_logger
 
-STATE_FILE = "training_state.pt"  # in every checkpoint: optimizer, scheduler, progress (+ what the loop adds)
+STATE_FILE = CHECKPOINT_STATE_FILE  # in every checkpoint: optimizer, scheduler, progress (+ what the loop adds)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import numpy as np
 
 from kermt.data.dataset import MoleculeSet
 from kermt.errors import UserError
-from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE, IN_TRAINING_SPLIT_KEY
+from kermt.run_layout import IN_TRAINING_SPLIT_KEY, fold_name
 from kermt.uncertainty import fit_calibration, intervals, save_calibrations, total_std
 from kermt.uncertainty.calibration_file import save_class_calibrations
 from kermt.uncertainty.classification import class_calibration_record, fit_class_calibrations
@@ -59,7 +59,7 @@ def validation_set(fold: int, splits: ScaledSplits) -> CalibrationSet:
     """The fold's validation split, its labels back in label units."""
     labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
         np.asarray(splits.val.targets, dtype=np.float64)
-    return CalibrationSet(splits.val, labels, f"fold_{fold} validation split")
+    return CalibrationSet(splits.val, labels, f"{fold_name(fold)} validation split")
 
 
 def load_calibration_file(setup: RunSetup) -> SourceData | None:
@@ -135,7 +135,7 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
     if method == PLAIN_FALLBACK:
         print(f"fold {fold}: one model per fold has no spread, so its intervals use plain conformal (one width for "
               "every molecule); train --ensemble_size 2 or more for intervals that adapt per molecule", flush=True)
-    path = setup.save_dir / f"fold_{fold}" / CALIBRATION_FILE
+    path = setup.layout.calibration(fold)
     save_calibrations(str(path), fitted, source=f"{on.source}, {len(member_preds)} member(s)")
     record = _record(setup, path, method, on)
     for t, (task, calibration) in enumerate(fitted.items()):
@@ -156,7 +156,7 @@ def _calibrate_classes(setup: RunSetup, fold: int, on: CalibrationSet, member_pr
         fitted = fit_class_calibrations(setup.task_names, probs, on.labels, method, on.source)
     except UserError as error:
         return _skipped(setup, fold, on, str(error))
-    path = setup.save_dir / f"fold_{fold}" / CLASS_CALIBRATION_FILE
+    path = setup.layout.class_calibration(fold)
     save_class_calibrations(str(path), fitted, f"{on.source}, {len(member_preds)} member(s)")
     record = _record(setup, path, method, on)
     record["tasks"] = class_calibration_record(fitted, probs.mean(axis=0), on.labels, REPORTED_LEVEL)
@@ -184,8 +184,8 @@ def _stacked_variances(members: np.ndarray, member_variances: list[np.ndarray | 
 def _skipped(setup: RunSetup, fold: int, on: CalibrationSet, reason: str) -> dict[str, Any]:
     """A fold left uncalibrated: one line, the reason for run.json, and no calibration file of an earlier
     calibration of the same models left behind (a re-run with other calibration settings recalibrates)."""
-    for name in (CALIBRATION_FILE, CLASS_CALIBRATION_FILE):
-        (setup.save_dir / f"fold_{fold}" / name).unlink(missing_ok=True)
+    for path in (setup.layout.calibration(fold), setup.layout.class_calibration(fold)):
+        path.unlink(missing_ok=True)
     print(f"fold {fold}: no calibration ({reason}); its models predict, but not with --interval", flush=True)
     return {"file": None, "source": on.source, "reason": reason}
 

@@ -19,8 +19,8 @@ import torch
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.uncertainty.domain import (DOMAIN_FILE, embedding_identity, fit_domain, model_embeddings, save_domain,
-                                     training_rows)
+from kermt.run_layout import DOMAIN_FILE, fold_name
+from kermt.uncertainty.domain import embedding_identity, fit_domain, model_embeddings, save_domain, training_rows
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
 
@@ -53,12 +53,12 @@ def write_fold_domain(setup: RunSetup, fold: int, splits: ScaledSplits, member0:
                   for part in (kept, _featurized(splits.val)))
     try:
         index = fit_domain(train, val, embedding_identity(member0.state_dict()), n_training_total=len(splits.train),
-                           source=f"fold_{fold} member 0: train split (index), validation split (threshold)")
+                           source=f"{fold_name(fold)} member 0: train split (index), validation split (threshold)")
     except ValueError as error:
         print(f"fold {fold}: no applicability domain ({error}); predict --applicability_domain needs one",
               flush=True)
         return
-    save_domain(str(setup.save_dir / f"fold_{fold}"), index)
+    save_domain(str(setup.layout.fold(fold)), index)
     print(f"fold {fold}: applicability domain ({DOMAIN_FILE}): {index.training.shape[0]} training molecule(s), "
           f"k={index.k}, threshold {index.threshold:.4g} = the {index.quantile:.0%} quantile of "
           f"{len(val)} validation molecules' distances", flush=True)

@@ -19,6 +19,7 @@ from ray import tune
 
 from kermt.config import FinetuneModelConfig
 from kermt.data import atomic_files
+from kermt.run_layout import RunLayout
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.finetune.members import member_concurrency
 from ray_app.finetune.resume import saved_by_run
@@ -26,10 +27,6 @@ from ray_app.finetune.run_setup import RunSetup
 from ray_app.finetune.trainable import MemberTrial, download_files, train_member, trial_actor_resources
 
 Job = tuple[int, int]  # (fold, member)
-
-
-def member_directory(save_dir: Path, fold: int, member: int) -> Path:
-    return save_dir / f"fold_{fold}" / f"model_{member}"
 
 
 def experiment_name(setup: RunSetup) -> str:
@@ -52,7 +49,7 @@ class MemberFiles(tune.Callback):
 
 
 def fetch_member(save_dir: Path, run_id: str, config: dict[str, Any], checkpoint) -> None:
-    target = member_directory(save_dir, config["job"]["fold"], config["job"]["member"])
+    target = RunLayout(save_dir).member(config["job"]["fold"], config["job"]["member"])
     if not saved_by_run(target, run_id):  # a member kept from an interrupted run stays as it is
         download_files(checkpoint, target, keep_result=False)
 
@@ -62,7 +59,7 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
     """Train every (fold, member) of ``jobs`` that ``save_dir`` does not hold yet; afterwards each one's files are in
     ``save_dir/fold_F/model_M``. ``fold_splits``: one object reference per fold, shared by all trials;
     ``model_configs``: each fold's architecture (they size what a trial's coordinator asks for)."""
-    kept = frozenset(job for job in jobs if saved_by_run(member_directory(setup.save_dir, *job), setup.run_id))
+    kept = frozenset(job for job in jobs if saved_by_run(setup.layout.member(*job), setup.run_id))
     if kept:
         print(f"kept {len(kept)} of {len(jobs)} model(s) this run already saved; {len(jobs) - len(kept)} to go",
               flush=True)
@@ -80,7 +77,7 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
         raise RuntimeError(f"{len(failed)} model(s) failed, the first fold {job['fold']} model {job['member']} (the "
                            f"others are saved; re-run the same command to retry):\n{failed[0].error}"
                            ) from failed[0].error
-    missing = [job for job in to_train if not saved_by_run(member_directory(setup.save_dir, *job), setup.run_id)]
+    missing = [job for job in to_train if not saved_by_run(setup.layout.member(*job), setup.run_id)]
     if missing:
         raise RuntimeError(f"the Tune run {experiment_name(setup)} in {setup.storage} ended without model(s) "
                            f"{missing} (fold, member); re-run the same command to resume it, or remove that "

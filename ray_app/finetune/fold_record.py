@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from kermt.metrics import task_scores
-from kermt.run_layout import TEST_SPREAD_FILE
 from ray_app.common import outputs
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
@@ -41,7 +40,7 @@ def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
         for preds in member_preds] if scorable else None
     if len(member_preds) > 1 and tasks:  # one member has no spread (its calibration is plain conformal)
         spread = np.stack(member_preds).std(axis=0)  # the population spread, as calibrate_fold's sigma
-        outputs.atomic_write_text(setup.save_dir / f"fold_{fold}" / TEST_SPREAD_FILE,
+        outputs.atomic_write_text(setup.layout.test_spread(fold),
                                   outputs.test_result_csv(splits.test.smiles, tasks, spread, None))
     return record
 

@@ -18,6 +18,7 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 
 from kermt.checkpoint import CheckpointSpec, FeatureSettings, export_upstream, save_native, unbuilt_encoder_tensors
 from kermt.nn.finetune import KermtFinetuneModel
+from kermt.run_layout import RunLayout
 from kermt.train.step import predict_with_variance
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
@@ -81,13 +82,13 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
                                              data_scaler=splits.target_scaler, features_scaler=splits.features_scaler)
     passthrough = unbuilt_encoder_tensors(setup.source_checkpoint()) if setup.checkpoint else None
     provenance = {"run_id": setup.run_id, "checkpoint_path": str(setup.checkpoint.path) if setup.checkpoint else None}
-    save_native(directory / "model", model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
+    save_native(RunLayout(directory).model, model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
     if model.config.head.variance:  # upstream's heads predict one value per task: no model.pt can hold this one
         print(f"{directory.name}: no upstream model.pt: a variance head (--loss mve) has no upstream counterpart; "
               "the native checkpoint model/ is the model", flush=True)
     elif model.config.encoder.padding == "upstream":  # upstream has no other padding: model.pt would predict otherwise
-        export_upstream(directory / "model.pt", model.state_dict(), spec, passthrough=passthrough)
-    outputs.atomic_write_text(directory / "metrics.csv", outputs.metrics_csv(history))
+        export_upstream(RunLayout(directory).upstream_model, model.state_dict(), spec, passthrough=passthrough)
+    outputs.atomic_write_text(RunLayout(directory).metrics, outputs.metrics_csv(history))
     if c.tensorboard:
         outputs.write_tensorboard(directory, history, setup.metric)
 

@@ -20,7 +20,7 @@ from kermt.data.splits import Split
 from kermt.errors import Interrupted
 from kermt.metrics import nanmean, unscored_note
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.run_layout import RUN_STATE_FILE
+from kermt.run_layout import INVALID_SMILES_FILE, fold_name
 from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
@@ -32,7 +32,7 @@ from ray_app.finetune.calibrate import calibrate_fold, calibration_predictions, 
     is_calibrated, load_calibration_file, overlap_line, validation_set
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.domain import write_fold_domain
-from ray_app.finetune.ensemble import member_directory, train_members
+from ray_app.finetune.ensemble import train_members
 from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, SourceData, fold_count, write_invalid
@@ -50,7 +50,7 @@ def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
         summed += preds
     ensemble = summed / c.ensemble_size
     blinded = len(setup.task_names) == 0 or bool(np.isnan(splits.test_targets_raw).all())
-    outputs.atomic_write_text(setup.save_dir / f"fold_{fold}" / "test_result.csv", outputs.test_result_csv(
+    outputs.atomic_write_text(setup.layout.test_result(fold), outputs.test_result_csv(
         splits.test.smiles, setup.task_names, ensemble, None if blinded else splits.test_targets_raw))
     if blinded or len(splits.test) == 0:
         return float("nan")
@@ -72,7 +72,7 @@ def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelC
     fold_refs, fold_configs, record, overlaps = [], [], {}, []
     for fold in range(fold_count(setup.config)):
         split, splits = fold_splits(setup, fold)
-        record[f"fold_{fold}"] = _split_record(setup, split)
+        record[fold_name(fold)] = _split_record(setup, split)
         if setup.calibration is not None:
             overlaps.append(in_training_split(setup.calibration.featurized.smiles, splits.train.smiles))
         # built here so that a flag contradicting the checkpoint fails on the driver, not in a trial
@@ -100,7 +100,7 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
         on = file_set(calibration, parts) if calibration is not None else validation_set(fold, parts)
         member_preds, member_cal, member_cal_variances = [], [], []
         for member in range(c.ensemble_size):
-            found = finished_member(member_directory(setup.save_dir, fold, member), setup.run_id, config)
+            found = finished_member(setup.layout.member(fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
             member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
             if is_calibrated(setup):  # where the test predictions are made: on the driver, or a GPU task
@@ -111,8 +111,8 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
             if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
                 write_fold_domain(setup, fold, parts, found[0])
         scores.append(finish_fold(setup, fold, parts, member_preds))
-        calibrations[f"fold_{fold}"] = calibrate_fold(setup, fold, parts, member_cal, member_cal_variances, on)
-        folds[f"fold_{fold}"] = fold_record(setup, fold, parts, member_preds)
+        calibrations[fold_name(fold)] = calibrate_fold(setup, fold, parts, member_cal, member_cal_variances, on)
+        folds[fold_name(fold)] = fold_record(setup, fold, parts, member_preds)
     return scores, calibrations, folds
 
 
@@ -131,17 +131,17 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     inputs = [s for s in (setup.data, setup.val, setup.test, setup.calibration) if s is not None]
     n_invalid = sum(len(s.invalid) for s in inputs)
     if n_invalid:
-        print(f"skipping {n_invalid} invalid SMILES (listed in invalid_smiles.csv)", flush=True)
+        print(f"skipping {n_invalid} invalid SMILES (listed in {INVALID_SMILES_FILE})", flush=True)
     if config.dry_run:
         return dry_run_report(setup, resources)
     fold_refs, fold_configs, split_record = put_folds(setup)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     setup = replace(setup, run_id=start_finetune_run(setup.save_dir, recorded)[0])
     if is_uri(recorded.save_dir):  # a killed driver uploads nothing; a re-run must still find this run's id
-        publish(setup.save_dir / RUN_STATE_FILE, recorded.save_dir, "--save_dir")
-    outputs.atomic_write_text(setup.save_dir / "config.yaml", to_yaml(recorded))
-    write_invalid(setup.save_dir / "invalid_smiles.csv", inputs)
-    outputs.atomic_write_text(setup.save_dir / "splits.json", json.dumps(split_record) + "\n")
+        publish(setup.layout.run_state, recorded.save_dir, "--save_dir")
+    outputs.atomic_write_text(setup.layout.config, to_yaml(recorded))
+    write_invalid(setup.layout.invalid_smiles, inputs)
+    outputs.atomic_write_text(setup.layout.splits, json.dumps(split_record) + "\n")
     # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
     # graph arrays plus the SMILES) for the rest of the run; it keeps the calibration file's molecules.
     calibration, setup = setup.calibration, setup.without_inputs()
@@ -154,12 +154,12 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
                f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
-    extra = {"summary": summary, "config_yaml": str(setup.save_dir / "config.yaml"), "calibration": calibrations,
+    extra = {"summary": summary, "config_yaml": str(setup.layout.config), "calibration": calibrations,
              "folds": folds}
     settings, setting_sources = _settings_with_checkpoint_values(setup)
     given, used = recorded.model_dump(mode="json"), config.model_dump(mode="json")
     settings.update({k: given[k] for k in given if given[k] != used[k]})  # the URIs, not their local copies
-    outputs.atomic_write_text(setup.save_dir / "run.json", outputs.run_record(
+    outputs.atomic_write_text(setup.layout.run_record, outputs.run_record(
         settings, setting_sources, resources, extra))
     print(f"overall_{config.split_type}_test_{setup.metric}={mean:.6f}", flush=True)
     print(f"std={std:.6f}", flush=True)
@@ -196,7 +196,7 @@ def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]
     folds = {}
     for fold in range(fold_count(c)):
         split, splits = fold_splits(setup, fold)
-        folds[f"fold_{fold}"] = {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
+        folds[fold_name(fold)] = {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
         model = KermtFinetuneModel(model_config(setup, features_width(splits)))
         print(f"fold {fold}: train {len(splits.train)}, val {len(splits.val)}, test {len(splits.test)}; "
               f"model parameters {sum(p.numel() for p in model.parameters()):,}")

@@ -22,7 +22,9 @@ from kermt.nn.finetune import KermtFinetuneModel
 from kermt.nn.heads import initialize_weights
 from kermt.presets import FROM_SCRATCH
 from kermt.random_streams import Stream, stream_seed
+from kermt.run_layout import RunLayout
 from ray_app.common.concurrency import check_workers_fit
+from ray_app.common.run_ids import new_run_id
 from ray_app.common.settings import Source
 from ray_app.common.shared_tensors import get_tensors, put_tensors
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
@@ -30,7 +32,6 @@ from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.inputs import settle_task
 from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scale_splits, split_for_fold, subset, \
     wants_feature_scaling
-from ray_app.finetune.resume import new_run_id
 
 
 ENCODER_KEYS = ENCODER_ARCHITECTURE_KEYS
@@ -55,6 +56,11 @@ class RunSetup:
     max_failures: int  # --max_failures, or the cluster's default (storage.resolve_max_failures)
     checkpoint_tensors: ray.ObjectRef | None = None  # ``checkpoint``'s tensors, once shared (see with_shared_checkpoint)
     calibration: SourceData | None = None  # --calibration_path, featurised (ray_app.finetune.calibrate)
+
+    @property
+    def layout(self) -> RunLayout:
+        """Where this run's files go (kermt.run_layout)."""
+        return RunLayout(self.save_dir)
 
     def without_inputs(self) -> "RunSetup":
         """This setup without the featurised input files: what a member's trial gets. It reads its fold's splits
@@ -155,7 +161,7 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source],
     and metric. ``workers_flag``: how the command spells the workers of one run, for the message when they cannot
     fit."""
     save_dir = Path(config.save_dir).resolve()
-    storage = resolve_storage(config.storage_path, save_dir / "ray_results")  # refused before any work starts
+    storage = resolve_storage(config.storage_path, RunLayout(save_dir).storage)  # refused before any work starts
     check_gpus(config.use_gpu)
     check_workers_fit(config.min_workers, config.use_gpu, workers_flag, dry_run=config.dry_run)
     checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint,

@@ -26,7 +26,7 @@ from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record, save_model_vocabs,
                                    save_pretrain_native)
-from kermt.run_layout import RUN_STATE_FILE
+from kermt.run_layout import RunLayout
 from kermt.random_streams import Stream, stream_rng
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
@@ -35,10 +35,10 @@ from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.elastic import ElasticTorchTrainer
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.remote_files import local_files, publish
+from ray_app.common.run_ids import claim_run_id
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, resolve_storage
 from ray_app.common.worker_loop import STATE_FILE
-from ray_app.finetune.resume import claim_run_id
 from ray_app.pretrain.config import PretrainConfig
 from ray_app.pretrain.corpus_read import read_remote_args
 from ray_app.pretrain.inputs import PretrainInputs, check_pretrain_inputs
@@ -49,6 +49,10 @@ DECODER_KEYS = ("latent_dim", "decoder_num_layers", "decoder_num_attention_heads
                 "decoder_positional_encoding", "decoder_gate_self_attn", "decoder_gate_cross_attn")
 # Heads of the checkpoint that a continued model does not have yet (vocab -> hybrid).
 NEW_HEAD_PREFIXES = ("latent_dist.readout.", "latent_dist.fc_mean_logscale.", "decoder.")
+
+
+# What a re-run may change and still continue the run (where to run, how to store and log it).
+RESUMABLE_CHANGES = ("address", "storage_path", "max_failures", "tensorboard", "trust_checkpoint")
 
 
 def run_identity(config: PretrainConfig) -> PretrainConfig:
@@ -164,11 +168,11 @@ def write_outputs(save_dir: Path, result: ray.train.Result, plan: PretrainPlan, 
         state = torch.load(Path(directory) / STATE_FILE, weights_only=True, map_location="cpu")
         model = KermtPretrainModel(plan.encoder, plan.heads)
         model.load_state_dict(native.state_dict)
-    progress = state["progress"]
-    save_pretrain_native(save_dir / "model", model, plan.loss, provenance={"run_id": run_id})
-    export_pretrain_upstream(save_dir / "model.pt", model, plan.loss, {
+    progress, layout = state["progress"], RunLayout(save_dir)
+    save_pretrain_native(layout.model, model, plan.loss, provenance={"run_id": run_id})
+    export_pretrain_upstream(layout.upstream_model, model, plan.loss, {
         "epoch": progress["epoch"], "batch_idx": progress["batch_idx"], "scheduler_step": progress["global_step"]})
-    outputs.atomic_write_text(save_dir / "metrics.csv", outputs.metrics_csv(progress["history"]))
+    outputs.atomic_write_text(layout.metrics, outputs.metrics_csv(progress["history"]))
     if tensorboard:
         write_tensorboard(save_dir, progress["history"])
     return progress
@@ -204,14 +208,16 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     resources = connect(config.address)
     print(start_line(str(recorded.save_dir), of_file=False), flush=True)
     save_dir = Path(config.save_dir).resolve()
-    storage = resolve_storage(config.storage_path, save_dir / "ray_results")
+    layout = RunLayout(save_dir)
+    storage = resolve_storage(config.storage_path, layout.storage)
     check_gpus(config.use_gpu)
     check_workers_fit(config.min_workers, config.use_gpu)
     save_dir.mkdir(parents=True, exist_ok=True)
-    run_id, _ = claim_run_id(save_dir, run_identity(recorded))
+    run_id, _ = claim_run_id(save_dir, settings=run_identity(recorded).model_dump(mode="json"),
+                             resumable=RESUMABLE_CHANGES)
     if is_uri(recorded.save_dir):  # a killed driver uploads nothing; a re-run must still find this run's id
-        publish(save_dir / RUN_STATE_FILE, recorded.save_dir, "--save_dir")
-    outputs.atomic_write_text(save_dir / "config.yaml", to_yaml(recorded))
+        publish(layout.run_state, recorded.save_dir, "--save_dir")
+    outputs.atomic_write_text(layout.config, to_yaml(recorded))
     print(f"pretraining {config.pretrain_mode}: {len(plan.train_rows)} train / {len(plan.val_rows)} validation "
           f"molecules, global batch {plan.global_batch_size}, {config.num_workers} worker(s); "
           f"{sum(p.numel() for p in KermtPretrainModel(plan.encoder, plan.heads).parameters()):,} parameters",
@@ -224,11 +230,11 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     write_model_files(save_dir, recorded.data_path, inputs)
     finished = progress["epoch"] >= config.epochs
     print(f"{'finished' if finished else 'stopped'} at step {progress['global_step']} (epoch {progress['epoch']}); "
-          f"model: {save_dir / 'model'}, {save_dir / 'model.pt'}"
+          f"model: {layout.model}, {layout.upstream_model}"
           + ("" if finished else "; run the same command again to continue"), flush=True)
-    outputs.atomic_write_text(save_dir / "run.json", outputs.run_record(
+    outputs.atomic_write_text(layout.run_record, outputs.run_record(
         recorded.model_dump(mode="json"), dict(sources), resources,
-        {"run_id": run_id, "finished": finished, "replay": f"kermt pretrain --config {save_dir / 'config.yaml'}"}))
+        {"run_id": run_id, "finished": finished, "replay": f"kermt pretrain --config {layout.config}"}))
     announce_report(save_dir, recorded.save_dir)
     return progress
 

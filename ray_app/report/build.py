@@ -9,9 +9,8 @@ from pathlib import Path
 
 from kermt.data import atomic_files
 from kermt.errors import UserError, first_line
-from kermt.run_layout import REPORT_FILE, RUN_STATE_FILE, SWEEP_FILE
+from kermt.run_layout import REPORT_FILE, RUN_STATE_FILE, SWEEP_FILE, RunLayout, fold_name
 from ray_app.report.page import write_page
-from ray_app.report.run_files import numbered
 
 def report_path(path: Path) -> Path:
     """Where the report of ``path`` (a run's directory, or a scored file) goes."""
@@ -34,7 +33,7 @@ def write_report(path: Path | str, dataset_type: str | None = None, tasks: Seque
         return write_page(eval_report(path, dataset_type), report_path(path))
     if not path.is_dir():
         raise UserError(f"{path} does not exist: give a finetune --save_dir or a file kermt eval wrote")
-    if (path / SWEEP_FILE).exists() or (path / "all_trials.csv").exists():
+    if RunLayout(path).sweep.exists() or RunLayout(path).all_trials.exists():
         from ray_app.report.tune import tune_report
 
         return write_page(tune_report(path), report_path(path))
@@ -44,11 +43,11 @@ def write_report(path: Path | str, dataset_type: str | None = None, tasks: Seque
         from ray_app.report.pretrain import pretrain_report
 
         return write_page(pretrain_report(path), report_path(path))
-    if (path / RUN_STATE_FILE).exists() or numbered(path, "fold"):
+    if RunLayout(path).run_state.exists() or RunLayout(path).folds():
         from ray_app.report.finetune import finetune_report
 
         return write_page(finetune_report(path), report_path(path))
-    raise UserError(f"{path}: neither a finetune, tune nor pretrain --save_dir (no {RUN_STATE_FILE}, fold_0/ or "
+    raise UserError(f"{path}: neither a finetune, tune nor pretrain --save_dir (no {RUN_STATE_FILE}, {fold_name(0)}/ or "
                     f"{SWEEP_FILE}) nor a scored file; give the directory kermt finetune, tune or pretrain wrote, "
                     "or the --output_path of kermt eval or kermt predict")
 

@@ -13,12 +13,13 @@ import numpy as np
 
 from kermt.errors import UserError
 from kermt.metrics import task_scores
-from kermt.run_layout import CALIBRATION_FILE, RUN_RECORD_FILE, RUN_STATE_FILE, TEST_SPREAD_FILE
+from kermt.run_layout import (CALIBRATION_FILE, INVALID_SMILES_FILE, METRICS_FILE, TEST_SPREAD_FILE, RunLayout,
+                              fold_name, member_directories)
 from kermt.uncertainty import intervals, load_calibrations
 from ray_app.report import figures
 from ray_app.report.page import NOT_RECORDED, Figure, Report, Section, Table, fmt
 from ray_app.report.results import TestResult, read_spread, read_test_result
-from ray_app.report.run_files import columns, numbered, read_json, read_rows, read_yaml
+from ray_app.report.run_files import columns, read_json, read_rows, read_yaml
 from ray_app.report.tasks import TaskData, labelled, task_section
 
 LEVEL = 0.9
@@ -26,13 +27,14 @@ SPLITS = ("train", "val", "test")
 
 
 def finetune_report(save_dir: Path) -> Report:
-    record = read_json(save_dir / RUN_RECORD_FILE) or {}
+    layout = RunLayout(save_dir)
+    record = read_json(layout.run_record) or {}
     settings = recorded_settings(save_dir, record)
     summary = record.get("summary", {})
     dataset_type = summary.get("dataset_type") or settings.get("dataset_type") or "regression"
     metric = summary.get("metric") or settings.get("metric") or "rmse"
-    folds = numbered(save_dir, "fold")
-    results = {k: read_test_result(d / "test_result.csv") for k, d in folds if (d / "test_result.csv").exists()}
+    folds = layout.folds()
+    results = {k: read_test_result(layout.test_result(k)) for k, _ in folds if layout.test_result(k).exists()}
     sections = [_run_section(save_dir, record, settings, summary), settings_section(record, settings),
                 _data_section(save_dir, record, results, dataset_type),
                 _learning_section(folds, metric), _metrics_section(record, results, metric, dataset_type)]
@@ -44,11 +46,12 @@ def recorded_settings(save_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Each setting's value: run.json's (the finished run), else config.yaml's, else run_state.json's."""
     if isinstance(record.get("settings"), dict):
         return {k: v.get("value") if isinstance(v, dict) else v for k, v in record["settings"].items()}
-    return read_yaml(save_dir / "config.yaml") or (read_json(save_dir / RUN_STATE_FILE) or {}).get("settings") or {}
+    layout = RunLayout(save_dir)
+    return read_yaml(layout.config) or (read_json(layout.run_state) or {}).get("settings") or {}
 
 
 def _run_section(save_dir: Path, record: dict[str, Any], settings: dict[str, Any], summary: dict) -> Section:
-    state = read_json(save_dir / RUN_STATE_FILE) or {}
+    state = read_json(RunLayout(save_dir).run_state) or {}
     finished = bool(record)
     overall = {k: v for k, v in summary.items() if k.startswith("overall_")}
     versions = record.get("versions") or {}
@@ -80,11 +83,11 @@ def settings_section(record: dict[str, Any], settings: dict[str, Any]) -> Sectio
 def _data_section(save_dir: Path, record: dict[str, Any], results: dict[int, TestResult], dataset_type: str) \
         -> Section:
     section = Section("Data")
-    invalid = read_rows(save_dir / "invalid_smiles.csv")
-    splits = read_json(save_dir / "splits.json") or {}
+    invalid = read_rows(RunLayout(save_dir).invalid_smiles)
+    splits = read_json(RunLayout(save_dir).splits) or {}
     folds_record = record.get("folds") or {}
     sizes = {name: _split_sizes(name, splits.get(name), folds_record.get(name), results) for name in
-             sorted(set(splits) | set(folds_record) | {f"fold_{k}" for k in results}, key=_fold_number)}
+             sorted(set(splits) | set(folds_record) | {fold_name(k) for k in results}, key=_fold_number)}
     first = next(iter(sizes.values()), {})
     if all(isinstance(first.get(s), int) for s in SPLITS):
         total = sum(first[s] for s in SPLITS) + (len(invalid) if invalid is not None else 0)
@@ -95,7 +98,7 @@ def _data_section(save_dir: Path, record: dict[str, Any], results: dict[int, Tes
     else:
         reasons = Counter(row.get("reason", "?") for row in invalid)
         section.notes.append(f"{len(invalid)} invalid row(s) skipped" + (": " + ", ".join(
-            f"{n} {reason}" for reason, n in reasons.items()) + " (invalid_smiles.csv)" if invalid else ""))
+            f"{n} {reason}" for reason, n in reasons.items()) + f" ({INVALID_SMILES_FILE})" if invalid else ""))
     section.tables.append(Table(["fold", *SPLITS], [[name, *(fmt(s.get(p)) for p in SPLITS)]
                                                      for name, s in sizes.items()], caption="split sizes"))
     section.tables.append(_label_table(folds_record, results, dataset_type))
@@ -121,12 +124,12 @@ def _label_table(folds_record: dict, results: dict[int, TestResult], dataset_typ
     test_result.csv for runs that did not record the counts."""
     rows = []
     for k, result in sorted(results.items()):
-        counts = (folds_record.get(f"fold_{k}") or {}).get("labels", {})
+        counts = (folds_record.get(fold_name(k)) or {}).get("labels", {})
         for t, task in enumerate(result.tasks):
             measured = result.targets[:, t] if result.targets is not None else np.array([])
             test = int(np.sum(~np.isnan(measured)))
             task_counts = counts.get(task, {})
-            row = [f"fold_{k}", task, *(fmt(task_counts.get(s)) for s in SPLITS[:2]), str(test)]
+            row = [fold_name(k), task, *(fmt(task_counts.get(s)) for s in SPLITS[:2]), str(test)]
             if dataset_type == "classification":
                 row.append(str(int(np.nansum(measured))))
             rows.append(row)
@@ -139,21 +142,21 @@ def _learning_section(folds: list[tuple[int, Path]], metric: str) -> Section:
     section = Section("Learning curves")
     best_rows = []
     for k, fold_dir in folds:
-        members = {}
-        for m, member_dir in numbered(fold_dir, "model"):
-            history = columns(read_rows(member_dir / "metrics.csv") or [])
+        histories = {}
+        for m, member_dir in member_directories(fold_dir):
+            history = columns(read_rows(RunLayout(member_dir).metrics) or [])
             if "epoch" not in history:
-                section.notes.append(f"fold {k} model {m}: no metrics.csv (not finished)")
+                section.notes.append(f"fold {k} model {m}: no {METRICS_FILE} (not finished)")
                 continue
-            members[f"model {m}"] = history
+            histories[f"model {m}"] = history
             recorded_best = history.get("best_epoch", [float("nan")])[-1]
             best = int(recorded_best) if np.isfinite(recorded_best) else None
             val = history.get(f"val_{metric}", [])
             best_rows.append([f"fold {k}", f"model {m}", str(len(history["epoch"])), fmt(best),
                               fmt(val[best] if best is not None and best < len(val) else None)])
-        if members:
+        if histories:
             section.figures.append(Figure(f"fold {k}: loss, validation {metric} and learning rate per epoch",
-                                          figures.learning_curves(members, metric)))
+                                          figures.learning_curves(histories, metric)))
     if not best_rows:
         section.notes.append(f"no finished member: learning curves {NOT_RECORDED}")
     else:
@@ -167,7 +170,7 @@ def _metrics_section(record: dict[str, Any], results: dict[int, TestResult], met
     folds_record = record.get("folds") or {}
     rows = []
     for k, result in sorted(results.items()):
-        scores = (folds_record.get(f"fold_{k}") or {}).get("member_test_scores")
+        scores = (folds_record.get(fold_name(k)) or {}).get("member_test_scores")
         for m, member in enumerate(scores or []):
             rows.append([f"fold {k}", f"model {m}", *(fmt(member.get(t)) for t in result.tasks)])
         if scores is None:

@@ -11,27 +11,25 @@ from typing import Any
 
 import numpy as np
 
-from kermt.run_layout import RUN_RECORD_FILE, RUN_STATE_FILE
+from kermt.run_layout import CHECKPOINT_STATE_FILE, METRICS_FILE, RunLayout
 from ray_app.report import figures
 from ray_app.report.finetune import recorded_settings, settings_section
 from ray_app.report.page import NOT_RECORDED, Figure, Report, Section, Table, fmt
 from ray_app.report.run_files import columns, read_json, read_rows
 
-CORPUS_RECORD = "pretrain_corpus.json"  # kermt.pretrain.export.CORPUS_RECORD_FILE (not imported: it pulls torch)
-CHECKPOINT_STATE = "training_state.pt"  # ray_app.common.worker_loop.STATE_FILE (not imported: it pulls Ray)
 RUN_ROWS = ("pretrain_mode", "data_path", "continue_from", "epochs", "batch_size", "global_batch_size",
             "num_workers", "max_lr", "precision", "seed")
 
 
 def is_pretrain_dir(save_dir: Path) -> bool:
     """A `kermt pretrain` save_dir: its recorded settings have a pretraining mode (a finetune's have none)."""
-    record = read_json(save_dir / RUN_RECORD_FILE) or {}
+    record = read_json(RunLayout(save_dir).run_record) or {}
     settings = recorded_settings(save_dir, record)
     return "pretrain_mode" in settings
 
 
 def pretrain_report(save_dir: Path) -> Report:
-    record = read_json(save_dir / RUN_RECORD_FILE) or {}
+    record = read_json(RunLayout(save_dir).run_record) or {}
     settings = recorded_settings(save_dir, record)
     history, origin = run_history(save_dir)
     sections = [_run_section(save_dir, record, settings, history, origin), settings_section(record, settings),
@@ -42,10 +40,10 @@ def pretrain_report(save_dir: Path) -> Report:
 def run_history(save_dir: Path) -> tuple[dict[str, np.ndarray], str]:
     """The run's logged rows as columns, and where they were read: metrics.csv (written when the run ends), else
     the newest step checkpoint's history (a stopped run), else nothing."""
-    metrics, checkpoint = save_dir / "metrics.csv", _newest_checkpoint(save_dir)
+    metrics, checkpoint = RunLayout(save_dir).metrics, _newest_checkpoint(save_dir)
     rows = read_rows(metrics)
     # a resumed run that was stopped again: its checkpoint is newer than the metrics.csv of the earlier stop
-    from_csv = ({k: np.asarray(v) for k, v in columns(rows).items()}, "metrics.csv") if rows else ({}, NOT_RECORDED)
+    from_csv = ({k: np.asarray(v) for k, v in columns(rows).items()}, METRICS_FILE) if rows else ({}, NOT_RECORDED)
     if rows and (checkpoint is None or checkpoint.stat().st_mtime <= metrics.stat().st_mtime):
         return from_csv
     history = _checkpoint_history(checkpoint) if checkpoint else []
@@ -57,7 +55,7 @@ def run_history(save_dir: Path) -> tuple[dict[str, np.ndarray], str]:
 
 
 def _newest_checkpoint(save_dir: Path) -> Path | None:
-    states = list((save_dir / "ray_results").glob(f"*/checkpoint_*/{CHECKPOINT_STATE}"))
+    states = list(RunLayout(save_dir).storage.glob(f"*/checkpoint_*/{CHECKPOINT_STATE_FILE}"))
     return max(states, key=lambda p: p.stat().st_mtime) if states else None
 
 
@@ -73,9 +71,9 @@ def _checkpoint_history(path: Path) -> list[dict[str, float]]:
 
 def _run_section(save_dir: Path, record: dict[str, Any], settings: dict[str, Any], history: dict[str, np.ndarray],
                  origin: str) -> Section:
-    state = read_json(save_dir / RUN_STATE_FILE) or {}
+    state = read_json(RunLayout(save_dir).run_state) or {}
     steps, epochs = history.get("step"), history.get("epoch")
-    if record and origin == "metrics.csv":
+    if record and origin == METRICS_FILE:
         status = "finished" if record.get("finished") else "stopped at --stop_after_steps (re-run to continue)"
     else:
         status = "not finished (interrupted, failed or still running): the report covers the steps logged"
@@ -91,7 +89,7 @@ def _run_section(save_dir: Path, record: dict[str, Any], settings: dict[str, Any
 
 
 def _corpus_section(save_dir: Path, settings: dict[str, Any]) -> Section:
-    corpus_record = read_json(save_dir / CORPUS_RECORD) or {}
+    corpus_record = read_json(RunLayout(save_dir).corpus_record) or {}
     corpus = corpus_record.get("corpus") or settings.get("data_path")
     section = Section("Corpus")
     if not corpus:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +35,6 @@ def read_rows(path: Path) -> list[dict[str, str]] | None:
         return None
 
 
-def numbered(directory: Path, prefix: str) -> list[tuple[int, Path]]:
-    """``prefix_0, prefix_1, ...`` under ``directory`` in numeric order (fold_10 after fold_9)."""
-    found = []
-    for child in directory.glob(f"{prefix}_*") if directory.is_dir() else ():
-        match = re.fullmatch(rf"{prefix}_(\d+)", child.name)
-        if match and child.is_dir():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
-
-
 def columns(rows: list[dict[str, str]]) -> dict[str, list[float]]:
     """The numeric columns of CSV rows (a blank cell is NaN; a column with any other text is left out)."""
     out: dict[str, list[float]] = {}
@@ -57,4 +46,4 @@ def columns(rows: list[dict[str, str]]) -> dict[str, list[float]]:
     return out
 
 
-__all__ = ["columns", "numbered", "read_json", "read_rows", "read_yaml"]
+__all__ = ["columns", "read_json", "read_rows", "read_yaml"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from kermt.run_layout import SWEEP_FILE
+from kermt.run_layout import ALL_TRIALS_FILE, SWEEP_FILE, RunLayout
 from ray_app.report import figures
 from ray_app.report.page import NOT_RECORDED, Figure, Report, Section, Table, fmt
 from ray_app.report.run_files import columns, read_json, read_rows, read_yaml
@@ -36,12 +36,12 @@ def varying_settings(rows: list[dict[str, str]]) -> list[str]:
 
 
 def tune_report(save_dir: Path) -> Report:
-    rows = read_rows(save_dir / "all_trials.csv") or []
-    sweep = read_json(save_dir / "sweep.json") or {}
+    rows = read_rows(RunLayout(save_dir).all_trials) or []
+    sweep = read_json(RunLayout(save_dir).sweep_record) or {}
     objective = objective_column(rows)
     sections = [_sweep_section(save_dir, sweep, rows)]
     if objective is None:
-        sections[0].notes.append(f"all_trials.csv {NOT_RECORDED} (the sweep has not finished)")
+        sections[0].notes.append(f"{ALL_TRIALS_FILE} {NOT_RECORDED} (the sweep has not finished)")
         return Report(f"kermt tune report: {save_dir.name}", str(save_dir), sections)
     values = [_number(r[objective]) for r in rows]
     mode = str(sweep.get("mode") or ("max" if ", max)" in objective else "min"))
@@ -56,13 +56,13 @@ def tune_report(save_dir: Path) -> Report:
 
 
 def _sweep_section(save_dir: Path, sweep: dict, rows: list[dict[str, str]]) -> Section:
-    config = read_yaml(save_dir / SWEEP_FILE) or {}
+    config = read_yaml(RunLayout(save_dir).sweep) or {}
     table = [["best trial", fmt(sweep.get("best_trial"))], ["objective", f"{fmt(sweep.get('objective'))} "
                                                            f"({fmt(sweep.get('mode'))})"],
              ["best objective", fmt(sweep.get("best_objective"))],
              *[[k, fmt(v)] for k, v in sweep.items() if k.startswith("best_test_")],
              ["trials", ", ".join(f"{n} {s}" for s, n in (sweep.get("trials") or {}).items()) or
-              f"{len(rows)} in all_trials.csv"], ["wall time (s)", fmt(sweep.get("wall_s"))]]
+              f"{len(rows)} in {ALL_TRIALS_FILE}"], ["wall time (s)", fmt(sweep.get("wall_s"))]]
     table += [[f"best {k}", fmt(v)] for k, v in (sweep.get("best_settings") or {}).items()]
     table += [[f"sweep {k}", fmt(config[k])] for k in SWEEP_SETTINGS if config.get(k) is not None]
     return Section("Sweep", notes=[f"{SWEEP_FILE} lists every setting of the sweep"] if config else [],
@@ -73,7 +73,7 @@ def _curves_section(save_dir: Path, rows: list[dict[str, str]], best: str | None
     section = Section("Learning curves")
     histories = {}
     for row in rows:
-        history = columns(read_rows(save_dir / "trials" / row["trial_id"] / "metrics.csv") or [])
+        history = columns(read_rows(RunLayout(RunLayout(save_dir).trial(row["trial_id"])).metrics) or [])
         if "epoch" in history:
             histories[row["trial_id"]] = history
     if best in histories:

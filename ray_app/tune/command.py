@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from kermt.run_layout import RunLayout
 from ray_app.common.command import run_command
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
@@ -35,7 +36,7 @@ def _sweep(config: TuneConfig, sources: dict[str, Source]) -> int:
             print(f"kermt tune: error: {error}", file=sys.stderr)
             return 1
         finally:  # also for a stopped or failed sweep: the trials it reported
-            if (Path(local.save_dir) / "all_trials.csv").exists():
+            if RunLayout(Path(local.save_dir)).all_trials.exists():
                 announce_report(Path(local.save_dir), config.save_dir)
     return 0
 

@@ -17,6 +17,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from kermt.data import atomic_files
 from kermt.errors import Interrupted
+from kermt.run_layout import RunLayout
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
@@ -173,7 +174,7 @@ def _scheduler(kind: str, objective: Objective, epochs: int):
 def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float) -> dict:
     save_dir: Path = setup.save_dir
     rows = trial_rows(trials, setup.config, setup.metric)
-    outputs.atomic_write_text(save_dir / "all_trials.csv", all_trials_csv(rows, setup.metric, objective))
+    outputs.atomic_write_text(RunLayout(save_dir).all_trials, all_trials_csv(rows, setup.metric, objective))
     best = best_row(rows, objective)
     print(summary_table(rows, objective, setup.metric, best), flush=True)
     if best is None:
@@ -190,7 +191,7 @@ def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float)
     summary = {"best_trial": best.trial_id, "objective": objective.key, "mode": objective.mode,
                "best_objective": best.objective, f"best_test_{setup.metric}": best.test_value,
                "best_settings": best.settings, "trials": counts, "wall_s": round(seconds, 1)}
-    outputs.atomic_write_text(save_dir / "sweep.json", json.dumps(summary, indent=2, default=str) + "\n")
+    outputs.atomic_write_text(RunLayout(save_dir).sweep_record, json.dumps(summary, indent=2, default=str) + "\n")
     print(f"best trial {best.trial_id}: {objective.key}={best.objective:.6f} test_{setup.metric}="
-          f"{best.test_value:.6f}; replay: kermt finetune --config {save_dir / 'best_config.yaml'}", flush=True)
+          f"{best.test_value:.6f}; replay: kermt finetune --config {RunLayout(save_dir).best_config}", flush=True)
     return summary

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from kermt.run_layout import RunLayout
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
@@ -130,16 +131,16 @@ def summary_table(rows: Sequence[TrialRow], objective: Objective, metric: str, b
 
 def write_best(save_dir: Path, best: TrialRow) -> FinetuneConfig:
     """best_config.yaml (replays the best trial with `kermt finetune --config`) and best_model/ (native)."""
-    trial_dir = trial_directory(save_dir, best.trial_id)
-    with open(trial_dir / "config.yaml") as f:
+    layout, trial = RunLayout(save_dir), RunLayout(trial_directory(save_dir, best.trial_id))
+    with open(trial.config) as f:
         config = FinetuneConfig(**yaml.safe_load(f))
-    config = config.model_copy(update={"save_dir": str(save_dir / "best_replay")})
-    outputs.atomic_write_text(save_dir / "best_config.yaml", to_yaml(config))
-    staging = save_dir / ".best_model.tmp"
+    config = config.model_copy(update={"save_dir": str(layout.best_replay)})
+    outputs.atomic_write_text(layout.best_config, to_yaml(config))
+    staging = layout.best_model.with_name(f".{layout.best_model.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(trial_dir / "model", staging)
-    shutil.rmtree(save_dir / "best_model", ignore_errors=True)
-    staging.rename(save_dir / "best_model")
+    shutil.copytree(trial.model, staging)
+    shutil.rmtree(layout.best_model, ignore_errors=True)
+    staging.rename(layout.best_model)
     return config
 
 

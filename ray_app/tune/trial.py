@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import ValidationError
 from ray.tune.integration.ray_train import TuneReportCallback
 
+from kermt.run_layout import RunLayout
 from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
@@ -84,7 +85,7 @@ class TuneTrial(MemberTrial):
         return [ObjectiveReport(self.objective)]
 
     def finish(self, member: Member, model, splits: ScaledSplits, history: list, directory: Path) -> dict[str, Any]:
-        outputs.atomic_write_text(directory / "config.yaml", to_yaml(member.setup.config))
+        outputs.atomic_write_text(RunLayout(directory).config, to_yaml(member.setup.config))
         return final_result(member.setup, self.objective, history, test_score(member.setup, model, splits))
 
 
@@ -114,4 +115,4 @@ def test_score(setup: RunSetup, model, splits: ScaledSplits) -> float:
 
 
 def trial_directory(save_dir: Path, trial_id: str) -> Path:
-    return save_dir / "trials" / trial_id
+    return RunLayout(save_dir).trial(trial_id)

@@ -9,20 +9,26 @@ import torch
 
 from kermt.checkpoint import load_finetune_model, read_checkpoint, save_native
 from kermt.run_layout import RUN_STATE_FILE
-from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.resume import claim_run_id, finished_member
+from ray_app.common.run_ids import claim_run_id
+from ray_app.finetune.config import RESUMABLE_CHANGES, FinetuneConfig
+from ray_app.finetune.resume import finished_member
 from tests.conftest import FIXTURE_DIR
+
+
+def _claim(save_dir, config: FinetuneConfig) -> tuple[str, bool]:
+    """The run id a finetune's settings claim (RESUMABLE_CHANGES may differ on a re-run)."""
+    return claim_run_id(save_dir, settings=config.model_dump(mode="json"), resumable=RESUMABLE_CHANGES)
 
 
 def test_same_settings_resume_the_run_and_other_settings_start_a_new_one(tmp_path, capsys):
     config = FinetuneConfig(data_path="d.csv", save_dir=str(tmp_path))
-    first, resumed = claim_run_id(tmp_path, config)
+    first, resumed = _claim(tmp_path, config)
     assert not resumed and json.loads((tmp_path / RUN_STATE_FILE).read_text())["run_id"] == first
     # settings that do not change what is computed may differ
-    again, resumed = claim_run_id(tmp_path, config.model_copy(update={"max_concurrent_trials": 3,
+    again, resumed = _claim(tmp_path, config.model_copy(update={"max_concurrent_trials": 3,
                                                                       "storage_path": "s3://b/p"}))
     assert (again, resumed) == (first, True)
-    other, resumed = claim_run_id(tmp_path, config.model_copy(update={"epochs": 7}))
+    other, resumed = _claim(tmp_path, config.model_copy(update={"epochs": 7}))
     assert other != first and not resumed
     assert "other settings (epochs)" in capsys.readouterr().out
     assert json.loads((tmp_path / RUN_STATE_FILE).read_text())["run_id"] == other
@@ -44,13 +50,13 @@ def test_a_member_counts_as_finished_only_when_complete_and_from_this_run(tmp_pa
 
 def test_calibration_settings_are_not_part_of_the_runs_identity(tmp_path, capsys):
     config = FinetuneConfig(data_path="d.csv", save_dir=str(tmp_path))
-    first, _ = claim_run_id(tmp_path, config)
+    first, _ = _claim(tmp_path, config)
     recalibrated = config.model_copy(update={"calibration_method": "mondrian", "class_calibration_method": "isotonic",
                                              "calibration_path": "assay.csv"})
-    assert claim_run_id(tmp_path, recalibrated) == (first, True)  # the trained members are kept
+    assert _claim(tmp_path, recalibrated) == (first, True)  # the trained members are kept
     # a run recorded before the calibration settings left the identity (its state lists calibration_method)
     state = json.loads((tmp_path / RUN_STATE_FILE).read_text())
     state["settings"]["calibration_method"] = "plain"
     (tmp_path / RUN_STATE_FILE).write_text(json.dumps(state))
-    assert claim_run_id(tmp_path, config) == (first, True)
+    assert _claim(tmp_path, config) == (first, True)
     assert "other settings" not in capsys.readouterr().out
