@@ -26,9 +26,9 @@ def test_kermt_never_imports_ray():
 
 
 # Which ray_app subpackages each one may import (besides itself): tune -> finetune -> common, screening -> common,
-# pretrain -> common (run ids: ray_app.common.run_ids), serve -> screening -> common; report (reads a run's files,
-# writes the page) -> common, and the commands that end a run write its report. ray_app.cli sits on top of all of
-# them.
+# pretrain -> common (run ids: ray_app.common.run_ids), serve -> common (what a prediction outputs is
+# kermt.inference.columns, shared with screening); report (reads a run's files, writes the page) -> common, and the
+# commands that end a run write its report. ray_app.cli sits on top of all of them.
 ALLOWED = {
     "common": set(),
     "report": {"common"},
@@ -36,7 +36,7 @@ ALLOWED = {
     "tune": {"common", "finetune", "report"},
     "screening": {"common", "report"},
     "pretrain": {"common", "report"},
-    "serve": {"common", "screening"},  # screening: the names kermt predict writes (<task>_std)
+    "serve": {"common"},
 }
 
 

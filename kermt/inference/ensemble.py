@@ -18,6 +18,7 @@ from kermt.checkpoint import Checkpoint, load_finetune_model
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
 from kermt.inference.batches import InferenceBatch, run_batches
+from kermt.inference.columns import ensemble_mean
 from kermt.inference.features import scale_features
 from kermt.inference.mc_dropout import check_dropout, molecule_keys, sampled_outputs
 from kermt.inference.members import task_names
@@ -127,9 +128,6 @@ class Ensemble:
                               lambda batch: self._launch(batch, keys), self._read,
                               neighbour_width=neighbour_width, max_atoms=max_atoms)
         for rows, (members, variances) in batches:
-            total = np.zeros_like(members[0])
-            for values in members:  # upstream's order of summation
-                total += values
-            mean[rows] = total / len(members)
+            mean[rows] = ensemble_mean(members)  # upstream's order of summation
             std[rows] = total_std(members, variances)
         return EnsemblePrediction(mean, std)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +41,8 @@ DOMAIN_FORMAT, DOMAIN_VERSION = "kermt-domain", 1
 METRIC = "euclidean, standardised embedding projected on the training set's top principal components"
 DEFAULT_K, DEFAULT_QUANTILE = 5, 0.95
 MAX_TRAINING_MOLECULES, MAX_COMPONENTS = 50_000, 64
+HOW_TO_GET_ONE = ("train it again with this kermt: `kermt finetune` saves each fold's applicability domain "
+                  f"(fold_k/{DOMAIN_FILE}, from its train and validation splits)")
 MIN_HELD_OUT = 10  # fewer validation molecules than this give no threshold worth the name
 SUBSAMPLE_SEED = 0
 EMBEDDING_PREFIXES = ("kermt.", "readout.")  # the weights the embedding depends on (the model's identity)
@@ -132,6 +135,47 @@ class DomainSearch:
     def distances(self, embeddings: np.ndarray) -> np.ndarray:
         """float64 [n]: the mean distance to the k nearest training molecules (the ``domain_distance`` column)."""
         return self.neighbour_distances(embeddings).mean(axis=1)
+
+
+class DomainScorer:
+    """A model's applicability domain, ready to score molecules: the fitted index and the model whose embedding it
+    reads (build it once per process: the screening actors and the service's replicas each hold one)."""
+
+    def __init__(self, index: DomainIndex, model: Any, device: Any = "cpu") -> None:
+        self.search, self.model, self.device = DomainSearch(index), model, device
+
+    def __call__(self, molecules: "FeaturizedMolecules", batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(``domain_distance`` float64 [n], NaN where invalid; ``in_domain`` bool [n], False where invalid)."""
+        distances = self.search.distances(model_embeddings(self.model, molecules, batch_size, self.device))
+        return distances, self.search.index.in_domain(np.nan_to_num(distances, nan=np.inf))
+
+
+@dataclass(frozen=True)
+class RunDomain:
+    """A run's applicability domain as :func:`run_domain` finds it: the index and its file, or why there is none."""
+
+    index: DomainIndex | None
+    path: Path | None = None
+    why_not: str | None = None
+
+
+def run_domain(root: str | Path, first_member: Any) -> RunDomain:
+    """The applicability domain of the ensemble under ``root`` (a run's directory): its first member's fold's
+    index, checked against that member's weights (a :class:`~kermt.checkpoint.Checkpoint`); none when the run was
+    trained before the domain existed or the file is a stale one of another model."""
+    from kermt.checkpoint import load_finetune_model
+    from kermt.run_layout import fold_directory
+
+    fold = fold_directory(Path(root), Path(first_member.path))
+    if fold is None:
+        return RunDomain(None, why_not=f"no {DOMAIN_FILE} beside its first member {first_member.path}: it was "
+                                       f"trained before the domain existed; {HOW_TO_GET_ONE}")
+    index = load_domain(str(fold))
+    model, _ = load_finetune_model(first_member)  # the weights the runners embed with (a file may hold unbuilt ones)
+    if index.identity != embedding_identity(model.state_dict()):
+        return RunDomain(None, why_not=f"{fold / DOMAIN_FILE} was built from another model than {first_member.path} "
+                                       f"(the weights' sha256 differs: a stale file); {HOW_TO_GET_ONE}")
+    return RunDomain(index, fold / DOMAIN_FILE)
 
 
 def fit_domain(training: np.ndarray, held_out: np.ndarray, identity: str, k: int = DEFAULT_K,
@@ -232,6 +276,6 @@ def load_domain(directory: str) -> DomainIndex:
                        **{name: arrays[name] for name in ARRAY_NAMES})
 
 
-__all__ = ["DEFAULT_K", "DEFAULT_QUANTILE", "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "DomainIndex", "DomainSearch",
-           "METRIC", "embedding_identity", "fit_domain", "load_domain", "model_embeddings", "save_domain",
-           "training_rows"]
+__all__ = ["DEFAULT_K", "DEFAULT_QUANTILE", "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "DomainIndex", "DomainScorer",
+           "DomainSearch", "HOW_TO_GET_ONE", "METRIC", "RunDomain", "embedding_identity", "fit_domain", "load_domain",
+           "model_embeddings", "run_domain", "save_domain", "training_rows"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from kermt.data.dataset import MoleculeSet
 from kermt.errors import UserError
+from kermt.inference.columns import ensemble_mean
 from kermt.run_layout import IN_TRAINING_SPLIT_KEY, fold_name
 from kermt.uncertainty import fit_calibration, intervals, save_calibrations, total_std
 from kermt.uncertainty.calibration_file import save_class_calibrations
@@ -125,7 +126,7 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
         return _calibrate_classes(setup, fold, on, member_preds)
     members = np.stack(member_preds)  # [K, N, T]
     variances = _stacked_variances(members, member_variances)
-    mu, sigma = members.mean(axis=0), total_std(members, variances)
+    mu, sigma = ensemble_mean(members), total_std(members, variances)
     method = setup.config.calibration_method if len(member_preds) > 1 or variances is not None else PLAIN_FALLBACK
     try:
         fitted = {task: fit_calibration(task, mu[:, t], on.labels[:, t], sigma[:, t], method, on.source)
@@ -159,7 +160,7 @@ def _calibrate_classes(setup: RunSetup, fold: int, on: CalibrationSet, member_pr
     path = setup.layout.class_calibration(fold)
     save_class_calibrations(str(path), fitted, f"{on.source}, {len(member_preds)} member(s)")
     record = _record(setup, path, method, on)
-    record["tasks"] = class_calibration_record(fitted, probs.mean(axis=0), on.labels, REPORTED_LEVEL)
+    record["tasks"] = class_calibration_record(fitted, ensemble_mean(probs), on.labels, REPORTED_LEVEL)
     print(f"fold {fold}: calibrated ({method} probabilities, conformal sets) on {on.source}: "
           + ", ".join(f"{task} n={entry['n']}" for task, entry in record["tasks"].items()), flush=True)
     return record

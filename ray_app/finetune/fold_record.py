@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from kermt.inference.columns import ensemble_spread
 from kermt.metrics import task_scores
 from ray_app.common import outputs
 from ray_app.finetune.prepare import ScaledSplits
@@ -39,7 +40,7 @@ def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
         dict(zip(tasks, task_scores(preds, splits.test_targets_raw, setup.metric, setup.dataset_type)))
         for preds in member_preds] if scorable else None
     if len(member_preds) > 1 and tasks:  # one member has no spread (its calibration is plain conformal)
-        spread = np.stack(member_preds).std(axis=0)  # the population spread, as calibrate_fold's sigma
+        spread = ensemble_spread(member_preds)  # the population spread, as calibrate_fold's sigma
         outputs.atomic_write_text(setup.layout.test_spread(fold),
                                   outputs.test_result_csv(splits.test.smiles, tasks, spread, None))
     return record

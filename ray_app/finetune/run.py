@@ -18,6 +18,7 @@ import ray
 from kermt.config import FinetuneModelConfig
 from kermt.data.splits import Split
 from kermt.errors import Interrupted
+from kermt.inference.columns import ensemble_mean
 from kermt.metrics import nanmean, unscored_note
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import INVALID_SMILES_FILE, fold_name
@@ -45,10 +46,7 @@ from ray_app.report import announce_report, start_line
 def finish_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> float:
     """Ensemble mean (summed in member order, as upstream) -> fold_k/test_result.csv; returns the fold's score."""
     c = setup.config
-    summed = np.zeros((len(splits.test), len(setup.task_names)))
-    for preds in member_preds:
-        summed += preds
-    ensemble = summed / c.ensemble_size
+    ensemble = ensemble_mean(member_preds)
     blinded = len(setup.task_names) == 0 or bool(np.isnan(splits.test_targets_raw).all())
     outputs.atomic_write_text(setup.layout.test_result(fold), outputs.test_result_csv(
         splits.test.smiles, setup.task_names, ensemble, None if blinded else splits.test_targets_raw))

@@ -5,7 +5,7 @@ exact histograms over those ranges. Memory is a batch plus a few numbers per col
 
 The output's layout (ray_app.screening.stream.PredictStage): the SMILES column, a column per task, then when asked
 ``<task>_std``, ``<task>_lower``/``<task>_upper``, ``<task>_calibrated``, ``<task>_set``,
-``domain_distance``/``in_domain``, then the carried input columns, ``valid`` and ``error`` (ray_app.common.columns).
+``domain_distance``/``in_domain``, then the carried input columns, ``valid`` and ``error`` (kermt.inference.columns).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from ray_app.common.columns import (DISTANCE_COLUMN, IN_DOMAIN_COLUMN, LOWER_SUFFIX, STD_SUFFIX, TASK_SUFFIXES,
+from kermt.inference.columns import (DISTANCE_COLUMN, IN_DOMAIN_COLUMN, LOWER_SUFFIX, STD_SUFFIX, TASK_SUFFIXES,
                                     UPPER_SUFFIX)
 
 BATCH_ROWS = 65_536

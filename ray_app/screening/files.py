@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
-from kermt.data.formats import SmiLayout, input_format
+from kermt.data.formats import InputFormat, SmiLayout, input_format
 from kermt.errors import UserError
 from ray_app.common.settings import did_you_mean
 
@@ -76,41 +77,58 @@ def row_estimate(path: str) -> int | None:
     return None
 
 
-def column_names(path: str) -> list[str]:
-    """Header of a CSV / schema names of a Parquet file / the two columns of a SMILES file, local path or URI
-    (only the first bytes are read)."""
-    fmt = input_format(path)
-    if fmt.kind == "parquet":
-        filesystem, inner = _filesystem(path)
-        try:
-            with filesystem.open_input_file(inner) as handle:
-                return list(pq.read_schema(handle).names)
-        except pa.ArrowException as error:
-            raise UserError(f"data_path {path}: not a Parquet file ({error})") from error
-    first = _first_line(path)
-    if fmt.kind == "smi":
-        return list(SmiLayout.from_first_line(first).columns)
-    header = next(csv.reader([first]), [])
-    if not header:
-        raise UserError(f"data_path {path} is empty (no header line)")
-    return header
+def _untextual(field: pa.Field) -> bool:
+    """A column with no text form to carry into a prediction file (a stored fingerprint, an image)."""
+    kind = field.type
+    return (pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+            or pa.types.is_fixed_size_binary(kind))
 
 
-def untextual_columns(path: str) -> list[str]:
-    """Columns whose values have no text form to carry into a prediction file: a Parquet file's nested or binary
-    columns (a stored fingerprint, an image); CSV and SMILES files have none."""
-    if input_format(path).kind != "parquet":
-        return []
-    filesystem, inner = _filesystem(path)
-    with filesystem.open_input_file(inner) as handle:
-        schema = pq.read_schema(handle)
-    return [f.name for f in schema if pa.types.is_nested(f.type) or pa.types.is_binary(f.type)
-            or pa.types.is_large_binary(f.type) or pa.types.is_fixed_size_binary(f.type)]
+@dataclass(frozen=True)
+class InputTable:
+    """An input file as the screening commands plan it, its header read once (a CSV's first line, a Parquet file's
+    schema, a SMILES file's first line): its format, its columns, those with no text form (a Parquet file's nested
+    or binary columns; CSV and SMILES files have none) and a SMILES file's layout. Local path or URI."""
+
+    path: str
+    format: InputFormat
+    columns: tuple[str, ...]
+    untextual: tuple[str, ...] = ()
+    smi_layout: SmiLayout | None = None
+
+    @classmethod
+    def open(cls, path: str) -> InputTable:
+        fmt = input_format(path)
+        if fmt.kind == "parquet":
+            filesystem, inner = _filesystem(path)
+            try:
+                with filesystem.open_input_file(inner) as handle:
+                    schema = pq.read_schema(handle)
+            except pa.ArrowException as error:
+                raise UserError(f"data_path {path}: not a Parquet file ({error})") from error
+            return cls(path, fmt, tuple(schema.names), tuple(f.name for f in schema if _untextual(f)))
+        first = _first_line(path)
+        if fmt.kind == "smi":
+            layout = SmiLayout.from_first_line(first)
+            return cls(path, fmt, tuple(layout.columns), smi_layout=layout)
+        header = next(csv.reader([first]), [])
+        if not header:
+            raise UserError(f"data_path {path} is empty (no header line)")
+        return cls(path, fmt, tuple(header))
+
+    @property
+    def default_id_columns(self) -> tuple[str, ...]:
+        """The name column of a SMILES file (written back next to the predictions); none for other formats."""
+        return (self.columns[1],) if self.smi_layout is not None else ()
 
 
-def default_id_columns(path: str) -> tuple[str, ...]:
-    """The name column of a SMILES file (written back next to the predictions); none for other formats."""
-    return (column_names(path)[1],) if input_format(path).kind == "smi" else ()
+@dataclass(frozen=True)
+class Source:
+    """The input as the pipeline reads it: the file, its SMILES column and the id columns carried to the output."""
+
+    table: InputTable
+    smiles_column: str
+    id_columns: tuple[str, ...]
 
 
 def pick_columns(names: Sequence[str], smiles_column: str | None, id_columns: Sequence[str]) -> str:
@@ -135,36 +153,28 @@ def readable_everywhere(path: str) -> tuple[str, dict]:
     return f"local://{Path(path).resolve()}", {"num_cpus": 0}
 
 
-def read_table_lazily(path: str, columns: Sequence[str]):
+def read_table_lazily(table: InputTable, columns: Sequence[str]):
     """A lazy Ray Dataset of ``columns`` (strings) of a CSV, Parquet or SMILES file."""
     import ray
 
-    fmt = input_format(path)
-    source, remote_args = readable_everywhere(path)
-    if fmt.kind == "parquet":
+    source, remote_args = readable_everywhere(table.path)
+    compression = {"compression": table.format.compression}
+    if table.format.kind == "parquet":
         # select_columns after the read: Ray pushes the projection into the Parquet reader
         return ray.data.read_parquet(source, ray_remote_args=remote_args).select_columns(list(columns))
-    if fmt.kind == "smi":
-        return _read_smi_lazily(path, columns)
+    if table.smi_layout is not None:
+        ds = ray.data.read_csv(
+            source, file_extensions=None, ray_remote_args=remote_args, arrow_open_stream_args=compression,
+            read_options=pa_csv.ReadOptions(column_names=[LINE_COLUMN], skip_rows=int(table.smi_layout.header)),
+            parse_options=pa_csv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False),
+            convert_options=pa_csv.ConvertOptions(column_types={LINE_COLUMN: pa.string()}),
+        )
+        return ds.map_batches(split_smi_lines, fn_kwargs={"layout": table.smi_layout, "columns": tuple(columns)},
+                              batch_format="pyarrow", batch_size=None)
     options = pa_csv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns},
                                     strings_can_be_null=True)
     return ray.data.read_csv(source, convert_options=options, file_extensions=None, ray_remote_args=remote_args,
-                             arrow_open_stream_args={"compression": fmt.compression})
-
-
-def _read_smi_lazily(path: str, columns: Sequence[str]):
-    import ray
-
-    layout = SmiLayout.from_first_line(_first_line(path))
-    source, remote_args = readable_everywhere(path)
-    ds = ray.data.read_csv(
-        source, file_extensions=None, ray_remote_args=remote_args, arrow_open_stream_args={"compression": input_format(path).compression},
-        read_options=pa_csv.ReadOptions(column_names=[LINE_COLUMN], skip_rows=int(layout.header)),
-        parse_options=pa_csv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False),
-        convert_options=pa_csv.ConvertOptions(column_types={LINE_COLUMN: pa.string()}),
-    )
-    return ds.map_batches(split_smi_lines, fn_kwargs={"layout": layout, "columns": tuple(columns)},
-                          batch_format="pyarrow", batch_size=None)
+                             arrow_open_stream_args=compression)
 
 
 def split_smi_lines(batch: pa.Table, layout: SmiLayout, columns: Sequence[str]) -> pa.Table:
@@ -282,6 +292,6 @@ def write_metadata_json(path: Path, header: dict, lists: dict[str, JsonListSpool
 
 
 __all__ = [
-    "ArraySpool", "JsonListSpool", "TableWriter", "column_names", "default_id_columns", "pick_columns",
-    "read_table_lazily", "split_smi_lines", "untextual_columns", "write_metadata_json", "write_npy", "write_npz",
+    "ArraySpool", "InputTable", "JsonListSpool", "Source", "TableWriter", "pick_columns", "read_table_lazily",
+    "row_estimate", "split_smi_lines", "write_metadata_json", "write_npy", "write_npz",
 ]

@@ -1,5 +1,5 @@
 """The valid rows of a prediction stream whose label columns travel along (``label::<name>``): what `kermt eval`
-scores and what ``--calibration_path`` fits a calibration on (ray_app.screening.file_calibration)."""
+scores and what ``--calibration_path`` fits a calibration on (ray_app.screening.uncertainty)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pandas as pd
 import pyarrow as pa
 
 from kermt.data.tables import check_classification_labels, parse_labels
-from ray_app.screening.stream import LABEL_PREFIX, STD_SUFFIX
+from kermt.inference.columns import STD_SUFFIX
+from ray_app.screening.stream import LABEL_PREFIX
 
 
 @dataclass

@@ -37,10 +37,10 @@ from kermt.pretrain.reconstruct import (ReconstructSettings, Reconstructor, chec
 from ray_app.common.featurize import molecules_from_table
 from ray_app.common.remote_files import fetch_input
 from ray_app.screening.config import ReconstructConfig, log
-from ray_app.screening.files import TableWriter
-from ray_app.screening.run import Source, _connect, _source, input_progress
-from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _device, carried_columns, drain,
-                                      featurize_block)
+from ray_app.screening.files import Source, TableWriter
+from ray_app.screening.plan import source_columns
+from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _device, carried_columns,
+                                      connect_actors, drain, featurize_block, input_progress)
 
 ROW = "row::input"  # the input row number travelling with each row (prefixed: never a user column)
 SAMPLE_COLUMNS = ("generated_smiles", "generated_canonical_smiles", "generated_valid", "exact_match", "edit_distance")
@@ -80,7 +80,7 @@ def plan_reconstruct(config: ReconstructConfig) -> ReconstructPlan:
         vocab = read_smiles_vocab(vocab_path, checkpoint)
         sampling = SamplingConfig(config.temperature, config.top_k, config.top_p, _max_len(config, checkpoint))
         settings = ReconstructSettings(sampling, config.use_mean, config.num_samples, config.seed)
-        source = _source(config)
+        source = source_columns(config)
         names = [source.smiles_column, *source.id_columns]
         clash = sorted({name for name in names if name in OUTPUT_COLUMNS or names.count(name) > 1})
         if clash:
@@ -179,9 +179,9 @@ def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
 
     from ray_app.screening.files import read_table_lazily
 
-    concurrency = _connect(config)
+    concurrency = connect_actors(config)
     source = plan.source
-    ds = numbered(read_table_lazily(config.data_path, [source.smiles_column, *source.id_columns]))
+    ds = numbered(read_table_lazily(source.table, [source.smiles_column, *source.id_columns]))
     spec = InputSpec(source.smiles_column, source.id_columns, canonical=True)
     block = BATCHES_PER_BLOCK * config.batch_size
     ds = ds.repartition(target_num_rows_per_block=block, strict=True)

@@ -7,7 +7,7 @@ Outputs: upstream's ``test_result.csv`` layout at ``--output_path`` (SMILES, ens
 the lines ``test {metric} = X`` (per task with ``--show_individual_scores``) and ``overall_test_{metric}=X``.
 A calibrated model's interval metrics, and a classification model's ECE and Brier (with a
 ``classification_calibration.json`` also calibrated, with prediction sets), go to ``<stem>_uncertainty.json``;
-with ``--calibration_path`` the calibration is first fitted on that file (ray_app.screening.file_calibration).
+with ``--calibration_path`` the calibration is first fitted on that file (ray_app.screening.uncertainty).
 
 Memory: the model stage streams; the metrics (AUC, Spearman, ...) need every prediction at once, so the driver keeps
 the valid rows' SMILES, predictions and labels (tens of bytes per row and task).
@@ -27,21 +27,20 @@ from kermt.uncertainty.run_calibration import calibration_files
 from ray_app.common import outputs
 from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
-from ray_app.screening.domain_scores import DomainRows
-from ray_app.screening.file_calibration import calibrated_on_file
-from ray_app.screening.files import column_names, pick_columns
-from ray_app.screening.interval_scores import DEFAULT_EVAL_LEVEL, ClassificationScores, IntervalRows
+from ray_app.screening.files import Source, pick_columns
 from ray_app.screening.labelled import LabelledRows
-from ray_app.screening.run import PredictPlan, input_progress, plan_predict, predict_stream
-from ray_app.screening.stream import drain
+from ray_app.screening.plan import PredictPlan, plan_predict
+from ray_app.screening.stream import drain, input_progress, predict_stream
+from ray_app.screening.uncertainty import calibrated_on_file
+from ray_app.screening.uncertainty_scores import DEFAULT_EVAL_LEVEL, ClassificationScores, DomainRows, IntervalRows
 
 
-def _labels(config: EvalConfig, tasks: tuple[str, ...], smiles_column: str) -> tuple[str, ...]:
+def _labels(config: EvalConfig, tasks: tuple[str, ...], source: Source) -> tuple[str, ...]:
     labels = tuple(config.target_columns or tasks)
     if len(labels) != len(tasks):
         raise UserError(f"--target_columns names {len(labels)} column(s) but the model predicts {len(tasks)} tasks "
                         f"({', '.join(tasks)}); give one label column per task, in this order")
-    pick_columns(column_names(config.data_path), smiles_column, labels)
+    pick_columns(source.table.columns, source.smiles_column, labels)
     return labels
 
 
@@ -69,7 +68,7 @@ def run_eval(config: EvalConfig) -> int:
     config, checked = _planned(config)
     head = checked.members[0].spec.head
     tasks = task_names(checked.members[0].spec)
-    labels = _labels(config, tasks, checked.source.smiles_column)
+    labels = _labels(config, tasks, checked.source)
     metric = resolve_metric(config.metric, head.dataset_type, "from the checkpoint")  # before Ray starts
     rows = LabelledRows(config.data_path, tasks, labels, head.dataset_type == "classification")
     classes = (ClassificationScores(tasks, checked.class_calibrations, config.interval or DEFAULT_EVAL_LEVEL)

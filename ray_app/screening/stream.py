@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -35,12 +36,15 @@ from kermt.chem.validation import reason_kind
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
-from kermt.uncertainty import Calibration, ClassCalibration, intervals
-from kermt.uncertainty.domain import DomainIndex
-from ray_app.screening.domain import DomainColumns
-from ray_app.common.columns import CALIBRATED_SUFFIX, LOWER_SUFFIX, SET_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
+from kermt.inference.columns import OutputPlan, prediction_columns
+from kermt.uncertainty.domain import DomainIndex, DomainScorer
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
 from ray_app.common.progress import Progress
+from ray_app.screening.config import ModelScreeningConfig, ScreeningConfig
+
+if TYPE_CHECKING:
+    from ray_app.screening.files import InputTable
+    from ray_app.screening.plan import PredictPlan
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
@@ -127,72 +131,35 @@ def _device(use_gpu: bool) -> str:
     return "cuda"
 
 
-def _float_column(values: np.ndarray, valid: np.ndarray) -> pa.Array:
-    return pa.array(values, pa.float64(), mask=~valid)
-
-
 class PredictStage:
-    """Actor: loads the ensemble once, then predicts block after block (upstream's CSV columns first).
+    """Actor: loads the ensemble once, then predicts block after block: the columns of ``outputs``
+    (:mod:`kermt.inference.columns`: upstream's task columns first), then the carried ones.
 
-    ``calibrations`` (regression, with ``interval``): the bounds; ``class_calibrations`` (classification): the
-    recalibrated probabilities, and with ``interval`` the prediction sets. Either comes from the run's files or from
-    ``--calibration_path`` (ray_app.screening.file_calibration); the task columns stay the ensemble's raw mean."""
+    ``domain`` (--applicability_domain): fold 0's index, fitted here once per actor, read through member 0's
+    embedding (:class:`kermt.uncertainty.domain.DomainScorer`)."""
 
-    def __init__(self, members: list[Checkpoint], batch_size: int, uncertainty: bool, use_gpu: bool,
-                 calibrations: dict[str, Calibration] | None = None, interval: float | None = None,
-                 domain: DomainIndex | None = None, dropout_samples: int = 0,
-                 class_calibrations: dict[str, ClassCalibration] | None = None) -> None:
+    def __init__(self, members: list[Checkpoint], batch_size: int, use_gpu: bool, outputs: OutputPlan,
+                 domain: DomainIndex | None = None, dropout_samples: int = 0) -> None:
         self.ensemble = Ensemble(members, _device(use_gpu), dropout_samples)  # MC dropout: passes per member
-        self.batch_size, self.uncertainty = batch_size, uncertainty
-        self.calibrations, self.interval = calibrations, interval  # --interval: the calibration and level
-        self.class_calibrations = class_calibrations
-        # --applicability_domain: the index fitted here, once per actor; member 0's embedding (ray_app.screening.domain)
-        self.domain = DomainColumns(domain, self.ensemble.models[0], self.ensemble.device) if domain else None
+        self.batch_size, self.outputs = batch_size, outputs
+        self.domain = DomainScorer(domain, self.ensemble.models[0], self.ensemble.device) if domain else None
 
     def __call__(self, table: pa.Table) -> pa.Table:
         molecules = molecules_from_table(table)
         prediction = self.ensemble.predict(molecules, self.batch_size)
-        valid = molecules.valid
+        domain = self.domain(molecules, self.batch_size) if self.domain is not None else None
+        values = prediction_columns(self.outputs, prediction.mean, prediction.std, molecules.valid, domain)
         columns = {"smiles": table.column("smiles")}
-        for t, name in enumerate(self.ensemble.task_names):
-            columns[name] = _float_column(prediction.mean[:, t], valid)
-        if self.uncertainty:
-            for t, name in enumerate(self.ensemble.task_names):
-                columns[name + STD_SUFFIX] = _float_column(prediction.std[:, t], valid)
-        if self.calibrations is not None:
-            columns.update(interval_columns(self.ensemble.task_names, self.calibrations, prediction.mean,
-                                            prediction.std, self.interval, valid))
-        if self.class_calibrations is not None:
-            columns.update(class_columns(self.ensemble.task_names, self.class_calibrations, prediction.mean,
-                                         self.interval, valid))
-        if self.domain is not None:
-            columns.update(self.domain(molecules, self.batch_size))
+        columns.update({name: arrow_column(column, molecules.valid) for name, column in values.items()})
         return pa.table({**columns, **carried_columns(table, molecules)})
 
 
-def interval_columns(tasks: Sequence[str], calibrations: dict[str, Calibration], mean: np.ndarray, std: np.ndarray,
-                     level: float, valid: np.ndarray) -> dict[str, pa.Array]:
-    """``<task>_lower`` / ``<task>_upper`` of each task."""
-    columns = {}
-    for t, name in enumerate(tasks):
-        lower, upper = intervals(calibrations[name], mean[:, t], std[:, t], level)
-        columns[name + LOWER_SUFFIX] = _float_column(lower, valid)
-        columns[name + UPPER_SUFFIX] = _float_column(upper, valid)
-    return columns
-
-
-def class_columns(tasks: Sequence[str], calibrations: dict[str, ClassCalibration], mean: np.ndarray,
-                  level: float | None, valid: np.ndarray) -> dict[str, pa.Array]:
-    """``<task>_calibrated`` of each task, and ``<task>_set`` at ``level`` (from the raw mean, as the sets are
-    calibrated: kermt.uncertainty.classification); null on invalid rows."""
-    columns = {}
-    for t, name in enumerate(tasks):
-        columns[name + CALIBRATED_SUFFIX] = _float_column(calibrations[name].calibrated(mean[:, t]), valid)
-    if level is not None:
-        for t, name in enumerate(tasks):
-            sets = calibrations[name].sets(np.where(valid, mean[:, t], np.nan), level)
-            columns[name + SET_SUFFIX] = pa.array(sets, pa.string())
-    return columns
+def arrow_column(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """A prediction column as Arrow: null on the invalid rows (a set column is already None there)."""
+    if values.dtype == object:
+        return pa.array(values, pa.string())
+    kind = pa.bool_() if values.dtype == bool else pa.float64()
+    return pa.array(values, kind, mask=~valid)
 
 
 def _fixed_rows(values: np.ndarray) -> pa.FixedSizeListArray:
@@ -260,7 +227,7 @@ class StreamStats:
                 f"{'; '.join(self.examples)}); no output written")
 
 
-def build_stream(data_path: str, spec: InputSpec, batch_size: int, stage: type, stage_kwargs: dict,
+def build_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: type, stage_kwargs: dict,
                  concurrency: int, cpus_per_actor: float, gpus_per_actor: float,
                  file_features: tuple[np.ndarray, np.ndarray] | None = None):
     """The lazy dataset of output blocks (see the module docstring)."""
@@ -268,7 +235,7 @@ def build_stream(data_path: str, spec: InputSpec, batch_size: int, stage: type, 
 
     from ray_app.screening.files import read_table_lazily
 
-    ds = read_table_lazily(data_path, list(dict.fromkeys([spec.smiles_column, *spec.id_columns, *spec.label_columns])))
+    ds = read_table_lazily(table, list(dict.fromkeys([spec.smiles_column, *spec.id_columns, *spec.label_columns])))
     if file_features is not None:
         ds = ds.zip(_file_features_dataset(*file_features))
     block = rows_per_block(batch_size)
@@ -283,6 +250,56 @@ def build_stream(data_path: str, spec: InputSpec, batch_size: int, stage: type, 
     return ds.map_batches(stage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow", batch_size=block,
                           compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=cpus_per_actor,
                           num_gpus=gpus_per_actor or None)
+
+
+def connect_actors(config: ScreeningConfig) -> int:
+    """Start/attach Ray; returns the number of model actors."""
+    from ray_app.common.cluster import connect
+
+    resources = connect(config.address)
+    if config.concurrency:
+        return config.concurrency
+    if config.use_gpu:
+        return max(1, int(resources.get("GPU", 0) // config.num_gpus_per_actor))
+    return 1
+
+
+def start_stream(config: ScreeningConfig, table: InputTable, spec: InputSpec, stage: type, kwargs: dict,
+                 file_features: tuple[np.ndarray, np.ndarray] | None = None):
+    """Connect, then the lazy dataset of ``stage``'s output blocks over ``table``."""
+    concurrency = connect_actors(config)
+    if file_features is not None:
+        _check_row_count(table, spec, len(file_features[0]))
+    kwargs = {**kwargs, "batch_size": config.batch_size, "use_gpu": config.use_gpu}
+    return build_stream(table, spec, config.batch_size, stage, kwargs, concurrency,
+                        config.cpus_per_actor, config.num_gpus_per_actor if config.use_gpu else 0, file_features)
+
+
+def _check_row_count(table: InputTable, spec: InputSpec, feature_rows: int) -> None:
+    from ray_app.screening.files import read_table_lazily
+
+    rows = read_table_lazily(table, [spec.smiles_column]).count()
+    if rows != feature_rows:
+        raise UserError(f"--features_path has {feature_rows} rows but {table.path} has {rows}; feature files need "
+                        "one row per data row")
+
+
+def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
+    """The lazy dataset of prediction blocks (starts Ray); ``label_columns`` travel along as ``label::<name>``."""
+    plan, source = checked.features, checked.source
+    spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
+                     label_columns=label_columns)
+    return start_stream(config, source.table, spec, PredictStage, {"members": checked.members, "outputs": checked.outputs(config),
+                                                     "domain": checked.domain,
+                                                     "dropout_samples": config.dropout_samples},
+                        checked.file_features)
+
+
+def input_progress(data_path: str, verb: str) -> Progress:
+    """Progress lines for streaming ``data_path`` (an ETA where its row count is cheap to know)."""
+    from ray_app.screening.files import row_estimate
+
+    return Progress(f"{verb} {data_path}", total=row_estimate(data_path), unit="rows")
 
 
 def _file_features_dataset(features: np.ndarray, valid: np.ndarray):
@@ -327,6 +344,6 @@ def _malformed_csv(error: BaseException) -> UserError | None:
 
 
 __all__ = [
-    "EmbedStage", "featurize_block", "InputSpec", "PredictStage", "StreamStats", "build_stream", "drain",
-    "rows_per_block",
+    "EmbedStage", "InputSpec", "PredictStage", "StreamStats", "arrow_column", "build_stream", "connect_actors",
+    "drain", "featurize_block", "input_progress", "predict_stream", "rows_per_block", "start_stream",
 ]

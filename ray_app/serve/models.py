@@ -18,10 +18,9 @@ from kermt.errors import UserError, user_input
 from kermt.inference import find_checkpoints, plan_features, read_members, task_names
 from kermt.inputs import check_checkpoint_file
 from kermt.uncertainty import Calibration
-from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, embedding_identity, load_domain
+from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, run_domain
 from kermt.uncertainty.classification import ClassCalibration
 from kermt.uncertainty.run_calibration import run_calibration, run_class_calibration
-from ray_app.screening.domain import HOW_TO_GET_ONE, fold_directory
 from ray_app.serve.embedding import embedding_size
 from ray_app.serve.run_metrics import training_metrics
 from ray_app.serve.schemas import MemberInfo, ModelInfo
@@ -79,20 +78,12 @@ def load_calibrations(source: str | Path, tasks: tuple[str, ...],
 def load_domain_index(source: str | Path, members: list[Checkpoint]) -> tuple[DomainIndex | None, str | None]:
     """(index, None) as `kermt predict --checkpoint_dir DIR --applicability_domain` finds and checks it (member 0's
     fold), or (None, why not): a single checkpoint, a run trained before the domain existed, a stale file."""
-    from kermt.checkpoint import load_finetune_model
-
     path = Path(source)
     if not path.is_dir() or is_native_checkpoint(path):
         return None, f"it is one checkpoint, not a finetune run's directory (serve the run's --save_dir: each " \
                      f"fold_k/ holds {DOMAIN_FILE})"
-    fold = fold_directory(path, Path(members[0].path))
-    if fold is None:
-        return None, f"no {DOMAIN_FILE} beside its first member {members[0].path}: {HOW_TO_GET_ONE}"
-    index = load_domain(str(fold))
-    model, _ = load_finetune_model(members[0])
-    if index.identity != embedding_identity(model.state_dict()):
-        return None, f"{fold / DOMAIN_FILE} was built from another model than {members[0].path}: {HOW_TO_GET_ONE}"
-    return index, None
+    found = run_domain(path, members[0])
+    return found.index, found.why_not
 
 
 def load_served_model(name: str, source: str | Path, *, default: bool, trust_checkpoint: bool) -> ServedModel:

@@ -11,8 +11,9 @@ same ``--batch_size``: with upstream padding a molecule only shares a forward wi
 own requests have the same neighbour width, and that forward is collated at that width. A client's numbers never
 depend on what other clients sent. An invalid SMILES is its own entry with RDKit's reason, never an error.
 
-``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted once, in the replica's constructor
-(:class:`ray_app.screening.domain.DomainColumns`, the code of `kermt predict --applicability_domain`);
+Each entry holds `kermt predict`'s columns for the molecule, computed by the same code
+(:mod:`kermt.inference.columns`). ``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted
+once, in the replica's constructor (:class:`kermt.uncertainty.domain.DomainScorer`, as `kermt predict`'s actors);
 ``"embed": true`` adds ``embedding``, member 0's readout (:mod:`ray_app.serve.embedding`). Both are computed per
 request that asks (their forwards are not shared).
 """
@@ -21,73 +22,51 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from ray import serve
 
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
-from kermt.inference import Ensemble
+from kermt.inference import Ensemble, EnsemblePrediction
+from kermt.inference.columns import OutputPlan, prediction_columns
 from kermt.inference.shared import predict_blocks
-from ray_app.common.columns import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, STD_SUFFIX
-from ray_app.screening.domain import DomainColumns
-# <task>_lower/_upper, _calibrated, _set: the columns of `kermt predict`, computed by its own functions
-from ray_app.screening.stream import class_columns, interval_columns
+from kermt.uncertainty.domain import DomainScorer
 from ray_app.serve.embedding import EMBEDDING_COLUMN, MemberEmbedding
 from ray_app.serve.models import ServedModel
 from ray_app.serve.schemas import PredictJob
 
 
 def _value(x):
-    """A JSON-ready value: NaN becomes null."""
+    """A JSON-ready value: NaN and numpy scalars become null and Python values."""
+    if isinstance(x, np.generic):
+        x = x.item()
     return None if isinstance(x, float) and np.isnan(x) else x
 
 
-def _calibrated_columns(ensemble: Ensemble, calibrations: dict | None, level: float | None, mean: np.ndarray,
-                        std: np.ndarray, valid: np.ndarray) -> dict[str, list]:
-    """What the calibration adds, with `kermt predict`'s own code: a regression's <task>_lower/_upper at ``level``;
-    a classifier's <task>_calibrated, and at ``level`` its <task>_set."""
-    if calibrations is None:
-        return {}
-    if ensemble.dataset_type == "regression":
-        if level is None:
-            return {}
-        columns = interval_columns(ensemble.task_names, calibrations, mean, std, level, valid)
-    else:
-        columns = class_columns(ensemble.task_names, calibrations, mean, level, valid)
-    return {name: column.to_pylist() for name, column in columns.items()}
-
-
 def _requested_columns(job: PredictJob) -> tuple[str, ...]:
-    """The per-molecule extras ``job`` asked for (computed per block, attached only to the jobs that asked)."""
-    return (DISTANCE_COLUMN, IN_DOMAIN_COLUMN) * job.domain + (EMBEDDING_COLUMN,) * job.embed
+    """The per-molecule extras ``job`` asked for that are not prediction columns (computed per request)."""
+    return (EMBEDDING_COLUMN,) * job.embed
 
 
-def _job_extras(job: PredictJob, molecules: FeaturizedMolecules, batch_size: int, domain: DomainColumns | None,
-                embedding: MemberEmbedding | None) -> dict[str, list]:
-    """Per-row extras of one request's molecules, computed only when it asked for them."""
-    extras: dict[str, list] = {}
-    if domain is not None and job.domain:
-        extras.update({name: column.to_pylist() for name, column in domain(molecules, batch_size).items()})
-    if embedding is not None and job.embed:
-        extras.update(embedding(molecules, batch_size))
-    return extras
+def _job_outputs(base: OutputPlan, job: PredictJob, has_domain: bool) -> OutputPlan:
+    """The prediction columns of one request: the model's calibration at the level it asked, its std and domain
+    when it asked for them (:mod:`kermt.inference.columns`, as `kermt predict` writes them; the ingress refuses a
+    level or a domain the model has not)."""
+    return replace(base, uncertainty=job.uncertainty, interval=job.interval, domain=job.domain and has_domain)
 
 
-def _entries(ensemble: Ensemble, job: PredictJob, reasons: Sequence[str | None], mean: np.ndarray,
-             std: np.ndarray, calibrations: dict | None = None, extras: dict[str, list] | None = None) -> list[dict]:
-    """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then the tasks (their std, interval or
-    calibrated probability and set)."""
-    tasks = ensemble.task_names
-    valid = np.array([reason is None for reason in reasons], dtype=bool)
-    calibrated = _calibrated_columns(ensemble, calibrations, job.interval, mean, std, valid)
+def _entries(outputs: OutputPlan, job: PredictJob, molecules: FeaturizedMolecules, prediction: EnsemblePrediction,
+             domain: tuple[np.ndarray, np.ndarray] | None, extras: dict[str, list]) -> list[dict]:
+    """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then `kermt predict`'s columns (the tasks,
+    their std, interval or calibrated probability and set, the domain), then the extras (its embedding)."""
+    valid = np.asarray(molecules.valid, dtype=bool)
+    columns = prediction_columns(outputs, prediction.mean, prediction.std, valid, domain)
     out = []
     for i, smiles in enumerate(job.smiles):
-        entry = {"smiles": smiles, "valid": bool(valid[i]), "error": reasons[i]}
-        entry.update({task: _value(float(mean[i, t])) for t, task in enumerate(tasks)})
-        if job.uncertainty:
-            entry.update({task + STD_SUFFIX: _value(float(std[i, t])) for t, task in enumerate(tasks)})
-        entry.update({column: _value(values[i]) for column, values in calibrated.items()})
-        entry.update({column: (extras or {})[column][i] for column in _requested_columns(job)})
+        entry = {"smiles": smiles, "valid": bool(valid[i]), "error": molecules.reasons[i]}
+        entry.update({name: _value(values[i]) if valid[i] else None for name, values in columns.items()})
+        entry.update({name: extras[name][i] for name in _requested_columns(job)})
         out.append(entry)
     return out
 
@@ -98,11 +77,15 @@ class Predictor:
     def __init__(self, model: ServedModel, batch_size: int, max_batch_atoms: int | None = None,
                  device: str = "cpu"):
         self.ensemble = Ensemble(model.members, device)
-        self.features_generator, self.calibrations = model.features_generator, model.calibrations
+        self.features_generator = model.features_generator
+        regression = self.ensemble.dataset_type == "regression"
+        self.outputs = OutputPlan(self.ensemble.task_names, regression,
+                                  calibrations=model.calibrations if regression else None,
+                                  class_calibrations=None if regression else model.calibrations)
         self.batch_size, self.max_batch_atoms = batch_size, max_batch_atoms
         self.batch_independent = model.batch_independent
         # the k-NN index is fitted here, once per replica (member 0's embedding, as kermt predict's actors)
-        self.domain = (DomainColumns(model.domain, self.ensemble.models[0], self.ensemble.device)
+        self.domain = (DomainScorer(model.domain, self.ensemble.models[0], self.ensemble.device)
                        if model.domain is not None else None)
         self.embedding = MemberEmbedding(model.members[0], device)  # its encoder loaded on the first "embed"
 
@@ -114,9 +97,14 @@ class Predictor:
         """Every job's entries, in input order; ``blocks``: each job's featurised molecules."""
         predictions = predict_blocks(self.ensemble, blocks, self.batch_size, self.batch_independent,
                                      self.max_batch_atoms)
-        return [_entries(self.ensemble, job, molecules.reasons, prediction.mean, prediction.std, self.calibrations,
-                         _job_extras(job, molecules, self.batch_size, self.domain, self.embedding))
-                for job, molecules, prediction in zip(jobs, blocks, predictions)]
+        out = []
+        for job, molecules, prediction in zip(jobs, blocks, predictions):
+            # the domain and the embedding are computed per request that asks (their forwards are not shared)
+            domain = self.domain(molecules, self.batch_size) if self.domain is not None and job.domain else None
+            extras = self.embedding(molecules, self.batch_size) if job.embed else {}
+            outputs = _job_outputs(self.outputs, job, self.domain is not None)
+            out.append(_entries(outputs, job, molecules, prediction, domain, extras))
+        return out
 
     def predict_smiles(self, jobs: Sequence[PredictJob]) -> list[list[dict]]:
         return self.predict(jobs, self.featurize(jobs))

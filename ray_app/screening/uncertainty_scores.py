@@ -1,8 +1,12 @@
-"""`kermt eval` of a calibrated model: the uncertainty metrics of its intervals on the labelled file, per task
-(of a classification model, calibrated or not: ECE, Brier and its prediction sets, :class:`ClassificationScores`).
+"""`kermt eval`'s scores of what a prediction adds: the uncertainty metrics of a calibrated model's intervals on
+the labelled file, per task (:class:`IntervalRows`); of a classification model, calibrated or not, ECE, Brier and
+its prediction sets (:class:`ClassificationScores`); with ``--applicability_domain``, how much of the file is in
+the domain and the model's error inside vs outside it (:class:`DomainRows`: the check that the domain means
+something for this model: the error should be larger outside).
 
-The stream carries ``<task>_std`` and the bounds; this keeps them for the valid rows (as ``LabelledRows`` keeps the
-predictions) and scores them once the stream is drained (kermt.uncertainty.metrics)."""
+The stream carries ``<task>_std``, the bounds and the domain columns; the row keepers here keep them for the valid
+rows (as ``LabelledRows`` keeps the predictions) and score them once the stream is drained (kermt.uncertainty.metrics).
+Each writes a JSON file beside ``--output_path``: ``<stem>_uncertainty.json``, ``<stem>_domain.json``."""
 
 from __future__ import annotations
 
@@ -14,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from kermt.data import atomic_files
+from kermt.inference.columns import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
+from kermt.metrics import nanmean, task_scores
 from kermt.uncertainty import Calibration, ClassCalibration
 from kermt.uncertainty.metrics import interval_report, probability_report, set_report
-from ray_app.screening.stream import LOWER_SUFFIX, STD_SUFFIX, UPPER_SUFFIX
 
 DEFAULT_EVAL_LEVEL = 0.9  # eval of a calibrated model without --interval scores its 90 % intervals
 
@@ -88,3 +93,39 @@ class ClassificationScores:
         atomic_files.write_text(str(path.with_name(f"{path.stem}_uncertainty.json")), json.dumps(
             {"kind": "classification", "level": None if method is None else self.level, "method": method,
              "tasks": report}, indent=1) + "\n")
+
+
+@dataclass
+class DomainRows:
+    threshold: float
+    inside: list[np.ndarray] = field(default_factory=list)
+    distances: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, block: pa.Table) -> None:
+        valid = block.column("valid").to_numpy(zero_copy_only=False).astype(bool)
+        self.inside.append(block.column(IN_DOMAIN_COLUMN).to_numpy(zero_copy_only=False)[valid].astype(bool))
+        self.distances.append(block.column(DISTANCE_COLUMN).to_numpy(zero_copy_only=False)[valid].astype(np.float64))
+
+    def report(self, preds: np.ndarray, targets: np.ndarray, metric: str, dataset_type: str) -> dict[str, float]:
+        """The fraction in domain and the task-mean ``metric`` on the molecules inside and outside it."""
+        inside = np.concatenate(self.inside) if self.inside else np.zeros(0, bool)
+        distances = np.concatenate(self.distances) if self.distances else np.zeros(0)
+        report = {"threshold": self.threshold, "n": int(len(inside)), "n_in_domain": int(inside.sum()),
+                  "fraction_in_domain": float(inside.mean()) if len(inside) else float("nan"),
+                  "median_distance": float(np.median(distances)) if len(distances) else float("nan")}
+        for name, rows in (("in_domain", inside), ("out_of_domain", ~inside)):
+            report[f"{metric}_{name}"] = (nanmean(task_scores(preds[rows], targets[rows], metric, dataset_type))
+                                          if rows.any() else float("nan"))
+        return report
+
+    def print_and_write(self, preds: np.ndarray, targets: np.ndarray, metric: str, dataset_type: str,
+                        output_path: str) -> None:
+        report = self.report(preds, targets, metric, dataset_type)
+        print(f"test applicability domain: {report['n_in_domain']} of {report['n']} molecules in domain "
+              f"({report['fraction_in_domain']:.1%}); {metric} {report[f'{metric}_in_domain']:.4f} inside, "
+              f"{report[f'{metric}_out_of_domain']:.4f} outside", flush=True)
+        path = Path(output_path)
+        atomic_files.write_text(str(path.with_name(f"{path.stem}_domain.json")), json.dumps(report, indent=1) + "\n")
+
+
+__all__ = ["DEFAULT_EVAL_LEVEL", "ClassificationScores", "DomainRows", "IntervalRows"]
