@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -117,3 +117,24 @@ class NoamLR(torch.optim.lr_scheduler.LRScheduler):
             raise ValueError(f"saved schedule {state_dict['schedule']} differs from this one {asdict(self.schedule)}")
         self.factors = list(state_dict["factors"])
         self.step(int(state_dict["current_step"]))
+
+
+class SchedulePlan(Protocol):
+    """The schedule settings a plan carries, by their flag names (``DataParallelSettings``)."""
+
+    epochs: int
+    warmup_epochs: float
+    init_lr: float
+    max_lr: float
+    final_lr: float
+    weight_decay: float
+
+
+def optimizer_and_scheduler(model: nn.Module, plan: SchedulePlan, steps_per_epoch: int,
+                            fine_tune_coff: float = 1.0) -> tuple[torch.optim.Optimizer, NoamLR]:
+    """Adam and upstream's Noam schedule over ``steps_per_epoch`` global steps an epoch. Built once the model is on
+    its device, so restored Adam state lands next to its parameters."""
+    optimizer = build_optimizer(model, plan.init_lr, plan.weight_decay, fine_tune_coff)
+    schedule = NoamSchedule(plan.warmup_epochs, plan.epochs, steps_per_epoch, plan.init_lr, plan.max_lr,
+                            plan.final_lr)
+    return optimizer, NoamLR(optimizer, schedule, fine_tune_coff)

@@ -1,239 +1,46 @@
 """``train_loop_per_worker`` of `kermt pretrain`: Ray Train runs it on every worker of the group.
 
-What makes N workers equal one process (docs/architecture.md, "Distributed math equals single-process math"):
-the epoch's batch plan depends only on (seed, epoch) and the fixed global batch; each worker takes its contiguous
-share; :class:`kermt.pretrain.step.PretrainStep` normalises every term by global counts and draws the cMIM
-negatives from the gathered global batch; masks, latent ε, depths and (``dropout_draws="per_molecule"``, the
-default) dropout come from (seed, global step, molecule).
-
-Fault tolerance: rank 0 reports a Ray Train checkpoint (native weights, optimizer, scheduler, progress = epoch,
-batch index and global step) every ``save_interval`` steps and at every epoch end. A restarted group, a re-run of
-the same command after the driver died, or a group of another size (elastic) continues at the next batch of the
-plan with the same draws, so it ends with the weights of an uninterrupted run. Torch's RNG is seeded per (seed,
-step, rank) for what still draws from it (``dropout_draws="torch"``, the sinusoidal decoder's PyTorch layers):
-those masks follow the ranks, so there the equality across world sizes needs their dropout at 0.
+The loop itself (the epochs' global batches, logging, validation, and what makes N workers equal one process) is
+:func:`kermt.pretrain.loop.fit_pretrain`; this adapter gives it what Ray Train provides: the plan and the node's
+one copy of the corpus from the object store, the worker's place in the group and the model restored from the
+run's last checkpoint (``ray_app.common.worker_loop.start``), and as its ``report`` hook a Ray Train checkpoint
+(native weights, optimizer, scheduler, progress = epoch, batch index and global step) from rank 0. A restarted
+group, a re-run of the same command after the driver died, or a group of another size (elastic) continues at the
+next batch of the plan with the same draws, so it ends with the weights of an uninterrupted run.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
-import ray.train
-import ray.train.torch
 import torch
-import torch.distributed as dist
 
 from kermt.checkpoint import load_native
-from kermt.config import EncoderConfig
-from kermt.data.operators import OperatorSpec
-from kermt.data.prefetch import prefetch
-from kermt.data.sampling import epoch_order, global_batches
-from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
-from kermt.nn.pretrain.model import KermtPretrainModel
-from kermt.train.optim import NoamLR
-from kermt.pretrain.batch import PretrainData, StepBatch, build_step_batch
+from kermt.pretrain.batch import PretrainData
 from kermt.pretrain.export import save_pretrain_native
-from kermt.pretrain.step import Distribution, PretrainStep, PretrainStepSettings, all_gather_with_grad
-from kermt.random_streams import Stream, stream_seed
-from ray_app.common.worker_loop import LoopProgress, Training, all_reduce, optimizer_and_scheduler, start
+from kermt.pretrain.loop import PretrainPlan, PretrainProgress, build_pretrain, fit_pretrain
+from ray_app.common.worker_loop import start
 
 MODEL_DIR = "model"  # the checkpoint's weights, in the native format (a step checkpoint is a model directory)
-VAL_STEP_BASE = 2**40  # validation draws use "steps" no training step reaches, so they never change
-
-
-@dataclass(frozen=True, kw_only=True)  # by name: the schedule's floats in a row must not be swappable by position
-class PretrainPlan:
-    """Everything a worker needs, shipped once through the object store (the corpus travels separately). The
-    settings are PretrainConfig's, which declares their defaults."""
-
-    encoder: EncoderConfig
-    heads: PretrainHeadsConfig
-    loss: PretrainLossConfig
-    initial_state: dict[str, torch.Tensor]
-    train_rows: np.ndarray
-    val_rows: np.ndarray
-    seed: int
-    epochs: int
-    global_batch_size: int
-    init_lr: float
-    max_lr: float
-    final_lr: float
-    warmup_epochs: float
-    weight_decay: float
-    save_interval: int
-    val_interval: int
-    train_interval: int
-    max_val_batches: int
-    stop_after_steps: int | None  # None: train every epoch
-    per_rank_loss: bool
-    dropout_draws: str  # "torch": torch's RNG, as upstream (kermt.nn.keyed_dropout)
-    precision: str  # "bf16": forwards under bfloat16 autocast (kermt.nn.precision)
-
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """Corpus rows of every global batch of ``epoch``."""
-        order = self.train_rows[epoch_order(len(self.train_rows), self.seed, epoch)]
-        return global_batches(order, self.global_batch_size)
-
-
-@dataclass
-class PretrainProgress(LoopProgress):
-    """Also where in the epoch the run stands: its next batch is ``batch_idx`` of ``epoch``."""
-
-    batch_idx: int = 0
-
-
-def _build(plan: PretrainPlan, device: torch.device) -> tuple[KermtPretrainModel, torch.optim.Optimizer, NoamLR]:
-    model = KermtPretrainModel(plan.encoder, plan.heads)
-    model.load_state_dict(plan.initial_state)
-    model.to(device)
-    return model, *optimizer_and_scheduler(model, plan, len(plan.train_rows) // plan.global_batch_size)
 
 
 def _load_weights(model: torch.nn.Module, directory: Path, state: dict[str, Any]) -> None:
     model.load_state_dict(load_native(directory / MODEL_DIR).state_dict)
 
 
-class _Interval:
-    """Shares summed on the device between two log lines; read (all-reduced) once per interval."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor] = {}
-        self.steps, self.started = 0, time.perf_counter()
-
-    def add(self, shares: dict[str, torch.Tensor]) -> None:
-        for name, value in shares.items():
-            self.sums[name] = self.sums[name] + value if name in self.sums else value.clone()
-        self.steps += 1
-
-    def read(self, prefix: str, molecules: int) -> dict[str, float]:
-        """Mean over the interval's steps of each global term; resets."""
-        if not self.steps:
-            return {}
-        names = sorted(self.sums)
-        totals = all_reduce(torch.stack([self.sums[n].double() for n in names])).tolist()
-        values = {f"{prefix}_{n}": total / self.steps for n, total in zip(names, totals)}
-        if prefix == "train":
-            values["molecules_per_s"] = molecules / max(time.perf_counter() - self.started, 1e-9)
-        self.__init__()
-        return values
-
-
-@dataclass
-class _Run:
-    """One worker's pretraining: the plan, the corpus, the training state, its step and the log interval's sums."""
-
-    plan: PretrainPlan
-    data: PretrainData
-    training: Training[PretrainProgress]
-    trainer: PretrainStep
-    interval: _Interval = field(default_factory=_Interval)
-
-    def save_model(self, directory: Path) -> dict[str, Any]:
-        """A checkpoint's weights: a native model directory (STATE_FILE holds nothing more)."""
-        save_pretrain_native(directory / MODEL_DIR, self.training.core, self.plan.loss)
-        return {}
-
-
-def _validate(run: _Run) -> dict[str, float]:
-    """Mean global terms over the fixed validation batches (eval mode; identical on every rank)."""
-    interval = _Interval()
-    batches = global_batches(run.plan.val_rows, run.plan.global_batch_size)[:run.plan.max_val_batches]
-    operators = run.trainer.core.encoder.aggregation_spec(training=False)
-    for i, step in enumerate(prefetch(_step_batches(run, batches, VAL_STEP_BASE, operators), run.training.device)):
-        interval.add(run.trainer.evaluate(step, VAL_STEP_BASE + i))
-    return interval.read("val", 0)
-
-
-def _step_batches(run: _Run, batches: list[np.ndarray], first_step: int,
-                  operators: OperatorSpec) -> Iterator[StepBatch]:
-    """This worker's share of each global batch in ``batches`` (global steps ``first_step``, ``first_step + 1``,
-    ...), with the encoder's neighbour-sum operators: built on the host, ahead of the step (prefetch)."""
-    plan, rank, world = run.plan, run.training.rank, run.training.world
-    return (build_step_batch(run.data, rows, rank, world, plan.heads, plan.seed, first_step + i, operators=operators)
-            for i, rows in enumerate(batches))
-
-
-LOGGED = ("loss", "av", "bv", "fg", "cmim", "recon", "recon_accuracy")  # the log line; metrics.csv has every term
-
-
-def _log_line(progress: PretrainProgress, metrics: dict[str, float], lr: float) -> str:
-    shown = [f"{name} {metrics[f'train_{name}']:.4f}" for name in LOGGED if f"train_{name}" in metrics]
-    shown += [f"val_loss {metrics['val_loss']:.4f}"] if "val_loss" in metrics else []
-    speed = f"  {metrics['molecules_per_s']:.0f} mol/s" if "molecules_per_s" in metrics else ""
-    return (f"[pretrain] epoch {progress.epoch:3d} step {progress.global_step:6d}  " + "  ".join(shown)
-            + f"  lr {lr:.3e}{speed}")
-
-
-def _step_seed(seed: int, global_step: int, rank: int) -> int:
-    """Torch's RNG per (seed, step, rank) (dropout_draws "torch"): a resumed run draws what the uninterrupted one
-    drew."""
-    return stream_seed(seed, Stream.PRETRAIN_TORCH, global_step, rank)
-
-
-def _trainer(plan: PretrainPlan, training: Training[PretrainProgress]) -> PretrainStep:
-    distribution = Distribution()
-    if training.world > 1:
-        # its own group: the gather's backward never interleaves with DDP's gradient all-reduces
-        distribution = Distribution(training.world, training.rank, all_gather_with_grad(dist.new_group()))
-    settings = PretrainStepSettings(plan.seed, plan.loss, plan.per_rank_loss, plan.dropout_draws, plan.precision)
-    return PretrainStep(training.model, training.optimizer, training.scheduler, settings, distribution)
-
-
-def _after_step(run: _Run, epoch_end: bool) -> bool:
-    """Log, validate and checkpoint as the intervals say; returns whether the run stops here."""
-    plan, progress = run.plan, run.training.progress
-    step = progress.global_step
-    stop = plan.stop_after_steps is not None and step >= plan.stop_after_steps
-    metrics: dict[str, float] = {}
-    if step % plan.train_interval == 0 or epoch_end or stop:
-        metrics.update(run.interval.read("train", run.interval.steps * plan.global_batch_size))
-    if len(plan.val_rows) and ((plan.val_interval and step % plan.val_interval == 0) or epoch_end):
-        metrics.update(_validate(run))
-    if metrics:
-        lr = run.trainer.scheduler.get_last_lr()[0]
-        progress.history.append({"epoch": progress.epoch, "step": step, "lr": lr, **metrics})
-        if run.training.rank == 0:
-            print(_log_line(progress, metrics, lr), flush=True)
-    if step % plan.save_interval == 0 or epoch_end or stop:
-        run.training.report({"epoch": progress.epoch, "global_step": step, **metrics}, run.save_model)
-    if metrics:
-        run.interval.started = time.perf_counter()  # molecules/s counts training time, not validation's
-    return stop
-
-
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     plan: PretrainPlan = ray.get(config["plan"])
     data = PretrainData.of(ray.get(config["corpus"]))  # zero-copy views of the node's one copy
-    training = start("pretrain", lambda device: _build(plan, device), PretrainProgress, _load_weights)
-    progress = training.progress
-    if progress.global_step and training.rank == 0:
-        print(f"[pretrain] resuming at step {progress.global_step} (epoch {progress.epoch}, batch "
-              f"{progress.batch_idx})", flush=True)
-    run = _Run(plan, data, training, _trainer(plan, training))
-    operators = training.core.encoder.aggregation_spec(training=True)
-    while progress.epoch < plan.epochs:
-        batches = plan.epoch_batches(progress.epoch)
-        if not batches:
-            raise ValueError("the pretraining plan has no training molecules")
-        remaining = _step_batches(run, batches[progress.batch_idx:], progress.global_step, operators)
-        for step in prefetch(remaining, training.device):  # the next batches are built while this step computes
-            if plan.stop_after_steps is not None and progress.global_step >= plan.stop_after_steps:
-                return
-            torch.manual_seed(_step_seed(plan.seed, progress.global_step, training.rank))
-            run.interval.add(run.trainer.train(step, progress.global_step))
-            progress.global_step += 1
-            progress.batch_idx += 1
-            epoch_end = progress.batch_idx == len(batches)
-            if epoch_end:
-                progress.epoch, progress.batch_idx = progress.epoch + 1, 0
-            if _after_step(run, epoch_end):
-                return
+    training = start("pretrain", lambda device, rank: build_pretrain(plan, device), PretrainProgress, _load_weights)
+
+    def save_model(directory: Path) -> dict[str, Any]:
+        """A checkpoint's weights: a native model directory (STATE_FILE holds nothing more)."""
+        save_pretrain_native(directory / MODEL_DIR, training.core, plan.loss)
+        return {}
+
+    fit_pretrain(plan, data, training, lambda metrics: training.report(metrics, save_model))
 
 
 __all__ = ["MODEL_DIR", "PretrainPlan", "PretrainProgress", "train_loop_per_worker"]

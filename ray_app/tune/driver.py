@@ -23,7 +23,7 @@ from ray_app.common.cluster import connect
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.settings import Source
-from ray_app.finetune.objective import Objective
+from kermt.train.objective import Objective
 from ray_app.finetune.run_setup import RunSetup, features_width, fold_splits, model_config, resolve_setup
 from ray_app.finetune.trainable import train_member, trial_actor_resources
 from ray_app.tune.config import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record

@@ -22,7 +22,7 @@ from kermt.run_layout import RunLayout
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.objective import Objective
+from kermt.train.objective import Objective
 from ray_app.tune.search_space import trial_settings
 from ray_app.finetune.trainable import RESULT_FILE, download_files
 from ray_app.tune.trial import COMPLETED, OBJECTIVE, trial_directory

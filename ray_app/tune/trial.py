@@ -29,7 +29,7 @@ from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.members import member_test_predictions
-from ray_app.finetune.objective import Objective
+from kermt.train.objective import Objective
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
 from ray_app.finetune.trainable import Member, MemberTrial

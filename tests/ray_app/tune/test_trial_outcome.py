@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ray import tune
 
-from ray_app.finetune.objective import Objective
+from kermt.train.objective import Objective
 from ray_app.tune.driver import _scheduler
 from ray_app.tune.results import COMPLETED_STATUS, epochs_run, outcome
 from ray_app.tune.trial import COMPLETED

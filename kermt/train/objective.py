@@ -1,6 +1,6 @@
-"""What a finetune optimises, and the one rule for "is this better?": used by a member's worker loop to keep its best
-epoch (and count epochs without improvement for early stopping), and by `kermt tune` for a trial's objective so far,
-its final result and the sweep's best trial.
+"""What a finetune optimises, and the one rule for "is this better?": used by the member loop (kermt.train.loop) to
+keep its best epoch (and count epochs without improvement for early stopping), and by `kermt tune` for a trial's
+objective so far, its final result and the sweep's best trial.
 
 The rule: a NaN value (no labels to score, a diverged model) is never better; anything scored beats a NaN best; a
 tie keeps the earlier one (the first best epoch, the first best trial).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ray_app.finetune.objective import Objective
+from kermt.train.objective import Objective
 
 NAN = math.nan
 
