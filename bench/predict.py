@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import os
 import shutil
 import subprocess
@@ -159,12 +160,12 @@ def main() -> None:
         out = Path(tmp)
         for n in args.sizes:
             data = make_data(n, out / f"in_{n}.csv", moses=args.moses)
-            runs = [(f"kermt predict (concurrency {args.concurrency})", lambda: run_ours(data, args.checkpoint, args,
-                                                                                         out))]
+            runs = [(f"kermt predict (concurrency {args.concurrency})",
+                     functools.partial(run_ours, data, args.checkpoint, args, out))]
             if args.upstream:
                 plain = make_data(n, out / f"in_{n}_smiles_only.csv", ids=False, moses=args.moses)
-                runs.append(("upstream main.py predict", lambda: run_upstream(plain, args.checkpoint, args.upstream,
-                                                                            args, out)))
+                runs.append(("upstream main.py predict",
+                             functools.partial(run_upstream, plain, args.checkpoint, args.upstream, args, out)))
             for name, run in runs:
                 m = run()
                 print(f"{name:<34}{n:>8}{m.seconds:>9.1f}{n / m.seconds:>9.0f}{m.driver_peak_mb:>16.0f}"

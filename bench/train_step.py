@@ -46,8 +46,8 @@ RELEASE = dict(hidden=800, depth=6, heads=4, ffn=700, ffn_layers=3, attn_hidden=
 
 def release_config(dropout: float, config: types.ModuleType = kermt_config):
     """The release architecture, built with ``config`` (a kermt.config module: ours, or the baseline's)."""
-    EncoderConfig, FinetuneModelConfig = config.EncoderConfig, config.FinetuneModelConfig  # noqa: N806
-    HeadConfig, ReadoutConfig = config.HeadConfig, config.ReadoutConfig  # noqa: N806
+    EncoderConfig, FinetuneModelConfig = config.EncoderConfig, config.FinetuneModelConfig
+    HeadConfig, ReadoutConfig = config.HeadConfig, config.ReadoutConfig
     return FinetuneModelConfig(
         encoder=EncoderConfig(hidden_size=RELEASE["hidden"], depth=RELEASE["depth"], num_attn_head=RELEASE["heads"],
                               dropout=dropout),
@@ -252,7 +252,7 @@ def load_library(revision: str | None, scratch: Path) -> dict[str, types.ModuleT
 
 def _audited(run, host_tensors=()) -> tuple[int, int, int, str]:
     """(dispatched ops, of which not views, host synchronisations, the synchronising ops by name) of ``run()``."""
-    from dispatch_audit import DispatchAudit  # noqa: PLC0415  (bench/ is on sys.path; it observes any implementation)
+    from dispatch_audit import DispatchAudit  # bench/ is on sys.path; it observes any implementation
 
     with DispatchAudit(host_tensors) as audit:
         run()
@@ -308,7 +308,7 @@ def audit_library(lib: dict, state: dict, mols: list, features: torch.Tensor, ta
 
     step()
     collectives.clear()
-    from dispatch_audit import optimizer_host_tensors  # noqa: PLC0415  (bench/ is on sys.path)
+    from dispatch_audit import optimizer_host_tensors  # bench/ is on sys.path
 
     results["train step"] = _audited(step, optimizer_host_tensors(optimizer))
     results["train step collectives"] = len(collectives)
@@ -362,7 +362,7 @@ def parse_args() -> argparse.Namespace:
 def time_models(models: dict, warmup: list, timed: list, rounds: int) -> tuple[dict[str, float], dict]:
     """Alternating timing rounds; returns each model's median mol/CPU-s and its first train-mode outputs."""
     rates, first = {name: [] for name in models}, {}
-    for name, (model, step_fn) in models.items():
+    for model, step_fn in models.values():
         time_train_steps(model, step_fn, warmup, seed=0)
     for round_index in range(rounds):
         for name, (model, step_fn) in models.items():

@@ -9,9 +9,9 @@
     python -m jobs.predict eval --data_path labelled.csv --checkpoint_dir run --output_path test_result.csv
     python -m jobs.predict reconstruct --data_path ... --checkpoint_path hybrid.pt --output_path recon.parquet
 
-The first argument may name the command (predict, eval, fingerprint, embed, reconstruct; default predict). Inside a job Ray sets
-RAY_ADDRESS, so the run attaches to the cluster instead of starting a local one. Input paths must be readable by
-the workers (shared filesystem or URI); checkpoints are read by the driver and shipped to the actors.
+The first argument may name the command (predict, eval, fingerprint, embed, reconstruct; default predict). Inside a job
+Ray sets RAY_ADDRESS, so the run attaches to the cluster instead of starting a local one. Input paths must be readable
+by the workers (shared filesystem or URI); checkpoints are read by the driver and shipped to the actors.
 """
 
 from __future__ import annotations

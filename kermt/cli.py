@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from kermt import DISTRIBUTION, __version__
 from kermt.errors import UserError, run_reporting_user_errors, user_input
@@ -34,7 +34,7 @@ class Command:
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage mistake is a :class:`UserError` (one line, exit 2) instead of usage text + exit."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (see {self.prog} --help)")
 
 

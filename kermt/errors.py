@@ -123,5 +123,5 @@ def run_reporting_user_errors(
         return EXIT_USER_ERROR
 
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "INPUT_ERRORS", "Interrupted", "UserError", "find_cause", "find_user_error",
-           "first_line", "one_line", "run_reporting_user_errors", "user_input", "wrapped_causes"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "INPUT_ERRORS", "Interrupted", "UserError", "find_cause",
+           "find_user_error", "first_line", "one_line", "run_reporting_user_errors", "user_input", "wrapped_causes"]

@@ -30,6 +30,6 @@ __all__ = [
     "ArchitectureConflictError", "Checkpoint", "CheckpointMismatchError", "CheckpointSpec", "FRESH_HEAD_PREFIXES",
     "FeatureSettings", "LoadReport", "UnsafeCheckpointError", "convert_to_native", "export_upstream",
     "is_native_checkpoint", "load_finetune_model", "load_into_model", "load_native", "load_pickled_checkpoint",
-    "load_pretrain_model", "load_pretrained_weights", "merge_encoder", "merge_finetune_config", "plan_load", "read_checkpoint",
-    "save_native", "UnfaithfulExportError", "unbuilt_encoder_tensors", "upstream_args",
+    "load_pretrain_model", "load_pretrained_weights", "merge_encoder", "merge_finetune_config", "plan_load",
+    "read_checkpoint", "save_native", "UnfaithfulExportError", "unbuilt_encoder_tensors", "upstream_args",
 ]

@@ -121,7 +121,8 @@ def canonical_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch
 def _check_encoder_copies_equal(encoder: dict[str, torch.Tensor], latent: dict[str, torch.Tensor]) -> None:
     if encoder.keys() != latent.keys():
         only = sorted(encoder.keys() ^ latent.keys())[:3]
-        raise ValueError(f"kermt.* and latent_dist.kermt.* hold different keys (e.g. {only}); expected one shared encoder")
+        raise ValueError(
+            f"kermt.* and latent_dist.kermt.* hold different keys (e.g. {only}); expected one shared encoder")
     for name, tensor in encoder.items():
         if tensor.shape != latent[name].shape or not torch.equal(tensor, latent[name]):
             raise ValueError(

@@ -169,7 +169,8 @@ def _read_config(path: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UserError(f"{path}: cannot read it as JSON ({error}); the checkpoint is damaged: copy it again") from error
+        raise UserError(
+            f"{path}: cannot read it as JSON ({error}); the checkpoint is damaged: copy it again") from error
     if not isinstance(config, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(config).__name__}; the checkpoint is damaged")
     return config

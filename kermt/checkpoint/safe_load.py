@@ -29,7 +29,8 @@ from kermt.errors import UserError
 # arbitrary objects, no callables of the file's choosing). numpy 1.x wrote ``numpy.core.*``; numpy 2 writes
 # ``numpy._core.*``: both names map to the same function, so both are listed by name.
 _NUMPY_DTYPE_CLASSES = [
-    type(np.dtype(code)) for code in ("?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "g", "O", "U", "S")
+    type(np.dtype(code))
+    for code in ("?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "g", "O", "U", "S")
 ]
 _ALLOWED: list[Callable | tuple[Callable, str]] = [
     argparse.Namespace,
@@ -99,7 +100,7 @@ def _unreadable_as_user_error(path: Path) -> Iterator[None]:
         yield
     except UserError:
         raise
-    except Exception as error:  # noqa: BLE001 - see the docstring
+    except Exception as error:  # any exception: see the docstring
         raise UnreadableCheckpointError(
             f"checkpoint {path} cannot be read ({_torch_reason(error)}); the file is truncated or corrupt: copy or "
             "download it again") from error

@@ -132,7 +132,7 @@ def vocabs_from_counts(counts: Mapping[str, Mapping[str, int]], settings: VocabS
         SmilesVocab.from_counts(counts["smiles"], max_size=settings.smiles_max_size,
                                 min_freq=settings.smiles_min_freq),
     )
-    return tuple(b if g is None else g for b, g in zip(built, given))  # type: ignore[return-value]
+    return tuple(b if g is None else g for b, g in zip(built, given))
 
 
 def load_vocab(path: str, kind: str) -> ContextVocab | SmilesVocab:

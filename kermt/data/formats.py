@@ -23,7 +23,7 @@ from typing import Literal
 from kermt.errors import UserError
 
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
-TEXT_KINDS = {".csv": "csv", ".smi": "smi", ".cxsmiles": "smi"}
+TEXT_KINDS: dict[str, Literal["csv", "smi"]] = {".csv": "csv", ".smi": "smi", ".cxsmiles": "smi"}
 PARQUET_SUFFIXES = (".parquet", ".pq")
 ACCEPTED = ".csv, .smi or .cxsmiles (each also as .gz, .bz2 or .zst), .parquet"
 SMI_COLUMNS = ("smiles", "name")
@@ -46,7 +46,7 @@ def input_format(path: str | Path) -> InputFormat:
     compression = COMPRESSIONS.get(last)
     base = suffixes[-2] if compression and len(suffixes) > 1 else last
     if base in TEXT_KINDS:
-        return InputFormat(TEXT_KINDS[base], compression)  # type: ignore[arg-type]
+        return InputFormat(TEXT_KINDS[base], compression)
     raise UserError(f"{path}: unknown input format {''.join(suffixes[-2:]) or '(no extension)'!r}; "
                     f"accepted: {ACCEPTED}")
 

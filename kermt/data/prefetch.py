@@ -76,7 +76,7 @@ def prefetch(batches: Iterable[Batch], device: torch.device | str, ahead: int = 
                 if not offer(batch.pin_memory() if pin else batch):
                     return
             offer(_END)
-        except BaseException as error:  # noqa: BLE001  (re-raised in the caller's thread)
+        except BaseException as error:  # any: re-raised in the caller's thread
             offer(error)
 
     worker = threading.Thread(target=produce, name="kermt-prefetch", daemon=True)

@@ -96,7 +96,8 @@ def load_index_file(path: str | Path) -> list:
     if path.suffix in (".pkl", ".pckl", ".pickle"):
         raise UserError(
             f"{path}: pickled index files are not loaded (unpickling can run code). Convert it to JSON, e.g. "
-            f"python -c \"import pickle,json; json.dump(pickle.load(open('{path}','rb')), open('{path.with_suffix('.json')}','w'))\""
+            f"python -c \"import pickle,json; json.dump(pickle.load(open('{path}','rb')), "
+            f"open('{path.with_suffix('.json')}','w'))\""
         )
     try:
         with open(path) as f:

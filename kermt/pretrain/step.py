@@ -53,14 +53,14 @@ class _AllGather(torch.autograd.Function):
     reads every slice). The backward is an all-reduce, which every backend offers."""
 
     @staticmethod
-    def forward(ctx, tensor: torch.Tensor, group: object) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+    def forward(ctx, tensor: torch.Tensor, group: object) -> tuple[torch.Tensor, ...]:
         ctx.group = group
         parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
         dist.all_gather(parts, tensor.contiguous(), group=group)
         return tuple(parts)
 
     @staticmethod
-    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor, None]:
         summed = torch.stack(grads).contiguous()
         dist.all_reduce(summed, group=ctx.group)
         return summed[dist.get_rank(ctx.group)], None

@@ -1,8 +1,9 @@
 """A model's calibrations as one JSON file (no pickle: a calibration is numbers a reader can check by eye).
 
-Layout: ``{"format": "kermt-calibration", "version": 1, "source": "...", "tasks": {task: {"method", "scores",
-"z_scale", "sigma_floor"}}}`` (a ``mondrian`` task also has ``"sigmas"``, one per score). Written atomically (a reader never sees half a file); read with errors that name
-the file and the key. Classification calibrations have a sibling format (at the end of this file).
+Layout: ``{"format": "kermt-calibration", "version": 1, "source": "...", "tasks": {task: {"method", "scores", "z_scale",
+"sigma_floor"}}}`` (a ``mondrian`` task also has ``"sigmas"``, one per score). Written atomically (a reader never sees
+half a file); read with errors that name the file and the key. Classification calibrations have a sibling format (at the
+end of this file).
 """
 
 from __future__ import annotations

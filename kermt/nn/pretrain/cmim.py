@@ -1,4 +1,5 @@
-"""cMIM latent head and the pieces of its contrastive + Gaussian loss terms (docs/upstream-compatibility.md#pretraining).
+"""cMIM latent head and the pieces of its contrastive + Gaussian loss terms
+(docs/upstream-compatibility.md#pretraining).
 
 The latent head (upstream ``KERMTLatentDistribution``, keys ``latent_dist.{kermt,readout,fc_mean_logscale}``) pools
 each embedding family with a mean readout, averages the families and projects to (mean, log_scale) of a diagonal
@@ -60,7 +61,8 @@ class LatentHead(nn.Module):
         return read_out_families(self.readout, embeddings, graph)
 
     def forward(
-        self, graph: BatchMolGraph, embeddings: EncoderOutput | None = None, depth_rng: np.random.Generator | None = None
+        self, graph: BatchMolGraph, embeddings: EncoderOutput | None = None,
+        depth_rng: np.random.Generator | None = None,
     ) -> LatentParams:
         """Run the encoder (unless ``embeddings`` are given; ``depth_rng`` seeds its depth draws), pool, average the
         families, project."""
@@ -76,12 +78,12 @@ class _ScaleGradient(torch.autograd.Function):
     """Identity forward, gradient multiplied by a constant (upstream's ``--normalize_gradient``)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, factor: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, factor: float) -> torch.Tensor:
         ctx.factor = factor
         return x.clone()
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad * ctx.factor, None
 
 

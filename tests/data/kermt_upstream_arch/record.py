@@ -26,7 +26,7 @@ ROOT = HERE.parents[2]
 FIXTURES = ROOT / "tests/data/kermt_upstream"
 sys.path.insert(0, str(ROOT))
 
-from tests.data.kermt_upstream_arch import weights  # noqa: E402  (torch only: safe before upstream's import)
+from tests.data.kermt_upstream_arch import weights  # noqa: E402 - needs the root on sys.path; torch only: safe before upstream's import
 
 sys.path.remove(str(ROOT))
 
@@ -82,7 +82,7 @@ PRETRAIN_CASE = dict(atom_vocab_size=6, bond_vocab_size=5, fg_size=12,
 def fixture_graph() -> tuple:
     """Upstream's mol2graph on the fixture SMILES (RDKit featurisation, no bond dropout); checked equal to
     graph.npz, the batch the tests read."""
-    from kermt.data.molgraph import mol2graph  # noqa: PLC0415
+    from kermt.data.molgraph import mol2graph
 
     settings = Namespace(use_cuikmolmaker_featurization=False, bond_drop_rate=0, no_cache=True)
     components = mol2graph(PRETRAIN.fixture_smiles(), {}, settings).get_components()
@@ -115,8 +115,8 @@ def load_keyed_weights(model: torch.nn.Module, case: str) -> dict:
 
 def saved_checkpoint(model, args: Namespace, scratch: Path) -> dict:
     """The model as upstream's save_checkpoint writes it, read back (upstream's own file)."""
-    from kermt.data.scaler import StandardScaler  # noqa: PLC0415
-    from kermt.util.utils import save_checkpoint  # noqa: PLC0415
+    from kermt.data.scaler import StandardScaler
+    from kermt.util.utils import save_checkpoint
 
     scaler = StandardScaler(np.array(DATA_SCALER["means"]), np.array(DATA_SCALER["stds"]))
     path = scratch / "model.pt"
@@ -133,7 +133,7 @@ def case_args(settings: dict, dropout: float = 0.0) -> Namespace:
 def seeded_train_forward(model, graph: tuple, features: list, seed: int) -> tuple[torch.Tensor, torch.Tensor, list]:
     """Upstream's train-mode forward after seeding numpy (dynamic depths) and torch (dropout masks) with ``seed``:
     (atom view, bond view, the depths drawn in draw order)."""
-    from kermt.model import layers  # noqa: PLC0415
+    from kermt.model import layers
 
     recorder, real_stats = PRETRAIN.DepthRecorder(layers.stats), layers.stats
     layers.stats = recorder
@@ -149,7 +149,7 @@ def seeded_train_forward(model, graph: tuple, features: list, seed: int) -> tupl
 def finetune_case(name: str, step_seed: int, settings: dict, scratch: Path) -> dict:
     """Upstream's build_model, keyed weights, save_checkpoint; eval-mode prediction; one seeded train step with
     dropout 0 (views, every gradient) and one with dropout DROPOUT (views)."""
-    from kermt.util.utils import build_model  # noqa: PLC0415
+    from kermt.util.utils import build_model
 
     args = case_args(settings)
     model = build_model(args)  # adds output_size to args, which upstream saves
@@ -182,7 +182,7 @@ def finetune_case(name: str, step_seed: int, settings: dict, scratch: Path) -> d
 def pretrain_case() -> dict:
     """Upstream's KermtTask (vocab mode) with bias and 2 MT blocks, keyed weights: eval-mode outputs of every
     vocab head."""
-    from kermt.model.models import KERMTEmbedding, KermtTask  # noqa: PLC0415
+    from kermt.model.models import KERMTEmbedding, KermtTask
 
     case = PRETRAIN_CASE
     args = Namespace(**{**PRETRAIN.OPTIM_MODEL, "parser_name": "pretrain", **case["args"]})

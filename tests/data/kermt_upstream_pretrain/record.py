@@ -27,7 +27,7 @@ ROOT = HERE.parents[2]
 FIXTURES = ROOT / "tests/data/kermt_upstream"
 sys.path.insert(0, str(ROOT / "bench"))
 
-from upstream_env import upstream_env  # noqa: E402
+from upstream_env import upstream_env  # noqa: E402 - bench/ is put on sys.path above
 
 sys.path.remove(str(ROOT / "bench"))
 
@@ -47,8 +47,8 @@ def fixture_smiles() -> list[str]:
 
 def fg_labels(smiles: list[str]) -> np.ndarray:
     """Upstream's ``fgtasklabel`` generator on each SMILES string, as scripts/save_features.py calls it: [M, 85]."""
-    from kermt.data.molfeaturegenerator import get_features_generator  # noqa: PLC0415
-    import kermt.data.task_labels  # noqa: F401, PLC0415  (registers fgtasklabel)
+    from kermt.data.molfeaturegenerator import get_features_generator
+    import kermt.data.task_labels  # noqa: F401 - imported to register fgtasklabel
 
     generator = get_features_generator("fgtasklabel")
     labels = np.stack([generator(s) for s in smiles])
@@ -105,7 +105,7 @@ class DepthRecorder:
 
 def upstream_args(ckpt_args, loss_settings: dict):
     """The checkpoint's saved args for a CPU train step with dropout 0 (deterministic apart from the draws)."""
-    from argparse import Namespace  # noqa: PLC0415
+    from argparse import Namespace
 
     overrides = dict(cuda=False, dropout=0.0, decoder_dropout=0.0, bond_drop_rate=0, no_cache=True,
                      tensorboard=True)  # tensorboard: the loss functions then also return token accuracy
@@ -114,7 +114,7 @@ def upstream_args(ckpt_args, loss_settings: dict):
 
 def build_task(mode: str, ckpt: dict, args, vocab_sizes: dict):
     """Upstream's task class for ``mode`` (as pretrain_ddp.py builds it) with the checkpoint's weights."""
-    from kermt.model.models import KERMTEmbedding, KermtCMIMTask, KermtHybridTask, KermtTask  # noqa: PLC0415
+    from kermt.model.models import KERMTEmbedding, KermtCMIMTask, KermtHybridTask, KermtTask
 
     state = ckpt["state_dict"]
     if mode == "vocab":
@@ -136,8 +136,8 @@ def build_task(mode: str, ckpt: dict, args, vocab_sizes: dict):
 
 def collate(mode: str, smiles: list[str], labels: np.ndarray, vocabs: dict, args) -> dict:
     """Upstream's collator of the mode on the fixture molecules (fg labels as the datapoints' features)."""
-    from kermt.data import kermtdataset as data  # noqa: PLC0415
-    from kermt.data.moldataset import MoleculeDatapoint  # noqa: PLC0415
+    from kermt.data import kermtdataset as data
+    from kermt.data.moldataset import MoleculeDatapoint
 
     items = [(MoleculeDatapoint([s], features=labels[i].astype(np.float64)), i) for i, s in enumerate(smiles)]
     if mode == "vocab":
@@ -148,7 +148,7 @@ def collate(mode: str, smiles: list[str], labels: np.ndarray, vocabs: dict, args
 
 
 def load_vocabs() -> dict:
-    from kermt.data.torchvocab import MolVocab, SMILESVocab  # noqa: PLC0415
+    from kermt.data.torchvocab import MolVocab, SMILESVocab
 
     return {"atom": MolVocab.load_vocab(str(FIXTURES / "tiny_atom_vocab.json")),
             "bond": MolVocab.load_vocab(str(FIXTURES / "tiny_bond_vocab.json")),
@@ -158,7 +158,7 @@ def load_vocabs() -> dict:
 def seeded_forward(model, batch: dict, case: dict) -> tuple[dict, list[int], list[torch.Tensor]]:
     """Upstream's train-mode forward after seeding numpy (dynamic depths) and torch (latent noise) with the case's
     forward_seed: (predictions, depths drawn, noise tensors drawn)."""
-    from kermt.model import layers  # noqa: PLC0415
+    from kermt.model import layers
 
     recorder, real_stats, real_randn_like, eps = DepthRecorder(layers.stats), layers.stats, torch.randn_like, []
 
@@ -290,10 +290,10 @@ def optimizer_steps(case: dict) -> dict:
     """Every group's lr after the scheduler's construction and after each scheduler step up to 2 past the end of
     the schedule; parameters after OPTIM_STEPS steps in the train loop's order (gradients set, optimizer.step(),
     scheduler.step())."""
-    from argparse import Namespace  # noqa: PLC0415
+    from argparse import Namespace
 
-    from kermt.util.loss import MTLLoss  # noqa: PLC0415
-    from kermt.util.utils import build_lr_scheduler, build_model, build_optimizer  # noqa: PLC0415
+    from kermt.util.loss import MTLLoss
+    from kermt.util.utils import build_lr_scheduler, build_model, build_optimizer
 
     torch.manual_seed(0)
     model = build_model(Namespace(**OPTIM_MODEL))

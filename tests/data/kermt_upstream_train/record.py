@@ -25,8 +25,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs  # noqa: E402
-from train_step import import_upstream_build_model  # noqa: E402
+from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs  # noqa: E402 - the root is put on sys.path above
+from train_step import import_upstream_build_model  # noqa: E402 - and bench/ too
 
 # Upstream's ``kermt`` is a namespace package: with the repository root on sys.path our regular package would win.
 sys.path.remove(str(ROOT))

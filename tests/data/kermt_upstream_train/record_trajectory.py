@@ -8,8 +8,8 @@ The model is built as record.py builds it (upstream's ``build_model`` from ``ckp
 dropout 0 and once with dropout ``DROPOUT``. Fixed regression targets (two missing) for the 26 molecules. Seeded
 once (numpy's global RNG: dynamic depths; torch's: dropout masks), then ``STEPS`` steps exactly as upstream's
 ``task/train.py`` takes them on one process: zero_grad, forward, ``loss_func(preds, targets) * mask`` summed over
-the labels and divided by their count, backward, ``torch.optim.Adam(lr=LR)`` step. Saved: per step the loss and the names of the parameters that
-had no gradient; every parameter after the last step.
+the labels and divided by their count, backward, ``torch.optim.Adam(lr=LR)`` step. Saved: per step the loss and
+the names of the parameters that had no gradient; every parameter after the last step.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs  # noqa: E402
-from train_step import import_upstream_build_model  # noqa: E402
+from tests.kermt.nn.upstream_fixtures import fixture_batch, outputs  # noqa: E402 - the root is put on sys.path above
+from train_step import import_upstream_build_model  # noqa: E402 - and bench/ too
 
 sys.path.remove(str(ROOT))  # upstream's ``kermt`` is a namespace package: ours would win (see record.py)
 
@@ -81,11 +81,12 @@ def main() -> None:
     parser.add_argument("--upstream", type=Path, required=True)
     opts = parser.parse_args()
     checkpoint = torch.load(CHECKPOINT, map_location="cpu", weights_only=False)  # upstream's own test fixture
-    record = {"targets": fixed_targets(), "settings": np.array(json.dumps({"seed": SEED, "steps": STEPS, "lr": LR, "missing": MISSING,
-                                               "dist_coff": float(checkpoint["args"].dist_coff),
-                                               "cases": CASES}))}
+    settings = {"seed": SEED, "steps": STEPS, "lr": LR, "missing": MISSING,
+                "dist_coff": float(checkpoint["args"].dist_coff), "cases": CASES}
+    record = {"targets": fixed_targets(), "settings": np.array(json.dumps(settings))}
     for case, dropout in CASES.items():
-        record.update({f"{case}::{key}": value for key, value in record_case(opts.upstream, dropout, checkpoint).items()})
+        recorded = record_case(opts.upstream, dropout, checkpoint)
+        record.update({f"{case}::{key}": value for key, value in recorded.items()})
     np.savez_compressed(OUTPUT, **record)
     print(f"wrote {len(record)} arrays to {OUTPUT}")
 
