@@ -63,6 +63,10 @@ UPSTREAM_PRETRAIN = PretrainPreset(EncoderConfig(depth=3))
 # that trains from scratch trains the same model here.
 FROM_SCRATCH: EncoderConfig = UPSTREAM_FINETUNE.encoder
 
+# Upstream main.py predict/fingerprint read the same --batch_size default as its finetune (kermt predict, eval,
+# fingerprint, embed and kermt.load_run).
+PREDICT_BATCH_SIZE: int = UPSTREAM_FINETUNE.training.batch_size
 
-__all__ = ["FROM_SCRATCH", "FinetunePreset", "PretrainPreset", "TrainingDefaults", "UPSTREAM_FINETUNE",
+
+__all__ = ["FROM_SCRATCH", "PREDICT_BATCH_SIZE", "FinetunePreset", "PretrainPreset", "TrainingDefaults", "UPSTREAM_FINETUNE",
            "UPSTREAM_PRETRAIN"]

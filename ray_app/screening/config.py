@@ -19,6 +19,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kermt.presets import PREDICT_BATCH_SIZE
 from kermt.registry import FEATURE_GENERATORS, DatasetType, FingerprintSource, Metric
 from ray_app.common.settings import did_you_mean
 
@@ -34,7 +35,8 @@ class ScreeningConfig(BaseModel):
     smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")
     id_columns: Optional[list[str]] = Field(None, description="columns copied to the output (as text; default: "
                                             "kermt predict every other column, else a SMILES file's name column)")
-    batch_size: int = Field(32, ge=1, description="molecules per model batch (results depend on it: docs/screening.md)")
+    batch_size: int = Field(PREDICT_BATCH_SIZE, ge=1,
+                            description="molecules per model batch (results depend on it: docs/screening.md)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
     dataset_type: Optional[DatasetType] = Field(
         None, description="only for an upstream finetuned checkpoint that stores neither its dataset type nor "

@@ -11,6 +11,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kermt.presets import PREDICT_BATCH_SIZE
 from ray_app.common.data_parallel import parse_worker_range
 
 Ingress = Literal["ray", "haproxy"]  # ray_app.serve.ingress says what each is
@@ -64,8 +65,8 @@ class ServeConfig(BaseModel):
                                         "(fractions ok: several replicas share one GPU)")
     max_batch_size: int = Field(16, ge=1, description="requests one model replica call takes together")
     batch_wait_timeout_s: float = Field(0.01, ge=0, description="how long a replica waits to fill a batch")
-    batch_size: int = Field(32, ge=1, description="the batch rule of kermt predict --batch_size: each request's "
-                            "numbers are kermt predict's for a file of its SMILES with this --batch_size")
+    batch_size: int = Field(PREDICT_BATCH_SIZE, ge=1, description="the batch rule of kermt predict --batch_size: each "
+                            "request's numbers are kermt predict's for a file of its SMILES with this --batch_size")
     max_batch_atoms: int = Field(4096, ge=1, description="atoms per model forward: the molecules of a replica batch "
                                  "of requests share forwards up to this many atoms (the memory a forward needs)")
     max_request_molecules: int = Field(1000, ge=1, description="SMILES one request may hold (more: HTTP 413)")
