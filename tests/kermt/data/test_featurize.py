@@ -33,7 +33,8 @@ def test_invalid_rows_keep_their_place_with_a_reason(featurized):
     assert len(featurized) == len(FIXTURE_SMILES) + len(BAD)
     reasons = {bad.row: bad.reason for bad in featurized.invalid}
     assert set(reasons) == set(BAD)
-    assert (reasons[1], reasons[4], reasons[7]) == (EMPTY, UNPARSABLE, NO_HEAVY_ATOMS)
+    assert (reasons[1], reasons[4], reasons[7]) == (EMPTY, f"{UNPARSABLE}: unclosed ring for input: 'C1CC'",
+                                                     NO_HEAVY_ATOMS)
     assert reasons[9].startswith(UNFEATURIZABLE) and "+7" in reasons[9]
     assert np.isnan(featurized.features[list(BAD)]).all()
     assert (featurized.graphs.atom_counts[list(BAD)] == 0).all()

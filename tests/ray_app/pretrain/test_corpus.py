@@ -26,6 +26,9 @@ from tests.conftest import DATA_DIR, FIXTURE_DIR
 SAMPLE = DATA_DIR.parent.parent / "data" / "sample" / "admet_demo.csv"
 FIXTURE_SMILES = [str(s) for s in np.load(FIXTURE_DIR / "graph.npz")["smiles"]]
 BAD = ["not_a_smiles", "", "[H][H]", "C1CC"]  # unparsable, empty, no heavy atom, unclosed ring
+# their reasons carry RDKit's own messages
+NOT_A_SMILES = "unparsable: syntax error while parsing: not_a_smiles; check for mistakes around position 3"
+UNCLOSED_RING = "unparsable: unclosed ring for input: 'C1CC'"
 
 
 def _sample(n: int) -> list[str]:
@@ -89,9 +92,9 @@ def test_invalid_rows_are_reported_with_source_and_row(built, inputs) -> None:
     with open(f"{built}/invalid.csv") as handle:
         rows = list(csv.reader(handle))
     assert rows == [["source", "row", "smiles", "reason"],
-                    [paths[1], "10", "not_a_smiles", "unparsable"], [paths[1], "11", "", "empty"],
-                    [paths[1], "12", "[H][H]", "no heavy atoms"], [paths[1], "13", "C1CC", "unparsable"],
-                    [paths[2], "40", "C1CC", "unparsable"]]
+                    [paths[1], "10", "not_a_smiles", NOT_A_SMILES], [paths[1], "11", "", "empty"],
+                    [paths[1], "12", "[H][H]", "no heavy atoms"], [paths[1], "13", "C1CC", UNCLOSED_RING],
+                    [paths[2], "40", "C1CC", UNCLOSED_RING]]
     manifest = json.loads(open(f"{built}/manifest.json").read())
     assert [(i["rows"], i["invalid"]) for i in manifest["inputs"]] == [(120, 0), (30, 4), (41, 1), (40, 0)]
     assert manifest["n_invalid"] == 5
