@@ -78,6 +78,11 @@ DROPOUT_DRAWS: tuple[str, ...] = get_args(DropoutDraws)
 PaddingMode = Literal["upstream", "zero"]
 PADDING_MODES: tuple[str, ...] = get_args(PaddingMode)
 
+# How molecules are standardised before featurisation (kermt.chem.standardize): parent = RDKit rdMolStandardize's
+# largest organic fragment, neutralised where possible; none = the input molecule as parsed (upstream).
+Standardization = Literal["parent", "none"]
+STANDARDIZATIONS: tuple[str, ...] = get_args(Standardization)
+
 # Which encoder output families are built / pooled into a fingerprint (keys of
 # kermt.nn.encoder.BRANCHES_BY_OUTPUT_TYPE); a fingerprint's --fingerprint_source takes the same names.
 EmbeddingOutputType = Literal["atom", "bond", "both"]
@@ -106,8 +111,9 @@ __all__ = [
     "EMBEDDING_OUTPUT_TYPES", "FEATURE_GENERATORS", "FINETUNE_LOSSES", "LOWER_IS_BETTER", "METRICS_FOR",
     "METRIC_NAMES", "METRIC_TABLE",
     "PADDING_MODES", "POSITIONAL_ENCODINGS", "PRECISIONS", "PRETRAIN_KINDS", "PRETRAIN_MODES", "SPLIT_TYPES",
+    "STANDARDIZATIONS",
     "Activation", "CalibrationMethod", "CheckpointKind", "ClassCalibrationMethod", "DatasetType", "DropoutDraws",
     "EmbeddingOutputType", "FeatureGenerator",
     "FinetuneLoss", "FingerprintSource", "Metric", "MetricDirection", "PaddingMode", "PositionalEncoding", "Precision",
-    "PretrainMode", "SplitType",
+    "PretrainMode", "SplitType", "Standardization",
 ]

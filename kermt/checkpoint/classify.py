@@ -23,6 +23,7 @@ from kermt.checkpoint.keys import (
     VOCAB_HEAD_PREFIXES,
 )
 from kermt.checkpoint.spec import CheckpointKind, CheckpointSpec, FeatureSettings
+from kermt.chem.standardize import UNRECORDED_STANDARDIZATION
 from kermt.config import EncoderConfig, HeadConfig, ReadoutConfig
 from kermt.data.scalers import StandardScaler
 from kermt.errors import UserError
@@ -99,6 +100,7 @@ def describe_checkpoint(args: dict[str, Any], state_dict: dict[str, torch.Tensor
         features_scaling=bool(args.get("features_scaling", True)),
         rdkit2D_normalization_type=args.get("rdkit2D_normalization_type"),
         use_cuikmolmaker_featurization=bool(args.get("use_cuikmolmaker_featurization", False)),
+        standardize=args.get("standardize", UNRECORDED_STANDARDIZATION),  # exported by kermt; upstream's: none
     )
     task_names = args.get("task_names")
     return CheckpointSpec(

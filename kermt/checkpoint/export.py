@@ -66,6 +66,7 @@ def upstream_args(spec: CheckpointSpec, overrides: dict[str, Any] | None = None)
         features_scaling=spec.features.features_scaling,
         rdkit2D_normalization_type=spec.features.rdkit2D_normalization_type or "fast",
         use_cuikmolmaker_featurization=spec.features.use_cuikmolmaker_featurization,
+        standardize=spec.features.standardize,  # ours: upstream ignores it; kermt reads it back
     )
     args.update(overrides or {})
     return argparse.Namespace(**args)

@@ -10,19 +10,25 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from kermt.chem.standardize import UNRECORDED_STANDARDIZATION, check_standardization
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig, from_dict, to_dict
 from kermt.data.scalers import StandardScaler
-from kermt.registry import CHECKPOINT_KINDS, PRETRAIN_KINDS, CheckpointKind
+from kermt.registry import CHECKPOINT_KINDS, PRETRAIN_KINDS, CheckpointKind, Standardization
 
 
 @dataclass(frozen=True)
 class FeatureSettings:
-    """Molecule-level features a finetuned model was trained with (prediction must use the same)."""
+    """Molecule-level features a finetuned model was trained with (prediction must use the same). ``standardize``:
+    how its molecules were standardised (kermt.chem.standardize); "none" for a file that records none (upstream's)."""
 
     features_generator: tuple[str, ...] = ()
     features_scaling: bool = True
     rdkit2D_normalization_type: str | None = None
     use_cuikmolmaker_featurization: bool = False
+    standardize: Standardization = UNRECORDED_STANDARDIZATION
+
+    def __post_init__(self) -> None:
+        check_standardization(self.standardize, "the checkpoint's features.standardize")
 
 
 @dataclass(frozen=True, eq=False)

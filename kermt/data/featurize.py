@@ -5,9 +5,11 @@ This is the library's featurisation entry point. It is batch-oriented and statel
 (``to_arrays`` / ``from_arrays``: concatenated per-atom / per-bond arrays plus per-row counts), which store
 as Arrow columns without pickling.
 
-Row alignment: every input row has a result row. Invalid rows (empty, unparsable, no heavy atoms, or a graph
-upstream cannot featurise) have a reason, zero atoms and bonds, and a NaN feature row. Valid rows have NaN
-features replaced by 0, as upstream's MoleculeDatapoint does.
+Row alignment: every input row has a result row. Invalid rows (empty, unparsable, no heavy atoms, more heavy atoms
+than the limit, or a graph upstream cannot featurise) have a reason, zero atoms and bonds, and a NaN feature row.
+Valid rows have NaN features replaced by 0, as upstream's MoleculeDatapoint does. A :class:`MoleculePrep` says the
+limit and how molecules are standardised (kermt.chem.standardize); ``model_smiles`` holds the SMILES the model
+sees where standardisation changed the molecule.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from kermt.chem.descriptors import infinite_feature_reasons, molecule_features
 from kermt.chem.molgraph import FlatGraphs, build_graphs
+from kermt.chem.standardize import MoleculePrep, standardize
 from kermt.chem.validation import InvalidSmiles, parse_many
 from kermt.data.batch import BatchMolGraph
 from kermt.data.collate import collate_graphs
@@ -35,6 +38,8 @@ class FeaturizedMolecules:
     features  float64 [n_rows, width] for ``features_generator`` (width 0 when none); NaN rows = invalid.
               float64 on purpose: feature scalers are fitted and applied in float64 as upstream does (rdkit_2d
               values are not exact in float32); MoleculeSet keeps the scaled features as float32.
+    model_smiles  the SMILES of the molecule the model sees, "" where it is the input's (no standardisation, or
+              none needed); () means "" for every row
     """
 
     smiles: tuple[str, ...]
@@ -42,6 +47,11 @@ class FeaturizedMolecules:
     graphs: FlatGraphs
     features: np.ndarray
     features_generator: tuple[str, ...] = ()
+    model_smiles: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.model_smiles and self.smiles:
+            object.__setattr__(self, "model_smiles", ("",) * len(self.smiles))
 
     def __len__(self) -> int:
         return len(self.smiles)
@@ -66,6 +76,7 @@ class FeaturizedMolecules:
             graphs=self.graphs.select(rows),
             features=self.features[rows],
             features_generator=self.features_generator,
+            model_smiles=tuple(self.model_smiles[i] for i in rows),
         )
 
     def batch_graph(self, operators: OperatorSpec | None = None, neighbour_width: int = 1) -> BatchMolGraph:
@@ -95,6 +106,7 @@ class FeaturizedMolecules:
             "reason": np.array([r or "" for r in self.reasons], dtype=str),
             "features": self.features,
             "features_generator": np.array(self.features_generator, dtype=str),
+            "model_smiles": np.array(self.model_smiles, dtype=str),
             **self.graphs.to_arrays(),
         }
 
@@ -106,6 +118,7 @@ class FeaturizedMolecules:
             graphs=FlatGraphs.from_arrays(arrays),
             features=np.asarray(arrays["features"]),
             features_generator=tuple(str(s) for s in arrays["features_generator"]),
+            model_smiles=tuple(str(s) for s in arrays.get("model_smiles", ())),  # arrays stored before it: ()
         )
 
 
@@ -114,16 +127,24 @@ def featurize_smiles(
     features_generator: Sequence[str] = (),
     bond_drop_rate: float = 0.0,
     rng: np.random.Generator | None = None,
+    prep: MoleculePrep = MoleculePrep(),
 ) -> FeaturizedMolecules:
     """Featurise every row of ``smiles``; never raises for bad SMILES.
 
     ``features_generator``: upstream generator names (rdkit_2d, rdkit_2d_normalized, morgan, morgan_count,
     fgtasklabel), concatenated in the given order. ``bond_drop_rate`` / ``rng``: see ``kermt.chem.molgraph.build_graphs``.
+    ``prep``: the heavy-atom limit and the model's standardisation (default: the limit, no standardisation).
     """
-    mols, invalid = parse_many(smiles)
+    mols, invalid = parse_many(smiles, prep.max_heavy_atoms)
     reasons: list[str | None] = [None] * len(mols)
     for bad in invalid:
         reasons[bad.row] = bad.reason
+    model_smiles = [""] * len(mols)
+    for row, mol in enumerate(mols):
+        if mol is not None:
+            mols[row], model_smiles[row] = standardize(mol, prep.standardize)
+            if mols[row] is None:
+                reasons[row] = f"{UNFEATURIZABLE}: its standardised SMILES {model_smiles[row]!r} does not parse"
     # features before graphs, so a row with an infinite feature is invalid like any other (no atoms, NaN features)
     features = molecule_features(mols, tuple(features_generator))
     for row, reason in infinite_feature_reasons(features, features_generator).items():
@@ -141,6 +162,7 @@ def featurize_smiles(
         graphs=graphs,
         features=features,
         features_generator=tuple(features_generator),
+        model_smiles=tuple(model_smiles),
     )
 
 

@@ -6,7 +6,8 @@ A prediction's columns, in order: the SMILES, each task (the ensemble mean: a va
 class 1), then, when asked, ``<task>_std`` (the members' total spread), ``<task>_lower``/``<task>_upper`` (a
 regression's conformal interval), ``<task>_calibrated`` (a classifier's recalibrated probability), ``<task>_set``
 (its conformal prediction set), ``domain_distance``/``in_domain`` (the applicability domain); the runners then add
-the input's carried columns, ``valid`` and ``error``. Every column of an invalid molecule is null.
+the input's carried columns, ``valid``, ``error`` and, for a model that standardises its molecules,
+``model_smiles``. Every column of an invalid molecule is null.
 
 Pure numpy: :func:`prediction_columns` returns arrays, and each runner only changes their container (Arrow
 arrays for a file, JSON values for a response). Per-atom attributions will be one more suffix here.
@@ -23,6 +24,9 @@ from kermt.uncertainty.classification import ClassCalibration
 from kermt.uncertainty.conformal import Calibration, intervals
 
 SMILES_COLUMN, VALID_COLUMN, ERROR_COLUMN = "smiles", "valid", "error"
+# the SMILES of the molecule the model saw where its standardisation changed the input's ("" where unchanged); only
+# for a model that standardises (kermt.chem.standardize), after ``error``
+MODEL_SMILES_COLUMN = "model_smiles"
 STD_SUFFIX = "_std"  # --uncertainty: <task>_std, the members' (total) standard deviation
 LOWER_SUFFIX, UPPER_SUFFIX = "_lower", "_upper"  # --interval: <task>_lower / <task>_upper, conformal bounds
 CALIBRATED_SUFFIX = "_calibrated"  # classification with a calibration: the recalibrated probability
@@ -111,6 +115,7 @@ def prediction_columns(plan: OutputPlan, mean: np.ndarray, std: np.ndarray, vali
 
 __all__ = [
     "CALIBRATED_SUFFIX", "DISTANCE_COLUMN", "DOMAIN_COLUMNS", "ERROR_COLUMN", "IN_DOMAIN_COLUMN", "LOWER_SUFFIX",
+    "MODEL_SMILES_COLUMN",
     "OutputPlan", "SET_SUFFIX", "SMILES_COLUMN", "STD_SUFFIX", "TASK_SUFFIXES", "UPPER_SUFFIX", "VALID_COLUMN",
     "ensemble_mean", "ensemble_spread", "prediction_columns",
 ]

@@ -1,8 +1,10 @@
 """Molecule features for prediction: check that the features offered are the ones every member was trained with
-(generator, width), pick the checkpoint's own generator when none is named, and scale them per member."""
+(generator, width), pick the checkpoint's own generator when none is named, and scale them per member; and the
+standardisation every member's molecules went through (prediction applies the same)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +13,7 @@ import torch
 
 from kermt.checkpoint.spec import CheckpointSpec
 from kermt.chem.descriptors import GENERATOR_WIDTHS
+from kermt.chem.standardize import DEFAULT_MAX_HEAVY_ATOMS, UNRECORDED_STANDARDIZATION, MoleculePrep
 from kermt.errors import UserError
 
 class FeatureMismatchError(UserError):
@@ -25,12 +28,18 @@ class FeaturePlan:
     width      features per molecule (0: the model takes none)
     from_file  True when ``--features_path`` supplies them
     note       a line for the log when the choice was made automatically, else None
+    standardize  how the members' molecules were standardised (prediction does the same)
     """
 
     generator: tuple[str, ...]
     width: int
     from_file: bool = False
     note: str | None = None
+    standardize: str = UNRECORDED_STANDARDIZATION
+
+    def prep(self, max_heavy_atoms: int = DEFAULT_MAX_HEAVY_ATOMS) -> MoleculePrep:
+        """How each molecule is prepared for these members: their standardisation, under ``max_heavy_atoms``."""
+        return MoleculePrep(self.standardize, max_heavy_atoms)
 
 
 def _expected(spec: CheckpointSpec) -> tuple[tuple[str, ...], int]:
@@ -54,7 +63,18 @@ def describe_expected(generator: tuple[str, ...], width: int) -> str:
 def plan_features(specs: Sequence[CheckpointSpec], features_generator: Sequence[str] | None = None,
                   features_path_width: int | None = None) -> FeaturePlan:
     """Check the user's feature flags against every member; raise :class:`FeatureMismatchError` naming what the
-    checkpoint expects. ``None`` = flag not given (then the checkpoint's own generator is used)."""
+    checkpoint expects. ``None`` = flag not given (then the checkpoint's own generator is used). The plan carries
+    the members' standardisation (they must agree)."""
+    standardizations = sorted({spec.features.standardize for spec in specs})
+    if len(standardizations) > 1:
+        raise FeatureMismatchError("ensemble members standardised their molecules differently "
+                                   f"({', '.join(standardizations)}); predict with each group of members separately")
+    plan = _plan_generator(specs, features_generator, features_path_width)
+    return dataclasses.replace(plan, standardize=standardizations[0]) if standardizations else plan
+
+
+def _plan_generator(specs: Sequence[CheckpointSpec], features_generator: Sequence[str] | None,
+                    features_path_width: int | None) -> FeaturePlan:
     expected = {_expected(spec) for spec in specs}
     if len(expected) > 1:
         raise FeatureMismatchError("ensemble members were trained with different molecule features: "

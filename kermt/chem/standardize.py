@@ -1,0 +1,80 @@
+"""What a molecule goes through before featurisation: the heavy-atom limit and the model's standardisation.
+
+A model records how its molecules were standardised (``FeatureSettings.standardize`` in its checkpoint spec) and
+every prediction applies the same, so a sodium salt gets its parent acid's number. ``parent``: RDKit
+rdMolStandardize's largest organic fragment, neutralised where possible (no tautomer canonicalisation: it changes
+molecules a chemist drew on purpose, and costs milliseconds a molecule). ``none``: the molecule as parsed, what
+upstream's checkpoints were trained on.
+
+Deterministic and cheap: a molecule of one fragment and no charged atom (nearly every row of a screening library)
+is returned as parsed, untouched; any other is standardised, and if its canonical SMILES changed, re-parsed from
+that SMILES, so the model sees exactly the molecule that SMILES describes (the salt and the acid featurise alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rdkit import Chem, rdBase
+from rdkit.Chem.MolStandardize import rdMolStandardize
+
+from kermt.errors import UserError
+from kermt.registry import STANDARDIZATIONS, Standardization
+
+# Larger than any small-molecule drug (vancomycin has 101 heavy atoms, cyclosporin 85; MOSES and the upstream
+# fixtures stay under 40), small enough that one molecule cannot stall a batch or a serve replica.
+DEFAULT_MAX_HEAVY_ATOMS = 200
+FINETUNE_STANDARDIZATION: Standardization = "parent"  # every new finetune (from scratch or from a checkpoint)
+UNRECORDED_STANDARDIZATION: Standardization = "none"  # a checkpoint that records none: upstream's, or older ones
+
+_CHOOSER = rdMolStandardize.LargestFragmentChooser(preferOrganic=True)
+_UNCHARGER = rdMolStandardize.Uncharger()
+
+
+def check_standardization(value: object, where: str = "--standardize") -> Standardization:
+    """``value`` when it names a standardisation, else a one-line UserError naming ``where`` (a flag or key)."""
+    if value not in STANDARDIZATIONS:
+        raise UserError(f"{where} {value!r} is not one of {', '.join(STANDARDIZATIONS)}")
+    return value  # type: ignore[return-value]
+
+
+def check_max_heavy_atoms(value: object, where: str = "--max_heavy_atoms") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{where} {value!r}: must be a whole number of heavy atoms, at least 1")
+    return value
+
+
+@dataclass(frozen=True)
+class MoleculePrep:
+    """How each SMILES becomes the molecule a model sees: rejected above ``max_heavy_atoms`` heavy atoms (decided
+    from the parse alone), then standardised as ``standardize`` says. The library's default standardises nothing
+    (upstream's behaviour); a model's own setting comes from its checkpoint."""
+
+    standardize: Standardization = UNRECORDED_STANDARDIZATION
+    max_heavy_atoms: int = DEFAULT_MAX_HEAVY_ATOMS
+
+    def __post_init__(self) -> None:
+        check_standardization(self.standardize, "standardize")
+        check_max_heavy_atoms(self.max_heavy_atoms, "max_heavy_atoms")
+
+
+def standardize(mol: Chem.Mol, how: Standardization) -> tuple[Chem.Mol | None, str]:
+    """(the molecule the model sees, its SMILES when it differs from ``mol``'s, else ""). None when the
+    standardised molecule does not parse back (then the row is invalid)."""
+    if how == "none" or not _needs_parent(mol):
+        return mol, ""
+    with rdBase.BlockLogs():
+        before = Chem.MolToSmiles(mol)
+        after = Chem.MolToSmiles(_UNCHARGER.uncharge(_CHOOSER.choose(mol)))
+        if after == before:
+            return mol, ""
+        return Chem.MolFromSmiles(after), after
+
+
+def _needs_parent(mol: Chem.Mol) -> bool:
+    """Whether ``parent`` could change ``mol``: it has several fragments or a charged atom."""
+    return len(Chem.GetMolFrags(mol)) > 1 or any(atom.GetFormalCharge() for atom in mol.GetAtoms())
+
+
+__all__ = ["DEFAULT_MAX_HEAVY_ATOMS", "FINETUNE_STANDARDIZATION", "MoleculePrep", "UNRECORDED_STANDARDIZATION",
+           "check_max_heavy_atoms", "check_standardization", "standardize"]
