@@ -13,25 +13,30 @@ import pyarrow as pa
 import ray
 
 from kermt.chem.molgraph import RAGGED_WIDTH, FlatGraphs
+from kermt.chem.standardize import MoleculePrep
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.data.ragged import flat_values, list_column, offsets_of
+from kermt.inference.columns import MODEL_SMILES_COLUMN
 from ray_app.common.progress import Progress
 
 
 class FeaturizeBatch:
-    """map_batches function: a pyarrow batch with a ``smiles`` column -> one featurised row per input row."""
+    """map_batches function: a pyarrow batch with a ``smiles`` column -> one featurised row per input row, each
+    molecule prepared as ``prep`` says (heavy-atom limit, the model's standardisation)."""
 
-    def __init__(self, features_generator: Sequence[str]) -> None:
+    def __init__(self, features_generator: Sequence[str], prep: MoleculePrep = MoleculePrep()) -> None:
         self.features_generator = tuple(features_generator)
+        self.prep = prep
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         smiles = [s if s is not None else "" for s in batch.column("smiles").to_pylist()]
-        done = featurize_smiles(smiles, self.features_generator)
+        done = featurize_smiles(smiles, self.features_generator, prep=self.prep)
         graphs = done.graphs
         columns = {
             "row": batch.column("row"),
             "smiles": pa.array(smiles, pa.string()),
             "reason": pa.array([r or "" for r in done.reasons], pa.string()),
+            MODEL_SMILES_COLUMN: pa.array(done.model_smiles, pa.string()),
             "atom_counts": pa.array(graphs.atom_counts),
             "bond_counts": pa.array(graphs.bond_counts),
             "features": list_column(done.features, offsets_of(np.ones(len(smiles), np.int64))),
@@ -45,16 +50,16 @@ class FeaturizeBatch:
 
 def featurize_on_cluster(
     smiles: Sequence[str], features_generator: Sequence[str] = (), rows_per_task: int = 512,
-    label: str = "featurising"
+    label: str = "featurising", prep: MoleculePrep = MoleculePrep()
 ) -> FeaturizedMolecules:
-    """Featurise ``smiles`` with Ray Data CPU tasks; the result is row-aligned with the input. A long run prints
-    progress lines headed ``label``."""
+    """Featurise ``smiles`` with Ray Data CPU tasks, each molecule prepared as ``prep`` says; the result is
+    row-aligned with the input. A long run prints progress lines headed ``label``."""
     generators = tuple(features_generator)
     if not smiles:
-        return featurize_smiles([], generators)
+        return featurize_smiles([], generators, prep=prep)
     source = pa.table({"row": pa.array(np.arange(len(smiles), dtype=np.int64)), "smiles": pa.array(list(smiles))})
     ds = ray.data.from_arrow(source).repartition(max(1, -(-len(smiles) // rows_per_task)))
-    ds = ds.map_batches(FeaturizeBatch(generators), batch_format="pyarrow", batch_size=None, num_cpus=1)
+    ds = ds.map_batches(FeaturizeBatch(generators, prep), batch_format="pyarrow", batch_size=None, num_cpus=1)
     # One map stage whose outputs are all collected: Ray Data's per-operator reservation has nothing to protect
     # here, and it held this stage to one task at a time for long stretches (200k molecules on 2 CPUs: 77 % busy
     # with it, 95 % without). This dataset's own context: the multi-stage pipelines (screening, corpus) keep the
@@ -97,4 +102,6 @@ def molecules_from_table(table: pa.Table, features_generator: Sequence[str] = ()
         graphs=FlatGraphs.from_arrays(arrays),
         features=flat.reshape(n, len(flat) // n if n else 0),
         features_generator=tuple(features_generator),
+        model_smiles=(tuple(table.column(MODEL_SMILES_COLUMN).to_pylist())  # dropped where nothing standardises
+                      if MODEL_SMILES_COLUMN in table.column_names else ()),
     )

@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
+from kermt.chem.standardize import FINETUNE_STANDARDIZATION
 from kermt.config import HeadConfig
 from kermt.names import did_you_mean
 from kermt.presets import UPSTREAM_FINETUNE
@@ -33,11 +34,13 @@ from kermt.registry import (
     PaddingMode,
     Precision,
     SplitType,
+    Standardization,
 )
 from kermt.uncertainty.classification import DEFAULT_CLASSIFICATION_METHOD
 from kermt.uncertainty.conformal import DEFAULT_METHOD
 from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings
+from ray_app.common.molecule_flags import max_heavy_atoms_field
 from ray_app.common.settings import Source
 
 # Defaults of upstream main.py finetune's parser: kermt.presets (architecture flags default to None: the checkpoint's,
@@ -61,6 +64,12 @@ class FinetuneConfig(DataParallelSettings):
     no_features_scaling: bool = Field(False, description="do not standardise molecule features")
     max_data_size: Optional[int] = Field(None, description="read at most this many rows per file")
     on_invalid: Literal["skip", "error"] = Field("skip", description="invalid SMILES: skip (logged) or error")
+    max_heavy_atoms: int = max_heavy_atoms_field()
+    standardize: Standardization = Field(
+        FINETUNE_STANDARDIZATION, description="how molecules are standardised before featurisation, recorded in the "
+        "model and applied by every prediction with it: parent (RDKit rdMolStandardize: the largest organic "
+        "fragment, neutralised where possible, so a salt is its parent) or none (the molecule as written, as "
+        "upstream; the splits use the input SMILES either way)")
     dataset_type: Optional[DatasetType] = Field(
         None, description="regression or classification (default: inferred from the labels, and echoed)"
     )

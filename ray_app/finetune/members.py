@@ -77,7 +77,7 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
     """Native checkpoint + upstream-compatible model.pt + metrics.csv (+ TensorBoard) of one member."""
     c = setup.config
     features = FeatureSettings(tuple(c.features_generator or ()), splits.features_scaler is not None,
-                               None, False)
+                               None, False, standardize=c.standardize)
     spec = CheckpointSpec.for_finetune_model(model.config, task_names=tuple(setup.task_names), features=features,
                                              data_scaler=splits.target_scaler, features_scaler=splits.features_scaler)
     passthrough = unbuilt_encoder_tensors(setup.source_checkpoint()) if setup.checkpoint else None

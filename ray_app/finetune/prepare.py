@@ -7,11 +7,13 @@ its file, row and reason (``invalid_smiles.csv``), and ``--on_invalid error`` tu
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from kermt.chem.standardize import MoleculePrep
 from kermt.chem.validation import InvalidSmiles
 from kermt.data.dataset import MoleculeSet
 from kermt.data.feature_files import load_features
@@ -57,11 +59,11 @@ def load_source(
     table, blinded = read_labelled(path, config, target_names, blinded_ok)
     if blinded:
         print(f"{path}: no label columns, so it is a blinded test set (predictions only, no test score)", flush=True)
-    featurized = featurize_on_cluster(table.smiles, config.features_generator or (), label=f"featurising {path}")
+    featurized = featurize_on_cluster(table.smiles, config.features_generator or (), label=f"featurising {path}",
+                                      prep=MoleculePrep(config.standardize, config.max_heavy_atoms))
     if features_paths:
         extra = [load_features(p, expected_rows=len(table))[0] for p in features_paths]
-        featurized = FeaturizedMolecules(featurized.smiles, featurized.reasons, featurized.graphs,
-                                         np.concatenate(extra, axis=1), featurized.features_generator)
+        featurized = dataclasses.replace(featurized, features=np.concatenate(extra, axis=1))
     invalid = tuple(featurized.invalid)
     if invalid and config.on_invalid == "error":
         shown = "; ".join(str(bad) for bad in invalid[:10])

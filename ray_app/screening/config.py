@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kermt.presets import PREDICT_BATCH_SIZE
 from kermt.registry import FEATURE_GENERATORS, DatasetType, FingerprintSource, Metric
+from ray_app.common.molecule_flags import max_heavy_atoms_field
 from ray_app.common.settings import did_you_mean
 
 
@@ -37,6 +38,7 @@ class ScreeningConfig(BaseModel):
                                             "kermt predict every other column, else a SMILES file's name column)")
     batch_size: int = Field(PREDICT_BATCH_SIZE, ge=1,
                             description="molecules per model batch (results depend on it: docs/screening.md)")
+    max_heavy_atoms: int = max_heavy_atoms_field()
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
     dataset_type: Optional[DatasetType] = Field(
         None, description="only for an upstream finetuned checkpoint that stores neither its dataset type nor "

@@ -14,7 +14,7 @@ from kermt.checkpoint import Checkpoint
 from kermt.data.feature_files import load_features_files
 from kermt.errors import UserError, user_input
 from kermt.inference import FeaturePlan, find_checkpoints, plan_features, read_members, task_names
-from kermt.inference.columns import ERROR_COLUMN, SMILES_COLUMN, VALID_COLUMN, OutputPlan
+from kermt.inference.columns import ERROR_COLUMN, MODEL_SMILES_COLUMN, SMILES_COLUMN, VALID_COLUMN, OutputPlan
 from kermt.inference.mc_dropout import check_dropout
 from kermt.inputs import check_checkpoint_file
 from kermt.uncertainty import Calibration, ClassCalibration
@@ -128,6 +128,8 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
         calibration_file = check_calibration_file(config, names, from_file)
         outputs = output_plan(config, members, calibrations, classes, domain is not None, calibration_file is not None)
         written = {SMILES_COLUMN, *outputs.names(), VALID_COLUMN, ERROR_COLUMN}
+        if plan.standardize != "none":
+            written.add(MODEL_SMILES_COLUMN)
         source = source_columns(config, written if carry_other_columns else None)
         clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, VALID_COLUMN, ERROR_COLUMN}
         if clash:

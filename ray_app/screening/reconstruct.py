@@ -25,6 +25,7 @@ from kermt.checkpoint import Checkpoint, read_checkpoint
 from kermt.data.corpus import open_corpus
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.chem.vocab_smiles import SmilesVocab
+from kermt.chem.standardize import MoleculePrep
 from kermt.errors import UserError, user_input
 from kermt.inference import batch_starts
 from kermt.inputs import check_checkpoint_file
@@ -182,7 +183,8 @@ def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
     concurrency = connect_actors(config)
     source = plan.source
     ds = numbered(read_table_lazily(source.table, [source.smiles_column, *source.id_columns]))
-    spec = InputSpec(source.smiles_column, source.id_columns, canonical=True)
+    spec = InputSpec(source.smiles_column, source.id_columns, canonical=True,
+                     prep=MoleculePrep(max_heavy_atoms=config.max_heavy_atoms))
     block = BATCHES_PER_BLOCK * config.batch_size
     ds = ds.repartition(target_num_rows_per_block=block, strict=True)
     ds = ds.map_batches(_featurize_numbered, fn_kwargs={"spec": spec}, batch_format="pyarrow", batch_size=None,

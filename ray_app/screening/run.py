@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from kermt.checkpoint import Checkpoint, read_checkpoint
+from kermt.chem.standardize import MoleculePrep
 from kermt.errors import UserError, user_input
 from kermt.inference import Embedder
 from kermt.inputs import check_checkpoint_file
@@ -60,6 +61,11 @@ def _embedding_checkpoint(config: FingerprintConfig | EmbedConfig) -> Checkpoint
     return checkpoint
 
 
+def _prep(config: ScreeningConfig, checkpoint: Checkpoint) -> MoleculePrep:
+    """The checkpoint's standardisation (a finetuned model's own; none for a pretrained one), under the limit."""
+    return MoleculePrep(checkpoint.spec.features.standardize, config.max_heavy_atoms)
+
+
 def run_fingerprint(config: FingerprintConfig) -> int:
     started = time.perf_counter()
     checkpoint = _embedding_checkpoint(config)
@@ -75,7 +81,8 @@ def run_fingerprint(config: FingerprintConfig) -> int:
     else:
         generator = tuple(config.features_generator or ())
     source = source_columns(config)
-    spec = InputSpec(source.smiles_column, (), generator, file_features=from_file is not None)
+    spec = InputSpec(source.smiles_column, (), generator, file_features=from_file is not None,
+                     prep=_prep(config, checkpoint))
     ds = start_stream(config, source.table, spec, EmbedStage,
                       {"checkpoint": checkpoint, "fingerprint_source": families}, from_file)
     output = Path(config.output_path)
@@ -97,7 +104,7 @@ def run_embed(config: EmbedConfig) -> int:
     started = time.perf_counter()
     checkpoint = _embedding_checkpoint(config)
     source = source_columns(config)
-    spec = InputSpec(source.smiles_column, source.id_columns, canonical=True)
+    spec = InputSpec(source.smiles_column, source.id_columns, canonical=True, prep=_prep(config, checkpoint))
     output = Path(config.output_path)
     if output.suffix.lower() in (".csv", ".npy", ".npz"):
         raise UserError(f"output_path {output}: embed writes a .parquet file or a directory of .npy files")

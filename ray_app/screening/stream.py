@@ -32,11 +32,12 @@ import pyarrow as pa
 import torch
 
 from kermt.checkpoint import Checkpoint
+from kermt.chem.standardize import MoleculePrep
 from kermt.chem.validation import reason_kind
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
-from kermt.inference.columns import OutputPlan, prediction_columns
+from kermt.inference.columns import MODEL_SMILES_COLUMN, OutputPlan, prediction_columns
 from kermt.uncertainty.domain import DomainIndex, DomainScorer
 from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
 from ray_app.common.progress import Progress
@@ -74,7 +75,8 @@ def _canonical(smiles: Sequence[str]) -> list[str | None]:
 @dataclass(frozen=True)
 class InputSpec:
     """What the featurise stage reads and computes. ``canonical``: graphs from canonical SMILES (upstream's
-    extract_embeddings does this), which are also kept as a column."""
+    extract_embeddings does this), which are also kept as a column. ``prep``: the heavy-atom limit and the model's
+    standardisation (a model that standardises gets a ``model_smiles`` column)."""
 
     smiles_column: str
     id_columns: tuple[str, ...] = ()
@@ -82,6 +84,7 @@ class InputSpec:
     canonical: bool = False
     file_features: bool = False
     label_columns: tuple[str, ...] = ()
+    prep: MoleculePrep = MoleculePrep()
 
 
 def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
@@ -90,8 +93,8 @@ def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
     canonical = _canonical(smiles) if spec.canonical else None
     graph_smiles = [c or s for c, s in zip(canonical, smiles)] if canonical else smiles
     rows = pa.array(np.arange(len(smiles), dtype=np.int64))
-    table = FeaturizeBatch(spec.features_generator)(pa.table({"row": rows, "smiles": graph_smiles}))
-    table = table.drop_columns(["row"])
+    table = FeaturizeBatch(spec.features_generator, spec.prep)(pa.table({"row": rows, "smiles": graph_smiles}))
+    table = table.drop_columns(["row"] if spec.prep.standardize != "none" else ["row", MODEL_SMILES_COLUMN])
     table = table.set_column(table.schema.get_field_index("smiles"), "smiles", pa.array(smiles, pa.string()))
     if spec.file_features:
         table = _attach_file_features(table, batch)
@@ -113,12 +116,14 @@ def _attach_file_features(table: pa.Table, batch: pa.Table) -> pa.Table:
 
 
 def carried_columns(table: pa.Table, molecules: FeaturizedMolecules) -> dict[str, pa.Array]:
-    """Columns every output keeps: ids (their own names), labels (``label::<name>``), ``valid`` and ``error``
-    (empty when valid)."""
+    """Columns every output keeps: ids (their own names), labels (``label::<name>``), ``valid``, ``error`` (empty
+    when valid) and, for a model that standardises, ``model_smiles`` (empty where the input is what it saw)."""
     out = {name[len(ID_PREFIX):]: table.column(name) for name in table.column_names if name.startswith(ID_PREFIX)}
     out.update({name: table.column(name) for name in table.column_names if name.startswith(LABEL_PREFIX)})
     out["valid"] = pa.array(molecules.valid)
     out["error"] = pa.array([r or "" for r in molecules.reasons], pa.string())
+    if MODEL_SMILES_COLUMN in table.column_names:
+        out[MODEL_SMILES_COLUMN] = table.column(MODEL_SMILES_COLUMN)
     return out
 
 
@@ -288,7 +293,7 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
     """The lazy dataset of prediction blocks (starts Ray); ``label_columns`` travel along as ``label::<name>``."""
     plan, source = checked.features, checked.source
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
-                     label_columns=label_columns)
+                     label_columns=label_columns, prep=plan.prep(config.max_heavy_atoms))
     return start_stream(config, source.table, spec, PredictStage, {"members": checked.members, "outputs": checked.outputs(config),
                                                      "domain": checked.domain,
                                                      "dropout_samples": config.dropout_samples},

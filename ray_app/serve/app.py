@@ -112,7 +112,8 @@ class Gateway:
         """One call to model ``name``: each job's entries."""
         # the featurizer's response is passed on unfetched: its molecules go from that replica to the model's
         molecules = (self.featurizer.featurize.remote([job.smiles for job in jobs],
-                                                      tuple(self.infos[name].features_generator))
+                                                      tuple(self.infos[name].features_generator),
+                                                      self.infos[name].standardize)
                      if self.featurizer is not None else None)
         return await self.models[name].predict.remote(list(jobs), molecules)
 

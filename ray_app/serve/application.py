@@ -66,13 +66,14 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
     handles = {
         m.name: ModelReplica.options(name=deployment_name(m.name), **_replica_options(config)).bind(
             m, config.batch_size, config.max_batch_size, config.batch_wait_timeout_s, config.max_batch_atoms,
-            "cuda" if config.use_gpu else "cpu")
+            "cuda" if config.use_gpu else "cpu", config.max_heavy_atoms)
         for m in models
     }
     featurizer = (Featurizer.options(name=FEATURIZER_DEPLOYMENT, num_replicas=config.num_featurizers,
                                      max_ongoing_requests=FEATURIZER_ONGOING_REQUESTS,
                                      health_check_period_s=HEALTH_CHECK_PERIOD_S,
-                                     ray_actor_options={"num_cpus": config.featurizer_cpus}).bind()
+                                     ray_actor_options={"num_cpus": config.featurizer_cpus}).bind(
+                                         config.max_heavy_atoms)
                   if config.num_featurizers else None)
     return Gateway.options(num_replicas=1, max_ongoing_requests=GATEWAY_ONGOING_REQUESTS,
                            ray_actor_options={"num_cpus": 0}).bind(

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from kermt.presets import PREDICT_BATCH_SIZE
 from ray_app.common.data_parallel import parse_worker_range
+from ray_app.common.molecule_flags import max_heavy_atoms_field
 
 Ingress = Literal["ray", "haproxy"]  # ray_app.serve.ingress says what each is
 DEFAULT_HOST = "127.0.0.1"  # loopback unless --host says otherwise (then --api_key_env, else a warning)
@@ -69,6 +70,7 @@ class ServeConfig(BaseModel):
                             "request's numbers are kermt predict's for a file of its SMILES with this --batch_size")
     max_batch_atoms: int = Field(4096, ge=1, description="atoms per model forward: the molecules of a replica batch "
                                  "of requests share forwards up to this many atoms (the memory a forward needs)")
+    max_heavy_atoms: int = max_heavy_atoms_field()
     max_request_molecules: int = Field(1000, ge=1, description="SMILES one request may hold (more: HTTP 413)")
     max_embed_molecules: int = Field(100, ge=1, description="SMILES one request with \"embed\": true may hold "
                                      "(each embedding is 2 x the hidden size floats: 1,600 for hidden size 800, ~35 kB "

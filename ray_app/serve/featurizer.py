@@ -16,19 +16,26 @@ from collections.abc import Sequence
 
 from ray import serve
 
+from kermt.chem.standardize import DEFAULT_MAX_HEAVY_ATOMS, MoleculePrep
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
+from kermt.registry import Standardization
 
 
 @serve.deployment
 class Featurizer:
-    """Featurises requests' SMILES, for every model of the app."""
+    """Featurises requests' SMILES, for every model of the app, under the app's ``--max_heavy_atoms``."""
 
-    def featurize(self, requests: Sequence[tuple[str, ...]],
-                  features_generator: tuple[str, ...]) -> list[FeaturizedMolecules]:
-        """Each request's SMILES featurised (one call carries the group of requests the ingress coalesced)."""
+    def __init__(self, max_heavy_atoms: int = DEFAULT_MAX_HEAVY_ATOMS) -> None:
+        self.max_heavy_atoms = max_heavy_atoms
+
+    def featurize(self, requests: Sequence[tuple[str, ...]], features_generator: tuple[str, ...],
+                  standardize: Standardization = "none") -> list[FeaturizedMolecules]:
+        """Each request's SMILES featurised (one call carries the group of requests the ingress coalesced), with
+        the model's molecule features and standardisation."""
         # a plain method: Serve runs it in a thread pool, so the replica's event loop keeps taking calls and
         # health checks while RDKit works (which holds the interpreter lock: one call featurised at a time)
-        return [featurize_smiles(smiles, features_generator) for smiles in requests]
+        prep = MoleculePrep(standardize, self.max_heavy_atoms)
+        return [featurize_smiles(smiles, features_generator, prep=prep) for smiles in requests]
 
 
 __all__ = ["Featurizer"]

@@ -106,7 +106,7 @@ def load_served_model(name: str, source: str | Path, *, default: bool, trust_che
     calibration = next(iter(calibrations.values())) if calibrations else None
     info = ModelInfo(name=name, default=default, tasks=list(task_names(first)), dataset_type=first.head.dataset_type,
                      features_generator=list(plan.generator), features_scaling=first.features_scaler is not None,
-                     padding=paddings.pop(),
+                     padding=paddings.pop(), standardize=plan.standardize,
                      members=[MemberInfo(path=str(m.path), sha256=checkpoint_sha256(Path(m.path))) for m in members],
                      calibrated=calibration is not None, calibration_method=calibration and calibration.method,
                      calibration_size=calibration and calibration.n, domain=domain is not None,

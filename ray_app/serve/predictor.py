@@ -9,7 +9,10 @@ of a batch share forwards of up to ``batch_size`` molecules and ``max_batch_atom
 shared.predict_blocks`), and still each request gets `kermt predict`'s numbers for a file of its own SMILES with the
 same ``--batch_size``: with upstream padding a molecule only shares a forward with molecules whose batches in their
 own requests have the same neighbour width, and that forward is collated at that width. A client's numbers never
-depend on what other clients sent. An invalid SMILES is its own entry with RDKit's reason, never an error.
+depend on what other clients sent. An invalid SMILES is its own entry with RDKit's reason, never an error; so is
+a molecule over ``--max_heavy_atoms``, refused from its SMILES in milliseconds (it would hold the replica for
+minutes). A model that standardises its molecules applies its standardisation, and its entries say what it saw
+(``model_smiles``).
 
 Each entry holds `kermt predict`'s columns for the molecule, computed by the same code
 (:mod:`kermt.inference.columns`). ``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted
@@ -27,9 +30,10 @@ from dataclasses import replace
 import numpy as np
 from ray import serve
 
+from kermt.chem.standardize import DEFAULT_MAX_HEAVY_ATOMS, MoleculePrep
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.inference import Ensemble, EnsemblePrediction
-from kermt.inference.columns import OutputPlan, prediction_columns
+from kermt.inference.columns import MODEL_SMILES_COLUMN, OutputPlan, prediction_columns
 from kermt.inference.shared import predict_blocks
 from kermt.uncertainty.domain import DomainScorer
 from ray_app.serve.embedding import EMBEDDING_COLUMN, MemberEmbedding
@@ -57,14 +61,17 @@ def _job_outputs(base: OutputPlan, job: PredictJob, has_domain: bool) -> OutputP
 
 
 def _entries(outputs: OutputPlan, job: PredictJob, molecules: FeaturizedMolecules, prediction: EnsemblePrediction,
-             domain: tuple[np.ndarray, np.ndarray] | None, extras: dict[str, list]) -> list[dict]:
+             domain: tuple[np.ndarray, np.ndarray] | None, extras: dict[str, list], standardizes: bool) -> list[dict]:
     """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then `kermt predict`'s columns (the tasks,
-    their std, interval or calibrated probability and set, the domain), then the extras (its embedding)."""
+    their std, interval or calibrated probability and set, the domain), then the extras (its embedding); for a model
+    that standardises, model_smiles after error."""
     valid = np.asarray(molecules.valid, dtype=bool)
     columns = prediction_columns(outputs, prediction.mean, prediction.std, valid, domain)
     out = []
     for i, smiles in enumerate(job.smiles):
         entry = {"smiles": smiles, "valid": bool(valid[i]), "error": molecules.reasons[i]}
+        if standardizes:
+            entry[MODEL_SMILES_COLUMN] = molecules.model_smiles[i]
         entry.update({name: _value(values[i]) if valid[i] else None for name, values in columns.items()})
         entry.update({name: extras[name][i] for name in _requested_columns(job)})
         out.append(entry)
@@ -75,9 +82,10 @@ class Predictor:
     """What a replica computes, without Serve (tests call it directly): a served model's ensemble and extras."""
 
     def __init__(self, model: ServedModel, batch_size: int, max_batch_atoms: int | None = None,
-                 device: str = "cpu"):
+                 device: str = "cpu", max_heavy_atoms: int = DEFAULT_MAX_HEAVY_ATOMS):
         self.ensemble = Ensemble(model.members, device)
         self.features_generator = model.features_generator
+        self.prep = MoleculePrep(model.info.standardize, max_heavy_atoms)
         regression = self.ensemble.dataset_type == "regression"
         self.outputs = OutputPlan(self.ensemble.task_names, regression,
                                   calibrations=model.calibrations if regression else None,
@@ -91,7 +99,7 @@ class Predictor:
 
     def featurize(self, jobs: Sequence[PredictJob]) -> list[FeaturizedMolecules]:
         """Each job's molecules featurised."""
-        return [featurize_smiles(job.smiles, self.features_generator) for job in jobs]
+        return [featurize_smiles(job.smiles, self.features_generator, prep=self.prep) for job in jobs]
 
     def predict(self, jobs: Sequence[PredictJob], blocks: Sequence[FeaturizedMolecules]) -> list[list[dict]]:
         """Every job's entries, in input order; ``blocks``: each job's featurised molecules."""
@@ -103,7 +111,7 @@ class Predictor:
             domain = self.domain(molecules, self.batch_size) if self.domain is not None and job.domain else None
             extras = self.embedding(molecules, self.batch_size) if job.embed else {}
             outputs = _job_outputs(self.outputs, job, self.domain is not None)
-            out.append(_entries(outputs, job, molecules, prediction, domain, extras))
+            out.append(_entries(outputs, job, molecules, prediction, domain, extras, self.prep.standardize != "none"))
         return out
 
     def predict_smiles(self, jobs: Sequence[PredictJob]) -> list[list[dict]]:
@@ -116,8 +124,9 @@ class ModelReplica:
     that arrive while the model's calls are busy, :mod:`ray_app.serve.coalesce`)."""
 
     def __init__(self, model: ServedModel, batch_size: int, max_batch_size: int, batch_wait_timeout_s: float,
-                 max_batch_atoms: int | None = None, device: str = "cpu"):
-        self.predictor = Predictor(model, batch_size, max_batch_atoms, device)
+                 max_batch_atoms: int | None = None, device: str = "cpu",
+                 max_heavy_atoms: int = DEFAULT_MAX_HEAVY_ATOMS):
+        self.predictor = Predictor(model, batch_size, max_batch_atoms, device, max_heavy_atoms)
         self._predict_batch.set_max_batch_size(max_batch_size)
         self._predict_batch.set_batch_wait_timeout_s(batch_wait_timeout_s)
         self._in_flight = 0  # calls in this replica now (the event loop's thread alone changes it)

@@ -89,6 +89,8 @@ class ModelInfo(BaseModel):
     features_generator: list[str]
     features_scaling: bool
     padding: str
+    standardize: str = Field("none", description="how the model's molecules are standardised (parent: largest "
+                             "organic fragment, neutralised; none); an entry's model_smiles says what it saw")
     members: list[MemberInfo]
     calibrated: bool = Field(False, description="the run holds a calibration: requests may ask for an interval")
     calibration_method: Optional[str] = None

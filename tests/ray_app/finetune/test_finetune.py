@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kermt.checkpoint import load_finetune_model, read_checkpoint
+from kermt.chem.standardize import MoleculePrep
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
 from kermt.train.step import predict
@@ -51,7 +52,8 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     # invalid rows are reported with their data-row numbers, and skipped
     with open(save_dir / "invalid_smiles.csv") as f:
         invalid = list(csv.DictReader(f))
-    assert [(r["row"], r["reason"]) for r in invalid] == [("4", "unparsable"), ("8", "empty")]
+    assert [(r["row"], r["reason"]) for r in invalid] == [  # RDKit's own message
+        ("4", "unparsable: syntax error while parsing: not_a_smiles; check for mistakes around position 3"), ("8", "empty")]
 
     # summary lines upstream users parse, and their values
     overall = summary["overall_scaffold_balanced_test_mae"]
@@ -67,7 +69,8 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     written = np.array([[float(v) for v in r[1:4]] for r in rows[2:]])
     checkpoint = read_checkpoint(save_dir / "fold_0/model_0/model")
     model, _ = load_finetune_model(checkpoint)
-    done = featurize_smiles(smiles)
+    assert checkpoint.spec.features.standardize == "parent"  # every new finetune's default, applied here too
+    done = featurize_smiles(smiles, prep=MoleculePrep(checkpoint.spec.features.standardize))
     test_set = MoleculeSet(done.graphs, None, np.zeros((len(smiles), 3), np.float32), done.smiles)
     again = checkpoint.spec.data_scaler.inverse_transform(predict(model, test_set, np.arange(len(smiles)), 16))
     np.testing.assert_allclose(written, again, rtol=0, atol=1e-6)

@@ -55,3 +55,19 @@ def test_upstream_padding_forbids_naive_sharing():
     naive = predictor.ensemble.predict(merged, 32).mean[:, 0]
     shared = np.concatenate([_values(entries) for entries in predictor.predict_smiles(JOBS)])
     assert np.nanmax(np.abs(naive - shared)) > 1e-4
+
+
+def test_a_standardising_model_gives_a_salt_its_parent_acids_entry(tmp_path):
+    from tests.kermt.chem.test_standardize import standardizing_checkpoint
+
+    served = load_served_model("m", standardizing_checkpoint(tmp_path / "model"), default=True,
+                               trust_checkpoint=False)
+    assert served.info.standardize == "parent"
+    salt, acid, plain = Predictor(served, BATCH_SIZE).predict_smiles(
+        [PredictJob(("CC(=O)[O-].[Na+]", "CCO")), PredictJob(("CC(=O)O",)), PredictJob(("C" * 300,))])
+    assert [e["model_smiles"] for e in salt] == ["CC(=O)O", ""] and acid[0]["model_smiles"] == ""
+    np.testing.assert_allclose(_values(salt[:1]), _values(acid), rtol=0, atol=1e-6)
+    assert plain[0]["valid"] is False and plain[0]["error"].startswith("too large: 300 heavy atoms")
+    # a model that records no standardisation (upstream's) keeps the counter-ion and has no model_smiles
+    upstream = Predictor(_model("zero"), BATCH_SIZE).predict_smiles([PredictJob(("CC(=O)[O-].[Na+]",))])[0][0]
+    assert "model_smiles" not in upstream and upstream["valid"]

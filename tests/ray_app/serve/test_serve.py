@@ -8,6 +8,7 @@ import hashlib
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -228,3 +229,19 @@ def test_the_foreground_wait_ends_on_sigterm_and_sigint(signum):
     timer.start()
     assert wait_for_stop_signal() == signum
     timer.join()
+
+
+def test_a_huge_molecule_is_an_invalid_entry_at_once_and_the_service_keeps_answering(served):
+    # 5,000 heavy atoms: featurised and predicted it held a replica for minutes (HTTP 503, failed health checks)
+    client, huge = served.client, "C" * 5000
+    with ThreadPoolExecutor(2) as pool:
+        started = time.perf_counter()
+        request = pool.submit(_post, client, "/predict", ["CCO", huge, "c1ccccc1"])
+        other = pool.submit(_post, client, "/predict", SMILES[:3])
+        predictions, alone = request.result()["predictions"], other.result()["predictions"]
+        seconds = time.perf_counter() - started
+    assert [p["valid"] for p in predictions] == [True, False, True] and all(p["valid"] for p in alone)
+    assert predictions[1]["error"] == "too large: 5000 heavy atoms, more than --max_heavy_atoms 200"
+    assert predictions[1]["c1"] is None and isinstance(predictions[0]["c1"], float)
+    assert seconds < 10, seconds  # two ordinary requests' time (milliseconds on an idle machine)
+    assert client.get("/healthz").status_code == 200
