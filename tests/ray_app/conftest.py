@@ -25,3 +25,11 @@ def ray_cluster():
     resources = connect(num_cpus=4, object_store_mb=256)
     yield resources
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tune_sweep(ray_cluster, tmp_path_factory):
+    """The one real `kermt tune` sweep that tests/ray_app/tune and tests/ray_app/report read (each ran its own)."""
+    from tests.ray_app.tune.sweeps import run_shared_sweep
+
+    return run_shared_sweep(tmp_path_factory.mktemp("shared_sweep"))

@@ -1,29 +1,24 @@
-"""The report of a real tiny `kermt tune` sweep (3 trials of 2 epochs on 80 molecules, the search space of
-tests/ray_app/tune), written at the end of the sweep and opened in headless Chromium."""
+"""The report of a real tiny `kermt tune` sweep (the session's 4 trials of 2 epochs on 80 molecules that
+tests/ray_app/tune reads too: tests/ray_app/tune/sweeps.py), written at the end of the sweep and opened in headless
+Chromium."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 
 import pytest
 
 from ray_app.report.build import REPORT_FILE
 from ray_app.report.tune import tune_report
-from ray_app.tune.command import main
 from tests.browser import console_errors, headless_chromium, keep_screenshot, rendered_images, requires_browser
-from tests.ray_app.tune.test_tune import inputs, sweep_argv  # noqa: F401 - inputs: the sweep's data and space
+from tests.ray_app.tune.sweeps import SHARED_TRIALS
 
 FIXED = 6  # trial_id, status, objective, test metric, best_epoch, epochs_run (then the settings, then error)
 
 
-@pytest.fixture(scope="module")
-def sweep(ray_cluster, inputs, tmp_path_factory):
-    save_dir = tmp_path_factory.mktemp("report_sweep") / "tune"
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        assert main(sweep_argv(inputs, save_dir, n_trials=3, concurrent=2)) == 0
-    return save_dir, out.getvalue()
+@pytest.fixture
+def sweep(tune_sweep):
+    return tune_sweep.save_dir, tune_sweep.out
 
 
 def _varying(save_dir) -> list[str]:
@@ -41,7 +36,7 @@ def test_sweep_report_shows_objectives_settings_curves_and_trials(sweep):
     assert "max_lr" in varying
     assert [f.caption.split(" against ")[-1] for f in report.sections[1].figures[1:]] == varying
     assert len(report.sections[2].figures) == 2  # the best trial's curves, every trial's validation metric
-    assert len(report.sections[3].tables[0].rows) == 3
+    assert len(report.sections[3].tables[0].rows) == SHARED_TRIALS
 
 
 @requires_browser

@@ -19,7 +19,7 @@ from ray_app.tune.command import main
 from ray_app.tune.results import COMPLETED_STATUS, STOPPED
 from tests.conftest import free_port
 from tests.ray_app.common.test_worker_fit import write_sample
-from tests.ray_app.tune.test_tune import read_trials, sweep_argv
+from tests.ray_app.tune.sweeps import read_trials, sweep_argv
 
 RAY = Path(sys.executable).with_name("ray")
 

@@ -20,55 +20,28 @@ from ray_app.finetune.config import resolve
 from ray_app.finetune.run import run_finetune
 from ray_app.tune.command import main
 from ray_app.tune.trial import trial_config
-from tests.conftest import DATA_DIR, FIXTURE_DIR
+from tests.conftest import DATA_DIR
+from tests.ray_app.tune.sweeps import SHARED_TRIALS, read_trials, sweep_argv, write_inputs
 
 ROOT = DATA_DIR.parents[1]
-SPACE = {
-    "max_lr": {"loguniform": [5e-4, 3e-3]},
-    "final_lr_factor": {"choice": [2, 10]},
-    "init_lr_factor": 10,
-    "self_attention": {"choice": [False, True]},
-    "attn_out": {"choice": [4, 8], "when": {"self_attention": True}},
-}
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> tuple[Path, Path]:
-    """80 molecules of the sample data (3 regression tasks) and the search space above."""
-    folder = tmp_path_factory.mktemp("tune_inputs")
-    with open(ROOT / "data/sample/admet_demo.csv") as f:
-        rows = list(csv.reader(f))[:81]
-    with open(folder / "data.csv", "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-    (folder / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
-    return folder / "data.csv", folder / "space.yaml"
+    """80 molecules of the sample data (3 regression tasks) and the search space of sweeps.py."""
+    return write_inputs(tmp_path_factory.mktemp("tune_inputs"))
 
 
-def sweep_argv(inputs: tuple[Path, Path], save_dir: Path, n_trials: int, concurrent: int) -> list[str]:
-    data, space = inputs
-    return ["--data_path", str(data), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-            "--save_dir", str(save_dir), "--epochs", "2", "--batch_size", "16", "--ffn_hidden_size", "16",
-            "--n_trials", str(n_trials), "--max_concurrent_trials", str(concurrent), "--search_space", str(space),
-            "--num_workers_per_trial", "1"]
-
-
-def read_trials(save_dir: Path) -> list[dict[str, str]]:
-    with open(save_dir / "all_trials.csv") as f:
-        return list(csv.DictReader(f))
-
-
-@pytest.fixture(scope="module")
-def sweep(ray_cluster, inputs, tmp_path_factory) -> tuple[Path, list[str]]:
-    save_dir = tmp_path_factory.mktemp("sweep") / "tune"
-    argv = sweep_argv(inputs, save_dir, n_trials=4, concurrent=2) + ["--tensorboard"]
-    assert main(argv) == 0
-    return save_dir, argv
+@pytest.fixture
+def sweep(tune_sweep) -> tuple[Path, list[str]]:
+    """The session's 4-trial sweep (tests/ray_app/conftest.py; the report tests read it too)."""
+    return tune_sweep.save_dir, tune_sweep.argv
 
 
 def test_sweep_records_every_trial_and_picks_the_best(sweep):
     save_dir, _ = sweep
     rows = read_trials(save_dir)
-    assert len(rows) == 4 and {r["status"] for r in rows} == {"completed"}
+    assert len(rows) == SHARED_TRIALS and {r["status"] for r in rows} == {"completed"}
     objective = "objective (val_rmse, min)"
     best = min(rows, key=lambda r: float(r[objective]))
     summary = json.loads((save_dir / "sweep.json").read_text())
@@ -121,7 +94,7 @@ def test_rerunning_a_finished_sweep_trains_nothing(sweep):
     stamps = {p: p.stat().st_mtime_ns for p in (save_dir / "trials").glob("*/model.pt")}
     assert main(argv) == 0
     assert {p: p.stat().st_mtime_ns for p in (save_dir / "trials").glob("*/model.pt")} == stamps
-    assert len(read_trials(save_dir)) == 4
+    assert len(read_trials(save_dir)) == SHARED_TRIALS
 
 
 def test_every_trial_failing_is_an_error_with_the_first_traceback(ray_cluster, inputs, tmp_path, capsys):
