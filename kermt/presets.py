@@ -12,7 +12,7 @@ spec's CLI tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kermt.config import EncoderConfig, ReadoutConfig
 from kermt.nn.pretrain.config import PretrainLossConfig
@@ -60,8 +60,16 @@ UPSTREAM_FINETUNE = FinetunePreset(EncoderConfig(activation="ReLU", embedding_ou
 UPSTREAM_PRETRAIN = PretrainPreset(EncoderConfig(depth=3))
 
 # `kermt finetune` without a checkpoint builds what upstream's finetune parser would, so an upstream command line
-# that trains from scratch trains the same model here.
-FROM_SCRATCH: EncoderConfig = UPSTREAM_FINETUNE.encoder
+# that trains from scratch trains the same model here; except for the padding: zero padding, so that a molecule's
+# number depends on the molecule and the model only (docs/numerics.md#padding-modes; --padding upstream for
+# upstream's own numerics). A finetune from a checkpoint keeps the checkpoint's padding.
+FROM_SCRATCH: EncoderConfig = replace(UPSTREAM_FINETUNE.encoder, padding="zero")
+
+# The neighbour width W an upstream-padded model that records none (upstream's own checkpoints) computes each
+# molecule at (at least; kermt.inference.widths): the width that reproduced upstream's batch-32 predictions best on
+# upstream's fixture checkpoints (bench/reference_width.py, docs/numerics.md#batch-composition). The released models
+# were not measured.
+UPSTREAM_REFERENCE_WIDTH: int = 4
 
 # Upstream main.py predict/fingerprint read the same --batch_size default as its finetune (kermt predict, eval,
 # fingerprint, embed and kermt.load_run).
@@ -69,4 +77,5 @@ PREDICT_BATCH_SIZE: int = UPSTREAM_FINETUNE.training.batch_size
 
 
 __all__ = ["FROM_SCRATCH", "PREDICT_BATCH_SIZE", "FinetunePreset", "PretrainPreset", "TrainingDefaults", "UPSTREAM_FINETUNE",
-           "UPSTREAM_PRETRAIN"]
+           "UPSTREAM_PRETRAIN",
+           "UPSTREAM_REFERENCE_WIDTH"]

@@ -63,7 +63,8 @@ def merge_encoder(stored: EncoderConfig, user: Mapping[str, Any], source: str = 
     settings = _user_fields(EncoderConfig, user, "encoder")
     _raise_if(_conflicts("encoder", ENCODER_ARCHITECTURE, stored, settings), source)
     training = {k: v for k, v in settings.items() if k not in ENCODER_ARCHITECTURE}
-    defaults = {"dropout": EncoderConfig.dropout, "padding": EncoderConfig.padding,
+    # a finetune keeps the checkpoint's padding: its weights were trained with it
+    defaults = {"dropout": EncoderConfig.dropout, "padding": stored.padding,
                 "embedding_output_type": stored.embedding_output_type}
     return dataclasses.replace(stored, **{**defaults, **training})
 

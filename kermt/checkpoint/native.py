@@ -159,6 +159,14 @@ def load_native(directory: str | Path) -> NativeCheckpoint:
     return NativeCheckpoint(directory, CheckpointSpec.from_dict(config), state_dict, passthrough, provenance)
 
 
+def saved_spec(directory: str | Path) -> CheckpointSpec:
+    """The spec of the native checkpoint ``directory``, read from its config.json alone (no weights)."""
+    config = _read_config(Path(directory) / CONFIG_FILE)
+    for key in ("format", "format_version", "tied", "passthrough", "provenance"):
+        config.pop(key, None)
+    return CheckpointSpec.from_dict(config)
+
+
 def saved_run_id(directory: str | Path) -> str | None:
     """The id of the run that saved the native checkpoint ``directory`` (its provenance), None without one."""
     provenance = _read_config(Path(directory) / CONFIG_FILE).get("provenance", {})
@@ -198,4 +206,4 @@ def _with_aliases(weights: dict[str, torch.Tensor], tied: dict[str, str], direct
     return state_dict
 
 
-__all__ = ["NativeCheckpoint", "is_native_checkpoint", "load_native", "save_native", "saved_run_id"]
+__all__ = ["NativeCheckpoint", "is_native_checkpoint", "load_native", "save_native", "saved_run_id", "saved_spec"]

@@ -38,6 +38,10 @@ class CheckpointSpec:
     ``readout``/``head`` are set for finetuned checkpoints only: a pretrain checkpoint has no finetune head, so the
     user's settings decide it. ``pretrain`` keeps the pretraining-only settings (latent_dim, decoder_*, vocab
     sizes) as plain JSON values. ``notes`` say which values were inferred from tensor shapes or defaulted.
+
+    ``reference_width``: the neighbour width ``W`` an upstream-padded model computes each molecule at (at least; its
+    own largest degree when larger, kermt.inference.widths); None when the model records none (upstream's files).
+    ``training_widths``: {neighbour width: training batches} of a model finetuned here, which ``W`` is the mode of.
     """
 
     kind: CheckpointKind
@@ -51,6 +55,8 @@ class CheckpointSpec:
     features_scaler: StandardScaler | None = None
     pretrain: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    reference_width: int | None = None
+    training_widths: dict[int, int] | None = None
 
     def __eq__(self, other: object) -> bool:
         # by value: the dataclass default would compare the scalers' numpy arrays element-wise and fail
@@ -67,11 +73,13 @@ class CheckpointSpec:
     @classmethod
     def for_finetune_model(cls, config: FinetuneModelConfig, *, task_names: tuple[str, ...] | None = None,
                            features: FeatureSettings | None = None, data_scaler: StandardScaler | None = None,
-                           features_scaler: StandardScaler | None = None) -> "CheckpointSpec":
+                           features_scaler: StandardScaler | None = None, reference_width: int | None = None,
+                           training_widths: dict[int, int] | None = None) -> "CheckpointSpec":
         """The spec of a finetune model trained here (what :func:`save_native` stores next to its weights)."""
         return cls(kind="finetuned", encoder=config.encoder, readout=config.readout, head=config.head,
                    use_mtl_loss=config.use_mtl_loss, task_names=task_names, features=features or FeatureSettings(),
-                   data_scaler=data_scaler, features_scaler=features_scaler)
+                   data_scaler=data_scaler, features_scaler=features_scaler, reference_width=reference_width,
+                   training_widths=training_widths)
 
     def finetune_model_config(self) -> FinetuneModelConfig:
         """The config that rebuilds this finetuned model (atom-output branches only, as the finetune model builds)."""
@@ -94,6 +102,9 @@ class CheckpointSpec:
             "features_scaler": self.features_scaler.to_dict() if self.features_scaler else None,
             "pretrain": dict(self.pretrain),
             "notes": list(self.notes),
+            "reference_width": self.reference_width,
+            "training_widths": ({str(width): count for width, count in self.training_widths.items()}
+                                if self.training_widths is not None else None),
         })
 
     @classmethod
@@ -110,6 +121,9 @@ class CheckpointSpec:
             features_scaler=StandardScaler.from_dict(data.get("features_scaler")),
             pretrain=dict(data.get("pretrain") or {}),
             notes=tuple(data.get("notes") or ()),
+            reference_width=data.get("reference_width"),
+            training_widths=({int(width): int(count) for width, count in data["training_widths"].items()}
+                             if data.get("training_widths") is not None else None),
         )
 
 

@@ -1,6 +1,7 @@
 """How inference feeds the device: batches of consecutive rows, built on the host ahead of the model.
 
-A block is predicted in batches of ``batch_size`` consecutive rows (the batch rule, see :mod:`kermt.inference`).
+A block is predicted in batches of ``batch_size`` rows: the rows of each neighbour width together
+(:mod:`kermt.inference.widths`), or with upstream's batching consecutive rows (see :mod:`kermt.inference`).
 A background thread collates each batch's valid molecules with the model's neighbour-sum operators and prepares
 its inputs (:func:`kermt.data.prefetch.prefetch`: pinned and copied without waiting on a GPU), and batch k + 1 is
 launched before batch k's results are read back, so the device does not wait for the host between batches: with
@@ -47,19 +48,36 @@ def atom_budget_starts(atom_counts: np.ndarray, batch_size: int, max_atoms: int)
     return starts
 
 
+def row_batches(valid: np.ndarray, batch_size: int, widths: np.ndarray | None = None,
+                atom_counts: np.ndarray | None = None, max_atoms: int | None = None) -> Iterator[tuple[np.ndarray, int]]:
+    """(rows, neighbour width) of every batch to collate: the valid ones among ``batch_size`` rows (with
+    ``max_atoms`` also at most that many atoms, :func:`atom_budget_starts`).
+
+    ``widths`` None: the batch rule, batches of consecutive rows, each at its own width (given as 1: the collate
+    takes the batch's largest degree; upstream's batching). Otherwise ``widths`` [N] int64 gives each row its width
+    (0: invalid): the rows of each width, in order, are cut into batches collated at exactly that width, so numbers
+    depend on each molecule's width only, never on how the rows are cut or ordered (:mod:`kermt.inference.widths`).
+    """
+    if widths is None:
+        groups = [(np.arange(len(valid)), 1)]
+    else:
+        groups = [(np.flatnonzero(widths == width), width) for width in np.unique(widths[widths > 0]).tolist()]
+    for group, width in groups:
+        starts = (list(batch_starts(len(group), batch_size)) if max_atoms is None
+                  else atom_budget_starts(atom_counts[group], batch_size, max_atoms))
+        for start, stop in zip(starts, starts[1:] + [len(group)]):
+            rows = group[start + np.flatnonzero(valid[group[start:stop]])]
+            if len(rows):
+                yield rows, width
+
+
 def valid_batches(molecules: FeaturizedMolecules, batch_size: int,
                   max_atoms: int | None = None) -> Iterator[tuple[np.ndarray, FeaturizedMolecules]]:
     """(rows, their molecules) for the valid rows of every batch of consecutive rows that has any: batches of
     ``batch_size`` rows (the batch rule), or with ``max_atoms`` also at most that many atoms
     (:func:`atom_budget_starts`)."""
-    valid = molecules.valid
-    n = len(molecules)
-    starts = (list(batch_starts(n, batch_size)) if max_atoms is None
-              else atom_budget_starts(molecules.graphs.atom_counts, batch_size, max_atoms))
-    for start, stop in zip(starts, starts[1:] + [n]):
-        rows = start + np.flatnonzero(valid[start:stop])
-        if len(rows):
-            yield rows, molecules.select(rows)
+    for rows, _ in row_batches(molecules.valid, batch_size, None, molecules.graphs.atom_counts, max_atoms):
+        yield rows, molecules.select(rows)
 
 
 @dataclass(frozen=True)
@@ -92,20 +110,21 @@ class InferenceBatch:
 
 def run_batches(molecules: FeaturizedMolecules, batch_size: int, operators: OperatorSpec | None,
                 inputs: Inputs, device: torch.device, forward: Callable[[InferenceBatch], Launched],
-                read: Callable[[Launched], Read], *, neighbour_width: int = 1,
+                read: Callable[[Launched], Read], *, widths: np.ndarray | None = None,
                 max_atoms: int | None = None) -> list[tuple[np.ndarray, Read]]:
     """[(rows, read(forward(batch)))] for every batch of ``molecules`` with valid rows (see the module docstring).
 
     ``forward`` runs on the batch on ``device`` and returns what it launched there (tensors still on the device);
     ``read`` brings that to the host. ``inputs`` runs in the background thread, with the collate.
-    ``neighbour_width`` / ``max_atoms``: see :meth:`InferenceBatch.of` and :func:`valid_batches`.
+    ``widths`` / ``max_atoms``: which rows share a batch and at what neighbour width (:func:`row_batches`).
     """
     def build() -> Iterator[InferenceBatch]:
-        for rows, part in valid_batches(molecules, batch_size, max_atoms):
-            yield InferenceBatch.of(rows, part, operators, inputs, neighbour_width)
+        for rows, width in row_batches(molecules.valid, batch_size, widths, molecules.graphs.atom_counts, max_atoms):
+            yield InferenceBatch.of(rows, molecules.select(rows), operators, inputs, width)
 
     launched = ((batch.rows, forward(batch)) for batch in prefetch(build(), device))
     return list(read_behind(launched, lambda pair: (pair[0], read(pair[1]))))
 
 
-__all__ = ["InferenceBatch", "atom_budget_starts", "batch_starts", "run_batches", "valid_batches"]
+__all__ = ["InferenceBatch", "atom_budget_starts", "batch_starts", "row_batches", "run_batches",
+           "valid_batches"]

@@ -16,6 +16,7 @@ from kermt.data.featurize import FeaturizedMolecules
 from kermt.data.operators import OperatorSpec
 from kermt.errors import UserError
 from kermt.inference.batches import InferenceBatch, run_batches
+from kermt.inference.widths import width_rule
 from kermt.nn.encoder import ALL_BRANCHES, BRANCHES_BY_OUTPUT_TYPE, KermtEmbedding
 from kermt.nn.fingerprint import FingerprintSource, fingerprint_from_embeddings
 from kermt.nn.readout import Readout, read_out_families
@@ -39,8 +40,12 @@ class Embedder:
     trained by the finetune, so commands refuse bond fingerprints of it (:meth:`check_source`).
     """
 
-    def __init__(self, checkpoint: Checkpoint, device: torch.device | str = "cpu") -> None:
+    def __init__(self, checkpoint: Checkpoint, device: torch.device | str = "cpu", *, upstream_batching: bool = False,
+                 reference_width: int | None = None) -> None:
+        """``upstream_batching`` / ``reference_width``: which neighbour width each molecule is computed at
+        (:func:`kermt.inference.widths.width_rule`)."""
         self.path, self.kind = checkpoint.path, checkpoint.spec.kind
+        self.rule = width_rule([checkpoint.spec], upstream_batching, reference_width)
         self.device = torch.device(device)
         self.latent = None
         if checkpoint.spec.kind in ("cmim", "hybrid"):
@@ -93,23 +98,31 @@ class Embedder:
         return self.encoder.aggregation_spec(training=False)
 
     def fingerprints(self, molecules: FeaturizedMolecules, source: FingerprintSource) -> np.ndarray:
-        """One batch of valid rows -> float32 [M, k·hidden (+ features)], upstream's ``fps`` rows."""
+        """Valid rows (with ``upstream_batching`` one batch) -> float32 [M, k·hidden (+ features)], upstream's
+        ``fps`` rows."""
         return self._one_batch(molecules, source)["fps"]
 
     def embeddings(self, molecules: FeaturizedMolecules) -> dict[str, np.ndarray]:
-        """One batch of valid rows -> {family: float32 [M, hidden]} (+ ``projected`` [M, latent] for cMIM/hybrid)."""
+        """Valid rows (with ``upstream_batching`` one batch) -> {family: float32 [M, hidden]} (+ ``projected``
+        [M, latent] for cMIM/hybrid)."""
         return self._one_batch(molecules, None)
 
     def outputs(self, molecules: FeaturizedMolecules, batch_size: int,
                 source: FingerprintSource | None) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
-        """Every batch of consecutive rows with valid molecules -> (their rows, outputs): ``{"fps": ...}`` for a
-        fingerprint ``source``, else the embeddings (see :mod:`kermt.inference.batches`)."""
+        """Every batch with valid molecules -> (their rows, outputs): ``{"fps": ...}`` for a fingerprint
+        ``source``, else the embeddings; each molecule at its reference width (:mod:`kermt.inference.widths`)."""
         return run_batches(molecules, batch_size, self.operators, _raw_features, self.device,
-                           lambda batch: self._launch(batch, source), _on_host)
+                           lambda batch: self._launch(batch, source), _on_host,
+                           widths=self.rule.widths(molecules.graphs, molecules.valid))
 
     def _one_batch(self, molecules: FeaturizedMolecules, source: FingerprintSource | None) -> dict[str, np.ndarray]:
-        batch = InferenceBatch.of(np.arange(len(molecules)), molecules, self.operators, _raw_features)
-        return _on_host(self._launch(batch.to(self.device), source))
+        if not molecules.valid.all():
+            raise ValueError(f"cannot batch invalid rows: {', '.join(map(str, molecules.invalid[:3]))}")
+        out: dict[str, np.ndarray] = {}
+        for rows, values in self.outputs(molecules, max(len(molecules), 1), source):
+            for name, array in values.items():
+                out.setdefault(name, np.zeros((len(molecules), array.shape[1]), np.float32))[rows] = array
+        return out
 
     @torch.no_grad()
     def _launch(self, batch: InferenceBatch, source: FingerprintSource | None) -> dict[str, torch.Tensor]:

@@ -18,6 +18,7 @@ from kermt.checkpoint import Checkpoint, load_finetune_model
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError
 from kermt.inference.batches import InferenceBatch, run_batches
+from kermt.inference.widths import width_rule
 from kermt.inference.columns import ensemble_mean
 from kermt.inference.features import scale_features
 from kermt.inference.mc_dropout import check_dropout, molecule_keys, sampled_outputs
@@ -38,9 +39,10 @@ class Ensemble:
     """Finetuned members that predict together (mean over members, summed in member order as upstream)."""
 
     def __init__(self, members: Sequence[Checkpoint], device: torch.device | str = "cpu", dropout_samples: int = 0,
-                 dropout_seed: int = 0) -> None:
+                 dropout_seed: int = 0, *, upstream_batching: bool = False, reference_width: int | None = None) -> None:
         """``dropout_samples``: MC-dropout passes per member (0: one eval-mode forward), masks seeded by
-        ``dropout_seed`` and each molecule's SMILES."""
+        ``dropout_seed`` and each molecule's SMILES. ``upstream_batching`` / ``reference_width``: which neighbour
+        width each molecule is computed at (:func:`kermt.inference.widths.width_rule`)."""
         if not members:
             raise ValueError("an ensemble needs at least one checkpoint")
         self.specs = [m.spec for m in members]
@@ -50,6 +52,7 @@ class Ensemble:
             raise UserError(f"ensemble members disagree on tasks {sorted(names)} or dataset type {sorted(kinds)}: "
                             "their models were trained on different data; predict with each group separately")
         self.task_names = names.pop()
+        self.rule = width_rule(self.specs, upstream_batching, reference_width)
         self.dataset_type = kinds.pop()
         self.device = torch.device(device)
         check_dropout(self.specs, dropout_samples)
@@ -108,26 +111,28 @@ class Ensemble:
         return means, variances
 
     def member_predictions(self, molecules: FeaturizedMolecules) -> np.ndarray:
-        """One batch: every row must be valid. Returns float64 [S samples, M, T] in target units (S = members, times
-        the passes with MC dropout)."""
-        batch = InferenceBatch.of(np.arange(len(molecules)), molecules, self.operators, self._member_features)
-        keys = molecule_keys(molecules.smiles) if self.dropout_samples else None
-        return self._read(self._launch(batch.to(self.device), keys))[0]
+        """Every row must be valid; with ``upstream_batching`` they are one batch. Returns float64 [S samples, M, T]
+        in target units (S = members, times the passes with MC dropout)."""
+        out = np.full((len(self._sample_specs), len(molecules), len(self.task_names)), np.nan)
+        for rows, (members, _) in self._batches(molecules, max(len(molecules), 1)):
+            out[:, rows] = members
+        return out
 
-    def predict(self, molecules: FeaturizedMolecules, batch_size: int, *, neighbour_width: int = 1,
+    def predict(self, molecules: FeaturizedMolecules, batch_size: int, *,
                 max_atoms: int | None = None) -> EnsemblePrediction:
-        """Predict a block whose first row starts a batch (see the module docstring for the batch rule).
-
-        ``neighbour_width``: collate every batch's neighbour tables at least that wide; ``max_atoms``: also cut a
-        batch before it exceeds that many atoms. Both are for :func:`kermt.inference.shared.predict_blocks`,
-        which fixes the width that decides upstream-padded numbers, so that the cut no longer matters."""
+        """Predict a block of molecules in batches of ``batch_size`` (``max_atoms``: also cut a batch before it
+        exceeds that many atoms). Each molecule's numbers depend on it and the model only: it is computed at its
+        reference width (:mod:`kermt.inference.widths`); with ``upstream_batching``, at the width of its batch of
+        consecutive rows, a block's first row starting a batch (the batch rule, module docstring)."""
         n, t = len(molecules), len(self.task_names)
         mean, std = np.full((n, t), np.nan), np.full((n, t), np.nan)
-        keys = molecule_keys(molecules.smiles) if self.dropout_samples else None
-        batches = run_batches(molecules, batch_size, self.operators, self._member_features, self.device,
-                              lambda batch: self._launch(batch, keys), self._read,
-                              neighbour_width=neighbour_width, max_atoms=max_atoms)
-        for rows, (members, variances) in batches:
+        for rows, (members, variances) in self._batches(molecules, batch_size, max_atoms):
             mean[rows] = ensemble_mean(members)  # upstream's order of summation
             std[rows] = total_std(members, variances)
         return EnsemblePrediction(mean, std)
+
+    def _batches(self, molecules: FeaturizedMolecules, batch_size: int, max_atoms: int | None = None) -> list:
+        keys = molecule_keys(molecules.smiles) if self.dropout_samples else None
+        return run_batches(molecules, batch_size, self.operators, self._member_features, self.device,
+                           lambda batch: self._launch(batch, keys), self._read,
+                           widths=self.rule.widths(molecules.graphs, molecules.valid), max_atoms=max_atoms)

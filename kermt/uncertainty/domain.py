@@ -51,13 +51,17 @@ REQUIRED_KEYS = ("k", "quantile", "threshold", "model_identity", "n_training_tot
 
 
 def model_embeddings(model: Any, molecules: "FeaturizedMolecules", batch_size: int,
-                     device: Any = "cpu") -> np.ndarray:
+                     device: Any = "cpu", rule: Any = None) -> np.ndarray:
     """float32 [n_rows, 2 x readout size]: each row's readout of both views (the FFN input without the molecule
-    features), NaN rows for invalid molecules. Batches of consecutive rows, as predictions are made
-    (:func:`kermt.inference.run_batches`); ``model`` is a :class:`~kermt.nn.finetune.KermtFinetuneModel`."""
+    features), NaN rows for invalid molecules. Batched as predictions are made (:func:`kermt.inference.run_batches`,
+    each molecule at its reference width); ``model`` is a :class:`~kermt.nn.finetune.KermtFinetuneModel`, ``rule``
+    its :class:`~kermt.inference.widths.WidthRule` (default: its padding's, with the default reference width)."""
     import torch
 
     from kermt.inference import run_batches
+    from kermt.inference.widths import padding_rule
+
+    rule = rule if rule is not None else padding_rule(model.kermt.config.padding)
 
     model.eval()
     width = 2 * model.readout.output_size
@@ -72,7 +76,8 @@ def model_embeddings(model: Any, molecules: "FeaturizedMolecules", batch_size: i
 
     operators = model.kermt.aggregation_spec(training=False)
     for rows, values in run_batches(molecules, batch_size, operators, lambda _: (), torch.device(device), forward,
-                                    lambda launched: launched.float().cpu().numpy()):
+                                    lambda launched: launched.float().cpu().numpy(),
+                                    widths=rule.widths(molecules.graphs, molecules.valid)):
         out[rows] = values
     return out
 
@@ -141,12 +146,14 @@ class DomainScorer:
     """A model's applicability domain, ready to score molecules: the fitted index and the model whose embedding it
     reads (build it once per process: the screening actors and the service's replicas each hold one)."""
 
-    def __init__(self, index: DomainIndex, model: Any, device: Any = "cpu") -> None:
-        self.search, self.model, self.device = DomainSearch(index), model, device
+    def __init__(self, index: DomainIndex, model: Any, device: Any = "cpu", rule: Any = None) -> None:
+        """``rule``: the model's :class:`~kermt.inference.widths.WidthRule` (an ensemble's ``rule``)."""
+        self.search, self.model, self.device, self.rule = DomainSearch(index), model, device, rule
 
     def __call__(self, molecules: "FeaturizedMolecules", batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """(``domain_distance`` float64 [n], NaN where invalid; ``in_domain`` bool [n], False where invalid)."""
-        distances = self.search.distances(model_embeddings(self.model, molecules, batch_size, self.device))
+        embeddings = model_embeddings(self.model, molecules, batch_size, self.device, self.rule)
+        distances = self.search.distances(embeddings)
         return distances, self.search.index.in_domain(np.nan_to_num(distances, nan=np.inf))
 
 

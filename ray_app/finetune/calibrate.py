@@ -29,6 +29,7 @@ from kermt.uncertainty import fit_calibration, intervals, save_calibrations, tot
 from kermt.uncertainty.calibration_file import save_class_calibrations
 from kermt.uncertainty.classification import class_calibration_record, fit_class_calibrations
 from ray_app.finetune.inputs import check_calibration_labels
+from kermt.inference.widths import WidthRule
 from ray_app.finetune.members import member_test_predictions_with_variance
 from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scaled_set
 from ray_app.finetune.run_setup import RunSetup
@@ -106,11 +107,12 @@ def overlap_line(source: SourceData, per_fold: list[np.ndarray]) -> str | None:
 
 
 def calibration_predictions(model, splits: ScaledSplits, on: CalibrationSet, batch_size: int, use_gpu: bool,
-                            precision: str) -> tuple[np.ndarray, np.ndarray | None]:
+                            precision: str, rule: WidthRule | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """(n, n_tasks) predictions of ``on``'s molecules in label units, made exactly as the test predictions are (on
-    the driver, or a GPU task with ``use_gpu``), and a variance head's predicted variances (None without one)."""
+    the driver, or a GPU task with ``use_gpu``; ``rule``: the run's width rule), and a variance head's predicted
+    variances (None without one)."""
     return member_test_predictions_with_variance(model, replace(splits, test=on.molecules), batch_size, use_gpu,
-                                                 precision)
+                                                 precision, rule)
 
 
 def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray],

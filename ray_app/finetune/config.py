@@ -151,9 +151,10 @@ class FinetuneConfig(DataParallelSettings):
     precision: Precision = Field(
         "fp32", description="bf16: forward passes under bfloat16 autocast (neighbour sums, loss and weights stay "
         "float32); see docs/numerics.md for how far outputs move")
-    padding: PaddingMode = Field(
-        _ENCODER.padding, description="upstream: exact upstream numerics; zero: batch-independent molecule outputs"
-    )
+    padding: Optional[PaddingMode] = Field(
+        None, description="upstream: upstream's numerics (each molecule then computed at the model's reference "
+        "width); zero: the padding row takes no part in any sum (default: the checkpoint's, zero from scratch; "
+        "docs/numerics.md#padding-modes)")
     # Ray (num_workers, use_gpu, address, max_failures, storage_path: DataParallelSettings)
     max_concurrent_trials: Optional[int] = Field(
         None, ge=1, description="training runs (members, folds, trials) at once (default: what free resources allow)"

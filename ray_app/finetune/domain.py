@@ -18,6 +18,7 @@ import torch
 
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import FeaturizedMolecules
+from kermt.inference.widths import WidthRule
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import DOMAIN_FILE, fold_name
 from kermt.uncertainty.domain import embedding_identity, fit_domain, model_embeddings, save_domain, training_rows
@@ -33,23 +34,27 @@ def _featurized(molecules: MoleculeSet) -> FeaturizedMolecules:
 
 
 def split_embeddings(model: KermtFinetuneModel, molecules: FeaturizedMolecules, batch_size: int,
-                     use_gpu: bool) -> np.ndarray:
-    """[n, D] embeddings of a split; with ``use_gpu`` by a task on a GPU node (as the test predictions are)."""
+                     use_gpu: bool, rule: WidthRule | None = None) -> np.ndarray:
+    """[n, D] embeddings of a split (``rule``: the run's width rule, as predict reads them); with ``use_gpu`` by a
+    task on a GPU node (as the test predictions are)."""
     if use_gpu and len(molecules):
-        return ray.get(_embed_on_gpu.remote(model, molecules, batch_size))
-    return model_embeddings(model, molecules, batch_size)
+        return ray.get(_embed_on_gpu.remote(model, molecules, batch_size, rule))
+    return model_embeddings(model, molecules, batch_size, rule=rule)
 
 
 @ray.remote(num_gpus=1)
-def _embed_on_gpu(model: KermtFinetuneModel, molecules: FeaturizedMolecules, batch_size: int) -> np.ndarray:
-    return model_embeddings(model.to(torch.device("cuda")), molecules, batch_size, "cuda")
+def _embed_on_gpu(model: KermtFinetuneModel, molecules: FeaturizedMolecules, batch_size: int,
+                  rule: WidthRule | None) -> np.ndarray:
+    return model_embeddings(model.to(torch.device("cuda")), molecules, batch_size, "cuda", rule)
 
 
-def write_fold_domain(setup: RunSetup, fold: int, splits: ScaledSplits, member0: KermtFinetuneModel) -> None:
-    """Fit and save the fold's domain from member 0 (one line says what, or why not)."""
+def write_fold_domain(setup: RunSetup, fold: int, splits: ScaledSplits, member0: KermtFinetuneModel,
+                      rule: WidthRule | None = None) -> None:
+    """Fit and save the fold's domain from member 0 (one line says what, or why not); ``rule``: the run's width
+    rule, the one predict reads the embedding with."""
     c = setup.config
     kept = _featurized(splits.train).select(training_rows(len(splits.train)))  # only the index's molecules
-    train, val = (split_embeddings(member0, part, c.step_batch_size, c.use_gpu)
+    train, val = (split_embeddings(member0, part, c.step_batch_size, c.use_gpu, rule)
                   for part in (kept, _featurized(splits.val)))
     try:
         index = fit_domain(train, val, embedding_identity(member0.state_dict()), n_training_total=len(splits.train),

@@ -19,7 +19,8 @@ from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig,
 from kermt.checkpoint import CheckpointSpec, FeatureSettings, export_upstream, save_native, unbuilt_encoder_tensors
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import RunLayout
-from kermt.train.step import predict_with_variance
+from kermt.inference.split import predict_split
+from kermt.inference.widths import WidthRule, most_frequent_width, padding_rule, training_width_histogram
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.elastic import ElasticTorchTrainer
@@ -39,7 +40,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
     label = label or f"fold {fold} model {member}"
     c = setup.config
     config = model_config(setup, features_width(splits))
-    seed = member_seed(c.seed + fold, member)
+    seed = member_seed(c.seed + fold, member)  # also the seed of save_member's width histogram
     # the workers build the starting model from the shared checkpoint: this process never holds one before the end
     plan = MemberPlan(
         model_config=config, initial_state=StartingWeights(setup.without_inputs(), seed), train=None, val=None,
@@ -73,13 +74,19 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
 
 
 def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits, directory: Path,
-                history: list) -> None:
-    """Native checkpoint + upstream-compatible model.pt + metrics.csv (+ TensorBoard) of one member."""
+                history: list, fold: int, member: int) -> None:
+    """Native checkpoint + upstream-compatible model.pt + metrics.csv (+ TensorBoard) of one member.
+
+    The checkpoint records the neighbour widths of the member's training batches over the epochs it ran and their
+    most frequent one, the reference width its molecules are predicted at (kermt.inference.widths)."""
     c = setup.config
     features = FeatureSettings(tuple(c.features_generator or ()), splits.features_scaler is not None,
                                None, False, standardize=c.standardize)
+    widths = training_width_histogram(splits.train.graphs, member_seed(c.seed + fold, member), len(history),
+                                      c.step_batch_size)
     spec = CheckpointSpec.for_finetune_model(model.config, task_names=tuple(setup.task_names), features=features,
-                                             data_scaler=splits.target_scaler, features_scaler=splits.features_scaler)
+                                             data_scaler=splits.target_scaler, features_scaler=splits.features_scaler,
+                                             reference_width=most_frequent_width(widths), training_widths=widths)
     passthrough = unbuilt_encoder_tensors(setup.source_checkpoint()) if setup.checkpoint else None
     provenance = {"run_id": setup.run_id, "checkpoint_path": str(setup.checkpoint.path) if setup.checkpoint else None}
     save_native(RunLayout(directory).model, model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
@@ -94,21 +101,23 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
 
 
 def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
-                            use_gpu: bool = False, precision: str = "fp32") -> np.ndarray:
-    """(n_test, n_tasks) predictions in label units; with ``use_gpu`` computed by a task on a GPU node (the driver
-    usually sits on a head without one), else here on the CPU."""
-    return member_test_predictions_with_variance(model, splits, batch_size, use_gpu, precision)[0]
+                            use_gpu: bool = False, precision: str = "fp32", rule: WidthRule | None = None) -> np.ndarray:
+    """(n_test, n_tasks) predictions in label units, as `kermt predict` makes them (``rule``: the run's
+    :class:`~kermt.inference.widths.WidthRule`; default: the model's padding with the default reference width);
+    with ``use_gpu`` computed by a task on a GPU node (the driver usually sits on a head without one), else here on
+    the CPU."""
+    return member_test_predictions_with_variance(model, splits, batch_size, use_gpu, precision, rule)[0]
 
 
 def member_test_predictions_with_variance(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
-                                          use_gpu: bool = False, precision: str = "fp32") \
-        -> tuple[np.ndarray, np.ndarray | None]:
+                                          use_gpu: bool = False, precision: str = "fp32",
+                                          rule: WidthRule | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`member_test_predictions` and a variance head's predicted variances in label units (None without)."""
+    rule = rule or padding_rule(model.config.encoder.padding)
     if use_gpu and len(splits.test):
-        preds, variances = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size, precision))
+        preds, variances = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size, precision, rule))
     else:
-        preds, variances = predict_with_variance(model, splits.test, np.arange(len(splits.test)), batch_size,
-                                                 precision)
+        preds, variances = predict_split(model, splits.test, batch_size, rule, precision)
     scaler = splits.target_scaler
     if scaler is None:
         return preds, variances
@@ -116,10 +125,9 @@ def member_test_predictions_with_variance(model: KermtFinetuneModel, splits: Sca
 
 
 @ray.remote(num_gpus=1)
-def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int, precision: str) \
+def _predict_on_gpu(model: KermtFinetuneModel, molecules, batch_size: int, precision: str, rule: WidthRule) \
         -> tuple[np.ndarray, np.ndarray | None]:
-    model = model.to(torch.device("cuda"))
-    return predict_with_variance(model, molecules, np.arange(len(molecules)), batch_size, precision)
+    return predict_split(model.to(torch.device("cuda")), molecules, batch_size, rule, precision)
 
 
 def member_concurrency(setup: RunSetup, runs: int) -> int:

@@ -21,7 +21,9 @@ from kermt.errors import Interrupted
 from kermt.inference.columns import ensemble_mean
 from kermt.metrics import nanmean, unscored_note
 from kermt.nn.finetune import KermtFinetuneModel
-from kermt.run_layout import INVALID_SMILES_FILE, fold_name
+from kermt.checkpoint.native import saved_spec
+from kermt.inference.widths import WidthRule, width_rule
+from kermt.run_layout import INVALID_SMILES_FILE, RunLayout, fold_name
 from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
@@ -93,6 +95,7 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
                                      for member in range(c.ensemble_size)], fold_configs)
     scores, calibrations, folds = [], {}, {}
+    rule = run_width_rule(setup, len(fold_refs))
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)
         on = file_set(calibration, parts) if calibration is not None else validation_set(fold, parts)
@@ -100,18 +103,26 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
         for member in range(c.ensemble_size):
             found = finished_member(setup.layout.member(fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
-            member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision))
+            member_preds.append(member_test_predictions(found[0], parts, c.step_batch_size, c.use_gpu, c.precision,
+                                                        rule))
             if is_calibrated(setup):  # where the test predictions are made: on the driver, or a GPU task
                 preds, variances = calibration_predictions(found[0], parts, on, c.step_batch_size, c.use_gpu,
-                                                           c.precision)
+                                                           c.precision, rule)
                 member_cal.append(preds)
                 member_cal_variances.append(variances)
             if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
-                write_fold_domain(setup, fold, parts, found[0])
+                write_fold_domain(setup, fold, parts, found[0], rule)
         scores.append(finish_fold(setup, fold, parts, member_preds))
         calibrations[fold_name(fold)] = calibrate_fold(setup, fold, parts, member_cal, member_cal_variances, on)
         folds[fold_name(fold)] = fold_record(setup, fold, parts, member_preds)
     return scores, calibrations, folds
+
+
+def run_width_rule(setup: RunSetup, folds: int) -> WidthRule:
+    """The width rule `kermt predict` applies to the run's saved members (all folds: its --checkpoint_dir ensemble),
+    so test_result.csv, the calibration and the domain index are computed as predict computes."""
+    return width_rule([saved_spec(RunLayout(setup.layout.member(fold, member)).model) for fold in range(folds)
+                       for member in range(setup.config.ensemble_size)])
 
 
 def run_finetune(config: FinetuneConfig, sources: dict[str, Source],

@@ -108,7 +108,7 @@ def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
             "dropout": c.dropout, "variance": c.loss == "mve", **{k: getattr(c, k) for k in HEAD_KEYS}}
     readout = {k: getattr(c, k) for k in READOUT_KEYS}
     encoder = {k: getattr(c, k) for k in ENCODER_KEYS if getattr(c, k) is not None}
-    encoder.update(dropout=c.dropout, padding=c.padding)
+    encoder.update(dropout=c.dropout, **({} if c.padding is None else {"padding": c.padding}))
     if ckpt is None:
         enc = replace(FROM_SCRATCH, **encoder)  # upstream finetune's architecture, where the user gave none
         return FinetuneModelConfig(enc, ReadoutConfig(**readout), HeadConfig(**{"activation": enc.activation, **head}),

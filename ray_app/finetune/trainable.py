@@ -116,7 +116,7 @@ def train_member(params: dict[str, Any], setup: RunSetup, fold_splits: Sequence[
                                 callbacks=trial.callbacks(member), label=member.label)
     with tempfile.TemporaryDirectory(prefix="kermt-member-") as staging:
         directory = Path(staging)
-        save_member(member.setup, model, splits, directory, history)
+        save_member(member.setup, model, splits, directory, history, member.fold, member.member)
         result = {**trial.finish(member, model, splits, history, directory), "splits_object": splits_ref.hex()}
         outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(staging))

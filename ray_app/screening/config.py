@@ -19,7 +19,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kermt.presets import PREDICT_BATCH_SIZE
+from kermt.presets import PREDICT_BATCH_SIZE, UPSTREAM_REFERENCE_WIDTH
 from kermt.registry import FEATURE_GENERATORS, DatasetType, FingerprintSource, Metric
 from ray_app.common.molecule_flags import max_heavy_atoms_field
 from ray_app.common.settings import did_you_mean
@@ -37,7 +37,8 @@ class ScreeningConfig(BaseModel):
     id_columns: Optional[list[str]] = Field(None, description="columns copied to the output (as text; default: "
                                             "kermt predict every other column, else a SMILES file's name column)")
     batch_size: int = Field(PREDICT_BATCH_SIZE, ge=1,
-                            description="molecules per model batch (results depend on it: docs/screening.md)")
+                            description="molecules per model batch (no number depends on it, except with "
+                            "--upstream_batching: docs/numerics.md)")
     max_heavy_atoms: int = max_heavy_atoms_field()
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")
     dataset_type: Optional[DatasetType] = Field(
@@ -68,7 +69,26 @@ class FeatureFlags(BaseModel):
         return self
 
 
-class ModelScreeningConfig(FeatureFlags, ScreeningConfig):
+class WidthFlags(BaseModel):
+    """Which neighbour width each molecule is computed at (kermt.inference.widths): by default a molecule's number
+    depends on the molecule and the model only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    upstream_batching: bool = Field(False, description="upstream's batch-dependent numbers, for parity with "
+                                    "upstream's outputs: each batch of --batch_size consecutive rows collated at "
+                                    "its largest atom degree (upstream padding only; docs/numerics.md)")
+    reference_width: Optional[int] = Field(None, ge=1, description="neighbour width W an upstream-padded model "
+                                           "computes each molecule at (at least; its own largest degree when "
+                                           "larger); default: the one the model records, else "
+                                           f"{UPSTREAM_REFERENCE_WIDTH} (docs/numerics.md)")
+
+    def width_kwargs(self) -> dict:
+        """The model stages' keywords for these flags."""
+        return {"upstream_batching": self.upstream_batching, "reference_width": self.reference_width}
+
+
+class ModelScreeningConfig(WidthFlags, FeatureFlags, ScreeningConfig):
     """`kermt predict` and `kermt eval`: a finetuned model or an ensemble of them."""
 
     checkpoint_dir: Optional[str] = Field(None, description="ensemble: every best model under this directory")
@@ -117,14 +137,14 @@ class EvalConfig(ModelScreeningConfig):
     show_individual_scores: bool = Field(False, description="also print the score of each task")
 
 
-class FingerprintConfig(FeatureFlags, ScreeningConfig):
+class FingerprintConfig(WidthFlags, FeatureFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
     fingerprint_source: Optional[FingerprintSource] = Field(
         None, description="embedding families to pool (default: both; atom for a finetuned model, which has no "
         "trained bond-output branches, so bond and both are refused for it)")
 
 
-class EmbedConfig(ScreeningConfig):
+class EmbedConfig(WidthFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
 
 
@@ -157,4 +177,4 @@ def elapsed_line(rows: int, valid: int, started: float, output: str | Path) -> s
 
 
 __all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "ModelScreeningConfig", "PredictConfig",
-           "ReconstructConfig", "ScreeningConfig", "elapsed_line", "log"]
+           "ReconstructConfig", "ScreeningConfig", "WidthFlags", "elapsed_line", "log"]

@@ -16,10 +16,11 @@ from kermt.errors import UserError, user_input
 from kermt.inference import FeaturePlan, find_checkpoints, plan_features, read_members, task_names
 from kermt.inference.columns import ERROR_COLUMN, MODEL_SMILES_COLUMN, SMILES_COLUMN, VALID_COLUMN, OutputPlan
 from kermt.inference.mc_dropout import check_dropout
+from kermt.inference.widths import upstream_batching_note, width_rule
 from kermt.inputs import check_checkpoint_file
 from kermt.uncertainty import Calibration, ClassCalibration
 from kermt.uncertainty.domain import DomainIndex
-from ray_app.screening.config import ModelScreeningConfig, ScreeningConfig, log
+from ray_app.screening.config import ModelScreeningConfig, ScreeningConfig, WidthFlags, log
 from ray_app.screening.files import InputTable, Source, pick_columns
 from ray_app.screening.uncertainty import (CalibrationFile, check_calibration_file, plan_class_calibration,
                                            plan_domain, plan_intervals)
@@ -114,12 +115,24 @@ def _check_members(config: ModelScreeningConfig, members: list[Checkpoint]) -> N
                         "(its scaler is applied); drop the flag")
 
 
+def note_widths(config: WidthFlags, specs: list) -> None:
+    """``--upstream_batching`` / ``--reference_width`` checked before Ray starts, with a one-line note where they
+    change nothing (a zero-padding model's numbers never depend on the batch)."""
+    rule = width_rule(specs, config.upstream_batching, config.reference_width)
+    note = upstream_batching_note(specs) if config.upstream_batching else None
+    if note:
+        log(note)
+    elif config.reference_width is not None and rule.reference_width is None:
+        log("note: --reference_width changes nothing for this model: it has zero padding")
+
+
 def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False) -> PredictPlan:
     """Everything predict checks before Ray starts; a ValueError here is about the input (a UserError).
     ``carry_other_columns``: without ``--id_columns``, every other input column is an id column."""
     with user_input():
         members = _members(config)
         _check_members(config, members)
+        note_widths(config, [m.spec for m in members])
         classes = plan_class_calibration(config, members)  # first: it refuses a class file beside regression
         calibrations = plan_intervals(config, members)
         names = task_names(members[0].spec)
@@ -137,4 +150,4 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
     return PredictPlan(members, plan, from_file, source, calibrations, domain, classes, calibration_file)
 
 
-__all__ = ["PredictPlan", "file_features", "output_plan", "plan_predict", "source_columns"]
+__all__ = ["PredictPlan", "file_features", "note_widths", "output_plan", "plan_predict", "source_columns"]

@@ -17,7 +17,7 @@ from kermt.inputs import check_checkpoint_file
 from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
 from ray_app.screening.files import (ArraySpool, JsonListSpool, TableWriter, write_metadata_json, write_npy,
                                      write_npz)
-from ray_app.screening.plan import file_features, plan_predict, source_columns
+from ray_app.screening.plan import file_features, note_widths, plan_predict, source_columns
 from ray_app.screening.stream import (EmbedStage, InputSpec, StreamStats, drain, input_progress, predict_stream,
                                       start_stream)
 from ray_app.screening.uncertainty import calibrated_on_file
@@ -58,6 +58,7 @@ def _embedding_checkpoint(config: FingerprintConfig | EmbedConfig) -> Checkpoint
         checkpoint = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
                                      dataset_type=config.dataset_type)
     log(f"{checkpoint.path}: {checkpoint.spec.kind} checkpoint")
+    note_widths(config, [checkpoint.spec])
     return checkpoint
 
 
@@ -84,7 +85,7 @@ def run_fingerprint(config: FingerprintConfig) -> int:
     spec = InputSpec(source.smiles_column, (), generator, file_features=from_file is not None,
                      prep=_prep(config, checkpoint))
     ds = start_stream(config, source.table, spec, EmbedStage,
-                      {"checkpoint": checkpoint, "fingerprint_source": families}, from_file)
+                      {"checkpoint": checkpoint, "fingerprint_source": families, **config.width_kwargs()}, from_file)
     output = Path(config.output_path)
     spools: dict[str, ArraySpool] = {}
 
@@ -108,7 +109,8 @@ def run_embed(config: EmbedConfig) -> int:
     output = Path(config.output_path)
     if output.suffix.lower() in (".csv", ".npy", ".npz"):
         raise UserError(f"output_path {output}: embed writes a .parquet file or a directory of .npy files")
-    ds = start_stream(config, source.table, spec, EmbedStage, {"checkpoint": checkpoint, "fingerprint_source": None})
+    ds = start_stream(config, source.table, spec, EmbedStage,
+                      {"checkpoint": checkpoint, "fingerprint_source": None, **config.width_kwargs()})
     progress = input_progress(config.data_path, "embedding")
     if output.suffix.lower() == ".parquet":
         writer = TableWriter(output)

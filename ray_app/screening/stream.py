@@ -144,10 +144,13 @@ class PredictStage:
     embedding (:class:`kermt.uncertainty.domain.DomainScorer`)."""
 
     def __init__(self, members: list[Checkpoint], batch_size: int, use_gpu: bool, outputs: OutputPlan,
-                 domain: DomainIndex | None = None, dropout_samples: int = 0) -> None:
-        self.ensemble = Ensemble(members, _device(use_gpu), dropout_samples)  # MC dropout: passes per member
+                 domain: DomainIndex | None = None, dropout_samples: int = 0, upstream_batching: bool = False,
+                 reference_width: int | None = None) -> None:
+        self.ensemble = Ensemble(members, _device(use_gpu), dropout_samples,  # MC dropout: passes per member
+                                 upstream_batching=upstream_batching, reference_width=reference_width)
         self.batch_size, self.outputs = batch_size, outputs
-        self.domain = DomainScorer(domain, self.ensemble.models[0], self.ensemble.device) if domain else None
+        self.domain = (DomainScorer(domain, self.ensemble.models[0], self.ensemble.device, self.ensemble.rule)
+                       if domain else None)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         molecules = molecules_from_table(table)
@@ -177,8 +180,10 @@ class EmbedStage:
 
     Invalid rows hold NaN vectors so every output has one row per input row."""
 
-    def __init__(self, checkpoint: Checkpoint, batch_size: int, use_gpu: bool, fingerprint_source: str | None) -> None:
-        self.embedder = Embedder(checkpoint, _device(use_gpu))
+    def __init__(self, checkpoint: Checkpoint, batch_size: int, use_gpu: bool, fingerprint_source: str | None,
+                 upstream_batching: bool = False, reference_width: int | None = None) -> None:
+        self.embedder = Embedder(checkpoint, _device(use_gpu), upstream_batching=upstream_batching,
+                                 reference_width=reference_width)
         self.batch_size, self.source = batch_size, fingerprint_source
         if fingerprint_source is not None:
             self.embedder.check_source(fingerprint_source)
@@ -296,7 +301,8 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
                      label_columns=label_columns, prep=plan.prep(config.max_heavy_atoms))
     return start_stream(config, source.table, spec, PredictStage, {"members": checked.members, "outputs": checked.outputs(config),
                                                      "domain": checked.domain,
-                                                     "dropout_samples": config.dropout_samples},
+                                                     "dropout_samples": config.dropout_samples,
+                                                     **config.width_kwargs()},
                         checked.file_features)
 
 

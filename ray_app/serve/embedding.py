@@ -33,8 +33,9 @@ def embedding_size(member_0: Checkpoint) -> int:
 class MemberEmbedding:
     """In a model replica: member 0's Embedder, built on first use (a lock: batches run in worker threads)."""
 
-    def __init__(self, member_0: Checkpoint, device: str) -> None:
-        self.member_0, self.device = member_0, device
+    def __init__(self, member_0: Checkpoint, device: str, reference_width: int | None = None) -> None:
+        """``reference_width``: the ensemble's (its members' largest), so the embedding is read at its widths."""
+        self.member_0, self.device, self.reference_width = member_0, device, reference_width
         self._embedder = None
         self._lock = threading.Lock()
 
@@ -43,7 +44,7 @@ class MemberEmbedding:
 
         with self._lock:
             if self._embedder is None:
-                self._embedder = Embedder(self.member_0, self.device)
+                self._embedder = Embedder(self.member_0, self.device, reference_width=self.reference_width)
             return self._embedder
 
     def __call__(self, molecules: FeaturizedMolecules, batch_size: int) -> dict[str, list]:

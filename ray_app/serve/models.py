@@ -38,13 +38,6 @@ class ServedModel:
     calibrations: dict[str, Calibration] | dict[str, ClassCalibration] | None = None
     domain: DomainIndex | None = None  # fold 0's applicability domain, as `kermt predict --applicability_domain`
 
-    @property
-    def batch_independent(self) -> bool:
-        """True when a molecule's prediction does not depend on its batch mates (``zero`` padding): then any
-        requests' molecules share forwards; with upstream padding only those whose batches have the same neighbour
-        width (:mod:`kermt.inference.shared`, docs/numerics.md#padding-modes)."""
-        return self.info.padding == "zero"
-
 
 def member_paths(source: str | Path) -> list[Path]:
     """A run directory's members, or the one checkpoint (file or native directory) ``source`` is."""

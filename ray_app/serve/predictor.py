@@ -6,13 +6,12 @@ A call's requests are featurised (RDKit) as soon as it reaches the replica, in a
 call's forwards run (torch releases the GIL, RDKit holds it: the two overlap); calls that meet in the replica are
 merged by ``@serve.batch`` (those that arrived within ``batch_wait_timeout_s``). The molecules of every request
 of a batch share forwards of up to ``batch_size`` molecules and ``max_batch_atoms`` atoms (:func:`kermt.inference.
-shared.predict_blocks`), and still each request gets `kermt predict`'s numbers for a file of its own SMILES with the
-same ``--batch_size``: with upstream padding a molecule only shares a forward with molecules whose batches in their
-own requests have the same neighbour width, and that forward is collated at that width. A client's numbers never
-depend on what other clients sent. An invalid SMILES is its own entry with RDKit's reason, never an error; so is
-a molecule over ``--max_heavy_atoms``, refused from its SMILES in milliseconds (it would hold the replica for
-minutes). A model that standardises its molecules applies its standardisation, and its entries say what it saw
-(``model_smiles``).
+shared.predict_blocks`), and still each request gets `kermt predict`'s numbers: a molecule's number depends on the
+molecule and the model only (each is computed at its reference width, :mod:`kermt.inference.widths`; serve has no
+upstream batching), so a client's numbers never depend on what other clients sent, nor on how many SMILES it sent
+at once. An invalid SMILES is its own entry with RDKit's reason, never an error; so is a molecule over
+``--max_heavy_atoms``, refused from its SMILES in milliseconds (it would hold the replica for minutes). A model that
+standardises its molecules applies its standardisation, and its entries say what it saw (``model_smiles``).
 
 Each entry holds `kermt predict`'s columns for the molecule, computed by the same code
 (:mod:`kermt.inference.columns`). ``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted
@@ -91,11 +90,11 @@ class Predictor:
                                   calibrations=model.calibrations if regression else None,
                                   class_calibrations=None if regression else model.calibrations)
         self.batch_size, self.max_batch_atoms = batch_size, max_batch_atoms
-        self.batch_independent = model.batch_independent
         # the k-NN index is fitted here, once per replica (member 0's embedding, as kermt predict's actors)
-        self.domain = (DomainScorer(model.domain, self.ensemble.models[0], self.ensemble.device)
+        self.domain = (DomainScorer(model.domain, self.ensemble.models[0], self.ensemble.device, self.ensemble.rule)
                        if model.domain is not None else None)
-        self.embedding = MemberEmbedding(model.members[0], device)  # its encoder loaded on the first "embed"
+        # its encoder loaded on the first "embed"
+        self.embedding = MemberEmbedding(model.members[0], device, self.ensemble.rule.reference_width)
 
     def featurize(self, jobs: Sequence[PredictJob]) -> list[FeaturizedMolecules]:
         """Each job's molecules featurised."""
@@ -103,8 +102,7 @@ class Predictor:
 
     def predict(self, jobs: Sequence[PredictJob], blocks: Sequence[FeaturizedMolecules]) -> list[list[dict]]:
         """Every job's entries, in input order; ``blocks``: each job's featurised molecules."""
-        predictions = predict_blocks(self.ensemble, blocks, self.batch_size, self.batch_independent,
-                                     self.max_batch_atoms)
+        predictions = predict_blocks(self.ensemble, blocks, self.batch_size, self.max_batch_atoms)
         out = []
         for job, molecules, prediction in zip(jobs, blocks, predictions):
             # the domain and the embedding are computed per request that asks (their forwards are not shared)

@@ -57,15 +57,16 @@ def ensemble_dir(root: Path, name: str = "ckpt_ft_reg.pt") -> Path:
 def test_single_model_predictions_equal_upstream(name):
     members = read_members([FIXTURE_DIR / f"ckpt_{name}.pt"])
     plan = plan_features([m.spec for m in members])
-    prediction = Ensemble(members).predict(featurized(plan.generator), batch_size=32)  # one batch of 26, as upstream
+    # one batch of 26, as upstream; upstream_batching: the batch's own width, upstream's numbers
+    prediction = Ensemble(members, upstream_batching=True).predict(featurized(plan.generator), batch_size=32)
     expected = OUTPUTS[f"{name}_final_prediction" if name != "ft_cls" else f"{name}_model_output"]
     np.testing.assert_allclose(prediction.mean, expected, rtol=0, atol=PARITY)
     np.testing.assert_array_equal(prediction.std, np.zeros_like(expected))
 
 
-def test_batches_are_consecutive_rows_and_invalid_rows_stay_empty():
+def test_upstream_batching_batches_consecutive_rows_and_invalid_rows_stay_empty():
     members = read_members([FIXTURE_DIR / "ckpt_ft_cls.pt"])
-    ensemble = Ensemble(members)
+    ensemble = Ensemble(members, upstream_batching=True)
     smiles = SMILES[:7] + ["not a smiles", ""] + SMILES[7:12]
     molecules = featurize_smiles(smiles)
     got = ensemble.predict(molecules, batch_size=4).mean
@@ -78,13 +79,59 @@ def test_batches_are_consecutive_rows_and_invalid_rows_stay_empty():
     assert not np.array_equal(got, ensemble.predict(molecules, batch_size=64).mean)
 
 
+# beside the sample: a single atom (degree 0), a quaternary carbon and a sulfonic acid (degree 4), sulfur hexafluoride
+# (degree 6, wider than the reference width), an invalid row
+CONTRACT_SMILES = SMILES + ["C", "CC(C)(C)C", "O=S(=O)(O)c1ccccc1", "FS(F)(F)(F)(F)F", "not a smiles"]
+
+
+@pytest.mark.parametrize("name", ["ckpt_ft_cls.pt", "ckpt_ft_reg_ts.pt"])
+def test_a_molecules_number_depends_on_the_molecule_and_the_model_only(name):
+    """Upstream padding: batch size, order and batch-mates change nothing; each molecule is computed at
+    max(its largest degree, W), as it would be alone."""
+    members = read_members([FIXTURE_DIR / name])
+    generator = plan_features([m.spec for m in members]).generator
+    ensemble = Ensemble(members)
+    molecules = featurize_smiles(CONTRACT_SMILES, generator)
+    reference = ensemble.predict(molecules, 32).mean
+    reverse = np.arange(len(molecules))[::-1]
+    for got in (ensemble.predict(molecules, 1).mean, ensemble.predict(molecules, 5).mean,
+                ensemble.predict(molecules.select(reverse), 32).mean[reverse]):
+        np.testing.assert_allclose(got, reference, rtol=0, atol=1e-6)
+    assert np.isnan(reference[-1]).all() and not np.isnan(reference[:-1]).any()
+    alone = np.concatenate([ensemble.member_predictions(molecules.select([row]))[0] for row in range(len(SMILES))])
+    np.testing.assert_allclose(alone, reference[:len(SMILES)], rtol=0, atol=1e-6)
+    # the test can fail: upstream's batching of the same rows moves them
+    upstream = Ensemble(members, upstream_batching=True).predict(molecules, 1).mean
+    assert np.nanmax(np.abs(upstream - reference)) > 1e-3
+    # W is the model's: another reference width is another function
+    wider = Ensemble(members, reference_width=6).predict(molecules, 32).mean
+    assert np.nanmax(np.abs(wider - reference)) > 1e-3
+
+
+def test_the_reference_width_is_the_models_record_or_the_default():
+    from dataclasses import replace
+
+    from kermt.inference.widths import DEFAULT_REFERENCE_WIDTH, width_rule
+
+    spec = _spec("ckpt_ft_cls.pt")
+    assert width_rule([spec]).reference_width == DEFAULT_REFERENCE_WIDTH  # upstream's file records none
+    assert width_rule([replace(spec, reference_width=3), replace(spec, reference_width=5)]).reference_width == 5
+    assert width_rule([spec], reference_width=2).reference_width == 2
+    zero = replace(spec, encoder=replace(spec.encoder, padding="zero"))
+    assert width_rule([zero], reference_width=2).reference_width is None
+    with pytest.raises(UserError, match="--reference_width must be >= 1"):
+        width_rule([spec], reference_width=0)
+    with pytest.raises(UserError, match="disagree on padding"):
+        width_rule([spec, zero])
+
+
 def test_ensemble_mean_and_std_use_each_members_own_scalers(tmp_path):
     paths = find_checkpoints(ensemble_dir(tmp_path))
     assert [p.relative_to(tmp_path).as_posix() for p in paths] == ["fold_0/model_0/model.pt", "fold_0/model_1/model"]
     members = read_members(paths)
     molecules = featurized(("rdkit_2d_normalized",))
-    singles = [Ensemble([m]).predict(molecules, 32).mean for m in members]
-    together = Ensemble(members).predict(molecules, 32)
+    singles = [Ensemble([m], upstream_batching=True).predict(molecules, 32).mean for m in members]
+    together = Ensemble(members, upstream_batching=True).predict(molecules, 32)
     np.testing.assert_allclose(singles[0], OUTPUTS["ft_reg_final_prediction"], rtol=0, atol=PARITY)
     np.testing.assert_allclose(together.mean, (singles[0] + singles[1]) / 2, rtol=0, atol=1e-12)
     np.testing.assert_allclose(together.std, np.abs(singles[0] - singles[1]) / 2, rtol=0, atol=1e-12)
@@ -166,7 +213,7 @@ def test_pretraining_checkpoints_are_refused_as_predictors():
 @pytest.mark.parametrize("name,key", [("ckpt_pretrain_vocab.pt", "pt_vocab"), ("ckpt_pretrain_hybrid.pt", "pt_hybrid"),
                                       ("ckpt_ft_reg.pt", "ft_reg")])
 def test_fingerprints_equal_upstream(name, key):
-    embedder = Embedder(read_checkpoint(FIXTURE_DIR / name))
+    embedder = Embedder(read_checkpoint(FIXTURE_DIR / name), upstream_batching=True)
     [(rows, outputs)] = embedder.outputs(featurized(), 32, "both")  # one batch of 26, as upstream
     fps = outputs["fps"]
     np.testing.assert_array_equal(rows, np.arange(len(SMILES)))
@@ -178,7 +225,7 @@ def test_fingerprints_equal_upstream(name, key):
 def test_outputs_of_many_batches_are_each_batchs_own():
     """``outputs`` reads batch k back after launching batch k + 1: each batch must still get its own rows'
     values, as one batch at a time gives them."""
-    embedder = Embedder(read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_hybrid.pt"))
+    embedder = Embedder(read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_hybrid.pt"), upstream_batching=True)
     molecules = featurize_smiles(SMILES[:7] + ["not a smiles"] + SMILES[7:20])
     batches = embedder.outputs(molecules, 6, None)
     expected = list(valid_batches(molecules, 6))
@@ -193,7 +240,7 @@ def test_outputs_of_many_batches_are_each_batchs_own():
 def test_embeddings_of_canonical_smiles_equal_upstream(name, key):
     from rdkit import Chem
 
-    embedder = Embedder(read_checkpoint(FIXTURE_DIR / name))
+    embedder = Embedder(read_checkpoint(FIXTURE_DIR / name), upstream_batching=True)
     canonical = [Chem.MolToSmiles(Chem.MolFromSmiles(s)) for s in SMILES]
     got = embedder.embeddings(featurize_smiles(canonical))
     expected = {k.split("_extract_embeddings_")[1] for k in OUTPUTS.files if k.startswith(f"{key}_extract_embeddings_")}

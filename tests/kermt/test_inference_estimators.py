@@ -58,11 +58,12 @@ def _own_variance(path: Path, molecules) -> tuple[np.ndarray, np.ndarray]:
 def test_one_variance_head_predicts_its_own_std_and_two_the_total_std(tmp_path):
     molecules = _molecules()
     paths = [_member(tmp_path / f"m{k}", seed=k) for k in range(2)]
-    alone = Ensemble(read_members(paths[:1])).predict(molecules, batch_size=32)  # one batch, as the forward below
+    # one batch at its own width (upstream batching), as the forward below
+    alone = Ensemble(read_members(paths[:1]), upstream_batching=True).predict(molecules, batch_size=32)
     mean, variance = _own_variance(paths[0], molecules)
     np.testing.assert_allclose(alone.mean, mean, rtol=1e-6)
     np.testing.assert_allclose(alone.std, np.sqrt(variance), rtol=1e-5)
-    pair = Ensemble(read_members(paths)).predict(molecules, batch_size=32)
+    pair = Ensemble(read_members(paths), upstream_batching=True).predict(molecules, batch_size=32)
     means, variances = zip(*(_own_variance(p, molecules) for p in paths))
     total = np.sqrt(np.mean(variances, axis=0) + np.var(means, axis=0))
     np.testing.assert_allclose(pair.std, total, rtol=1e-5)

@@ -7,7 +7,7 @@ import pytest
 
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.inference import Ensemble, atom_budget_starts, plan_features, read_members
-from kermt.inference.shared import batch_widths, predict_blocks
+from kermt.inference.shared import predict_blocks
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import SMILES
 
@@ -26,20 +26,21 @@ def test_shared_forwards_give_each_block_its_own_numbers(name, max_atoms):
     members = read_members([FIXTURE_DIR / f"ckpt_{name}.pt"])
     ensemble = Ensemble(members)
     blocks = _blocks(plan_features([m.spec for m in members]).generator, seed=len(name))
-    shared = predict_blocks(ensemble, blocks, 4, batch_independent=False, max_atoms=max_atoms)
-    naive = ensemble.predict(FeaturizedMolecules.concat(blocks), 32).mean
+    shared = predict_blocks(ensemble, blocks, 4, max_atoms=max_atoms)
     alone = [ensemble.predict(block, 4) for block in blocks]
     for own, got in zip(alone, shared):
         np.testing.assert_allclose(got.mean, own.mean, rtol=1e-6, atol=1e-6)  # NaN rows where own has them
         np.testing.assert_allclose(got.std, own.std, rtol=1e-6, atol=1e-6)
-    # the test can fail: sharing forwards without fixing each molecule's width changes the numbers
-    assert np.nanmax(np.abs(np.concatenate([a.mean for a in alone]) - naive)) > 1e-3
+    # the test can fail: upstream's batching of the same blocks moves the numbers
+    upstream = Ensemble(members, upstream_batching=True)
+    batch_dependent = np.concatenate([upstream.predict(block, 4).mean for block in blocks])
+    assert np.nanmax(np.abs(np.concatenate([a.mean for a in alone]) - batch_dependent)) > 1e-3
 
 
-def test_batch_widths_follow_the_batch_rule():
-    molecules = featurize_smiles(["CC", "not_a_smiles", "C", "CC(C)(C)C", "CCO"])
-    # batches of 2: [CC, invalid] -> 1, [C, neopentane] -> 4, [CCO] -> 2
-    assert batch_widths(molecules, 2).tolist() == [1, 0, 4, 4, 2]
+def test_blocks_are_not_shared_under_upstream_batching():
+    ensemble = Ensemble(read_members([FIXTURE_DIR / "ckpt_ft_cls.pt"]), upstream_batching=True)
+    with pytest.raises(ValueError, match="upstream_batching"):
+        predict_blocks(ensemble, _blocks((), seed=0), 4)
 
 
 def test_atom_budget_starts():

@@ -93,7 +93,8 @@ def test_defaults_are_upstream_finetunes_preset():
     training, readout = UPSTREAM_FINETUNE.training, UPSTREAM_FINETUNE.readout
     assert {k: getattr(config, k) for k in dataclasses.asdict(training)} == dataclasses.asdict(training)
     assert {k: getattr(config, k) for k in dataclasses.asdict(readout)} == dataclasses.asdict(readout)
-    assert (config.dropout, config.padding) == (UPSTREAM_FINETUNE.encoder.dropout, UPSTREAM_FINETUNE.encoder.padding)
+    # padding unset: the checkpoint's, or FROM_SCRATCH's zero
+    assert (config.dropout, config.padding) == (UPSTREAM_FINETUNE.encoder.dropout, None)
     assert (config.ffn_num_layers, config.ffn_num_task_specific_layers) == (
         HeadConfig.ffn_num_layers, HeadConfig.ffn_num_task_specific_layers)
     assert all(getattr(config, k) is None for k in ENCODER_ARCHITECTURE_KEYS)
