@@ -66,8 +66,9 @@ UPSTREAM_PRETRAIN = PretrainPreset(EncoderConfig(depth=3))
 FROM_SCRATCH: EncoderConfig = replace(UPSTREAM_FINETUNE.encoder, padding="zero")
 
 # The neighbour width W an upstream-padded model that records none (upstream's own checkpoints) computes each
-# molecule at (at least; kermt.inference.widths): the width that reproduced upstream's batch-32 predictions best on
-# upstream's fixture checkpoints (bench/reference_width.py, docs/numerics.md#batch-composition). The released models
+# molecule at (at least; kermt.inference.widths): the width nearly every batch of 32 drug-like molecules takes
+# upstream, so molecules of degree <= 4 get upstream's batch-32 numbers. bench/reference_width.py measures it on
+# upstream's fixture checkpoints (docs/numerics.md#batch-composition: not yet run to the end); the released models
 # were not measured.
 UPSTREAM_REFERENCE_WIDTH: int = 4
 
