@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from kermt.chem.validation import reason_kind
 from kermt.errors import UserError
 from kermt.metrics import task_scores
 from kermt.run_layout import (CALIBRATION_FILE, INVALID_SMILES_FILE, METRICS_FILE, TEST_SPREAD_FILE, RunLayout,
@@ -96,7 +97,7 @@ def _data_section(save_dir: Path, record: dict[str, Any], results: dict[int, Tes
     if invalid is None:
         section.notes.append(f"invalid rows: {NOT_RECORDED}")
     else:
-        reasons = Counter(row.get("reason", "?") for row in invalid)
+        reasons = Counter(reason_kind(row.get("reason", "?")) for row in invalid)  # RDKit's detail is in the file
         section.notes.append(f"{len(invalid)} invalid row(s) skipped" + (": " + ", ".join(
             f"{n} {reason}" for reason, n in reasons.items()) + f" ({INVALID_SMILES_FILE})" if invalid else ""))
     section.tables.append(Table(["fold", *SPLITS], [[name, *(fmt(s.get(p)) for p in SPLITS)]
