@@ -3,6 +3,8 @@ left unset to tell what the user typed); `kermt --version` prints the installed 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib import metadata
 
 import pytest
@@ -32,8 +34,8 @@ def test_finetune_help_shows_defaults(capsys):
 
 
 def test_screening_and_tune_help_show_defaults(capsys):
-    assert "--batch_size BATCH_SIZE molecules per model batch (results depend on it: docs/screening.md) (default: 32)" \
-        in help_text(capsys, ["predict", "--help"])
+    assert ("--batch_size BATCH_SIZE molecules per model batch (no number depends on it, except with "
+            "--upstream_batching: docs/numerics.md) (default: 32)") in help_text(capsys, ["predict", "--help"])
     assert "--n_trials N_TRIALS trials to run (as upstream, required) --hpo_mode" in (
         text := help_text(capsys, ["tune", "--help"]))
     assert "--search {optuna,random} Optuna TPE or random sampling (seeded) (default: optuna)" in text
@@ -50,3 +52,13 @@ def test_version_is_the_installed_package_metadata(capsys):
         cli.main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"kermt {metadata.version('kermt-ray')} (kermt-ray)"
+
+
+@pytest.mark.parametrize("command", ["predict", "eval", "fingerprint", "embed"])
+def test_a_screening_commands_help_imports_neither_ray_nor_torch(command):
+    """`kermt predict --help` in well under a second: the help path imports the settings, not the runners."""
+    code = ("import sys, io, contextlib\nfrom ray_app.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    assert main([{command!r}, '--help']) == 0\n"
+            "print(sorted(m for m in ('ray', 'torch', 'pyarrow', 'pandas', 'sklearn') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert loaded.strip() == "[]"

@@ -17,10 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from kermt.checkpoint.upstream import file_sha256
 from kermt.errors import UserError
 from ray_app.common.cache import cache_root
-from ray_app.common.outputs import atomic_write_text
 
 RELEASE_REPO = "nvidia/NV-KERMT-70M-v2"
 RELEASE_REVISION = "7df5eb3179235fdea1e8124db73215da33d77dce"
@@ -36,6 +34,8 @@ def default_dir() -> Path:
 
 def is_complete(directory: Path) -> bool:
     """True when the manifest names our revision and every file matches its recorded sha256."""
+    from kermt.checkpoint.upstream import file_sha256  # torch: only when a release is checked
+
     manifest = directory / MANIFEST
     if not manifest.exists():
         return False
@@ -49,6 +49,9 @@ def is_complete(directory: Path) -> bool:
 
 def fetch_release(model_dir: str | Path | None = None) -> Path:
     """Path of the released checkpoint in ``model_dir`` (downloaded and verified on first use)."""
+    from kermt.checkpoint.upstream import file_sha256  # torch: only when a release is checked
+    from ray_app.common.outputs import atomic_write_text
+
     directory = Path(model_dir) if model_dir else default_dir()
     if is_complete(directory):
         return directory / CHECKPOINT_FILE

@@ -31,7 +31,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kermt.data import atomic_files
 from kermt.errors import UserError, first_line
 from ray_app.common.cache import cache_root
 from ray_app.common.release import HUB_SCHEME, fetch_from_hub, fetch_release
@@ -160,7 +159,7 @@ def local_files(config: BaseModel, keep_remote: Sequence[str] = ()) -> Iterator[
             downloaded[name] = _files_under(Path(changes[name]))
         for name, uri in staged.items():
             _filesystem(uri, f"--{name}")  # an unusable URI fails now, not after the whole run
-            changes[name] = str(staging / name / Path(uri.split("?", 1)[0]).name)  # type: ignore[operator]
+            changes[name] = str(staging / name / Path(uri.split("?", 1)[0]).name)
             Path(changes[name]).parent.mkdir(parents=True)
     except BaseException:
         _remove([staging, *(Path(changes[name]) for name in mirrors if name in changes)])
@@ -230,6 +229,8 @@ def _delete_at(uri: str, relative_paths: set[str], flag: str) -> None:
 def publish(local_file: Path, directory_uri: str, flag: str) -> None:
     """Upload one file of a mirrored directory now rather than when the command ends: what a re-run needs even if
     this driver is killed (a run's id, which names its Tune experiment in the run's storage)."""
+    from kermt.data import atomic_files  # pyarrow: not on the path of `--help`
+
     upload(local_file, atomic_files.join(directory_uri, local_file.name), flag)
 
 

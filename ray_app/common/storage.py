@@ -10,9 +10,18 @@ declared explicitly with a ``file://`` URI (``file:///mnt/shared/runs``), which 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kermt.errors import UserError, first_line
-from ray_app.common.cluster import ClusterLayout
+
+if TYPE_CHECKING:  # ray_app.common.cluster imports Ray: only where a layout is read
+    from ray_app.common.cluster import ClusterLayout
+
+
+def _current_layout() -> ClusterLayout:
+    from ray_app.common.cluster import ClusterLayout
+
+    return ClusterLayout.current()
 
 
 def is_uri(path: str) -> bool:
@@ -26,7 +35,7 @@ def resolve_max_failures(requested: int | None) -> int:
     """The user's value, else 3 on a multi-node cluster (where nodes come and go) and 0 on one machine."""
     if requested is not None:
         return requested
-    return CLUSTER_MAX_FAILURES if ClusterLayout.current().multi_node else 0
+    return CLUSTER_MAX_FAILURES if _current_layout().multi_node else 0
 
 
 def check_gpus(use_gpu: bool, flag: str = "--use_gpu") -> None:
@@ -36,7 +45,7 @@ def check_gpus(use_gpu: bool, flag: str = "--use_gpu") -> None:
 
     if not use_gpu or ray.cluster_resources().get("GPU", 0) > 0:
         return
-    if not ClusterLayout.current().multi_node:
+    if not _current_layout().multi_node:
         raise UserError(f"{flag} was given but this Ray cluster has no GPU (resources: {ray.cluster_resources()}); "
                         f"drop {flag} or attach to a cluster with GPUs (--address)")
     print(f"{flag}: no GPU in the cluster yet; the runs wait for the autoscaler to add GPU nodes", flush=True)
@@ -47,7 +56,7 @@ def resolve_storage(storage_path: str | None, default_dir: Path, flag: str = "--
 
     Raises UserError on a multi-node cluster when the storage is a node-local path, and when a URI cannot be
     reached."""
-    layout = ClusterLayout.current()
+    layout = _current_layout()
     if storage_path is None:
         if layout.multi_node:
             raise UserError(_local_refusal(flag, f"defaults to {default_dir} on this machine", layout))

@@ -6,6 +6,8 @@ to be good.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -15,7 +17,6 @@ from ray_app.common.command import run_command
 from ray_app.common.errors import ray_causes
 from ray_app.common.remote_files import local_files, upload
 from ray_app.common.storage import is_uri
-from ray_app.report.build import report_of_finished_run, report_path, report_uri, start_line
 from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig, ReconstructConfig
 
 
@@ -29,6 +30,8 @@ def _run(prog: str, schema: type[BaseModel], argv: list[str], body, reported: bo
         # --data_path and --calibration_path are streamed by Ray Data itself, URI or not (on a cluster every node
         # reads them where they are).
         if reported:
+            from ray_app.report.build import start_line  # the report's modules: not on the path of `--help`
+
             print(start_line(config.output_path, of_file=True), flush=True)
         with local_files(config, keep_remote=("data_path", "calibration_path")) as local:
             status = body(local)
@@ -46,6 +49,7 @@ def main_predict(argv: list[str]) -> int:
 def _predict_and_report(config: PredictConfig) -> int:
     """`kermt predict`, then ``<stem>_report.html`` from the file it wrote (streamed in bounded memory: a screen
     of millions of molecules costs seconds more); the model says its tasks and dataset type."""
+    from ray_app.report.build import report_of_finished_run
     from ray_app.screening.run import run_predict
 
     status = run_predict(config)
@@ -67,13 +71,22 @@ def _model_tasks(config: PredictConfig) -> tuple[str | None, tuple[str, ...] | N
         return None, None
 
 
-def main_eval(argv: list[str]) -> int:
-    from ray_app.screening.scoring import run_eval
+def _runner(module: str, function: str) -> Callable[[BaseModel], int]:
+    """A command's body, imported when it runs: `--help` and a settings error never import Ray or torch."""
 
-    return _run("kermt eval", EvalConfig, argv, run_eval, reported=True)
+    def body(config: BaseModel) -> int:
+        return getattr(importlib.import_module(module), function)(config)
+
+    return body
+
+
+def main_eval(argv: list[str]) -> int:
+    return _run("kermt eval", EvalConfig, argv, _runner("ray_app.screening.scoring", "run_eval"), reported=True)
 
 
 def _say_where_the_report_is(output: Path, shown: str) -> None:
+    from ray_app.report.build import report_path, report_uri
+
     report = report_path(output)
     if not report.exists():  # not written (the run printed why)
         return
@@ -83,21 +96,16 @@ def _say_where_the_report_is(output: Path, shown: str) -> None:
 
 
 def main_fingerprint(argv: list[str]) -> int:
-    from ray_app.screening.run import run_fingerprint
-
-    return _run("kermt fingerprint", FingerprintConfig, argv, run_fingerprint)
+    return _run("kermt fingerprint", FingerprintConfig, argv, _runner("ray_app.screening.run", "run_fingerprint"))
 
 
 def main_embed(argv: list[str]) -> int:
-    from ray_app.screening.run import run_embed
-
-    return _run("kermt embed", EmbedConfig, argv, run_embed)
+    return _run("kermt embed", EmbedConfig, argv, _runner("ray_app.screening.run", "run_embed"))
 
 
 def main_reconstruct(argv: list[str]) -> int:
-    from ray_app.screening.reconstruct import run_reconstruct
-
-    return _run("kermt reconstruct", ReconstructConfig, argv, run_reconstruct)
+    return _run("kermt reconstruct", ReconstructConfig, argv,
+                _runner("ray_app.screening.reconstruct", "run_reconstruct"))
 
 
 __all__ = ["main_embed", "main_eval", "main_fingerprint", "main_predict", "main_reconstruct"]
