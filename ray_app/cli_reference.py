@@ -49,11 +49,11 @@ def _capturing_help() -> Iterator[None]:
     def capture(self: argparse.ArgumentParser, file=None) -> None:
         raise _ParserShown(self)
 
-    argparse.ArgumentParser.print_help = capture  # type: ignore[method-assign]
+    argparse.ArgumentParser.print_help = capture
     try:
         yield
     finally:
-        argparse.ArgumentParser.print_help = _ORIGINAL_PRINT_HELP  # type: ignore[method-assign]
+        argparse.ArgumentParser.print_help = _ORIGINAL_PRINT_HELP
 
 
 def _parser_of(name: str, run: Callable[[list[str]], int]) -> argparse.ArgumentParser:

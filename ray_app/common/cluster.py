@@ -24,9 +24,9 @@ from typing import Any
 
 import ray
 
-from ray_app.common.ray_internals import (AUTH_TOKEN_SETUP_LOGGER, DATA_PROGRESS_LOGGER, GCS_PORT_VARIABLE, HEAD_NODE_RESOURCE,
-                                          TRAIN_PREEMPTION_WATCHER_VARIABLE, TRAIN_PRINT_PATCH_VARIABLE,
-                                          TUNE_NEW_OUTPUT_VARIABLE)
+from ray_app.common.ray_internals import (AUTH_TOKEN_SETUP_LOGGER, DATA_PROGRESS_LOGGER, GCS_PORT_VARIABLE,
+                                          HEAD_NODE_RESOURCE, TRAIN_PREEMPTION_WATCHER_VARIABLE,
+                                          TRAIN_PRINT_PATCH_VARIABLE, TUNE_NEW_OUTPUT_VARIABLE)
 
 # Quiet, local-friendly defaults; a user's own environment always wins (setdefault).
 _LOCAL_ENV = {

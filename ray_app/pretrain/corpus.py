@@ -223,7 +223,7 @@ def run_corpus(config: CorpusConfig) -> None:
     given = [None if path is None else load_vocab(fetch_input(path, f"--{kind}_vocab_path"), kind)
              for kind, path in paths.items()]
     connect(config.address, num_cpus=config.num_cpus)
-    corpus_dir = resolve_storage(config.save_dir, default_dir=None, flag="--save_dir")  # type: ignore[arg-type]
+    corpus_dir = resolve_storage(config.save_dir, default_dir=None, flag="--save_dir")
     start = time.perf_counter()
     manifest = build_corpus(config.data_path, columns, corpus_dir, config.vocab_settings, config.rows_per_shard,
                             config.rows_per_task, given, vocab_paths={k: p for k, p in paths.items() if p})

@@ -38,9 +38,9 @@ def _check_vocab(corpus: Corpus, kind: str, given: str | None, expected: Context
     except (OSError, ValueError, KeyError) as error:
         raise UserError(f"--{kind}_vocab_path {given}: cannot read it ({error})") from None
     if tuple(loaded.itos) != tuple(expected.itos):
-        raise UserError(f"--{kind}_vocab_path {given}: differs from the {kind} vocabulary of the corpus {corpus.path} "
-                        f"({len(loaded)} vs {len(expected)} entries), whose labels were computed with its own; drop the "
-                        f"flag, or prepare a corpus with `kermt corpus` for this vocabulary")
+        raise UserError(f"--{kind}_vocab_path {given}: differs from the {kind} vocabulary of the corpus "
+                        f"{corpus.path} ({len(loaded)} vs {len(expected)} entries), whose labels were computed with "
+                        f"its own; drop the flag, or prepare a corpus with `kermt corpus` for this vocabulary")
 
 
 def _continue_from(config: PretrainConfig, sizes: dict[str, int]) -> Checkpoint | None:
@@ -64,8 +64,8 @@ def _continue_from(config: PretrainConfig, sizes: dict[str, int]) -> Checkpoint 
 def check_pretrain_inputs(config: PretrainConfig) -> PretrainInputs:
     corpus = open_corpus(config.data_path)
     if corpus.manifest.n_molecules == 0:
-        raise UserError(f"{config.data_path}: the corpus holds no valid molecule (see its {corpus.manifest.invalid_report});"
-                        " prepare it from files with valid SMILES")
+        raise UserError(f"{config.data_path}: the corpus holds no valid molecule (see its "
+                        f"{corpus.manifest.invalid_report}); prepare it from files with valid SMILES")
     _check_vocab(corpus, "atom", config.atom_vocab_path, corpus.atom_vocab)
     _check_vocab(corpus, "bond", config.bond_vocab_path, corpus.bond_vocab)
     _check_vocab(corpus, "smiles", config.smiles_vocab_path, corpus.smiles_vocab)

@@ -47,9 +47,9 @@ def write_report(path: Path | str, dataset_type: str | None = None, tasks: Seque
         from ray_app.report.finetune import finetune_report
 
         return write_page(finetune_report(path), report_path(path))
-    raise UserError(f"{path}: neither a finetune, tune nor pretrain --save_dir (no {RUN_STATE_FILE}, {fold_name(0)}/ or "
-                    f"{SWEEP_FILE}) nor a scored file; give the directory kermt finetune, tune or pretrain wrote, "
-                    "or the --output_path of kermt eval or kermt predict")
+    raise UserError(f"{path}: neither a finetune, tune nor pretrain --save_dir (no {RUN_STATE_FILE}, "
+                    f"{fold_name(0)}/ or {SWEEP_FILE}) nor a scored file; give the directory kermt finetune, tune or "
+                    "pretrain wrote, or the --output_path of kermt eval or kermt predict")
 
 
 def start_line(shown: str, of_file: bool) -> str:
@@ -77,7 +77,7 @@ def report_of_finished_run(local: Path, dataset_type: str | None = None,
     note, never the run's failure: its models and files are what matters, and ``kermt report`` rebuilds it."""
     try:
         return write_report(local, dataset_type, tasks)
-    except Exception as error:  # noqa: BLE001 - any bug in a figure must not fail a finished run
+    except Exception as error:  # any: a bug in a figure must not fail a finished run
         print(f"report: not written ({type(error).__name__}: {first_line(error)}); `kermt report {local}` retries",
               flush=True)
         return None

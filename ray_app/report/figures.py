@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: a report is written on clusters and in CI, never on a screen
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn import metrics as skm  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from sklearn import metrics as skm
 
 DPI = 80
 COLOURS = plt.rcParams["axes.prop_cycle"].by_key()["color"]

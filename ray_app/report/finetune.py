@@ -215,7 +215,10 @@ def _pooled(task: str, t: int, folds: list[tuple[int, Path]], results: dict[int,
                               *(bounds if bounds is not None else (None, None))))
     if not parts:
         return TaskData(task, [], np.array([]), np.array([]))
-    join = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
+
+    def join(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts])
+
     return TaskData(task, [s for p in parts for s in p.smiles], join("measured"), join("predicted"),
                     join("lower") if with_interval else None, join("upper") if with_interval else None)
 

@@ -87,7 +87,10 @@ def output_layout(path: Path, tasks: Sequence[str] | None = None) -> OutputLayou
     if tasks is None:
         tasks = _tasks_read_off(path, names)
     present = set(names)
-    pick = lambda suffix: {t: t + suffix for t in tasks if t + suffix in present}  # noqa: E731
+
+    def pick(suffix: str) -> dict[str, str]:
+        return {t: t + suffix for t in tasks if t + suffix in present}
+
     return OutputLayout(names[0], tuple(tasks), pick(STD_SUFFIX), pick(LOWER_SUFFIX), pick(UPPER_SUFFIX),
                         DISTANCE_COLUMN if DISTANCE_COLUMN in present else None,
                         IN_DOMAIN_COLUMN if IN_DOMAIN_COLUMN in present else None)

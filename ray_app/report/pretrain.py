@@ -65,7 +65,7 @@ def _checkpoint_history(path: Path) -> list[dict[str, float]]:
     try:
         state = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
         return list(state["progress"]["history"])
-    except Exception:  # noqa: BLE001 - a checkpoint being written or from another version: not recorded
+    except Exception:  # any: a checkpoint being written or from another version is not recorded
         return []
 
 
@@ -102,7 +102,8 @@ def _corpus_section(save_dir: Path, settings: dict[str, Any]) -> Section:
                              f"{fmt(corpus_record.get('n_molecules'))}")
         return section
     rows = [["corpus", str(corpus)], ["molecules", fmt(manifest.get("n_molecules"))],
-            ["shards", fmt(len(manifest.get("shards") or []))], ["invalid rows dropped", fmt(manifest.get("n_invalid"))],
+            ["shards", fmt(len(manifest.get("shards") or []))],
+            ["invalid rows dropped", fmt(manifest.get("n_invalid"))],
             ["duplicates dropped", fmt(manifest.get("n_duplicates"))],
             ["longest SMILES (tokens)", fmt(manifest.get("max_token_length"))],
             *[[f"{kind} vocabulary", fmt(manifest.get(f"{kind}_vocab_size"))] for kind in ("atom", "bond", "smiles")],

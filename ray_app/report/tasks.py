@@ -35,7 +35,10 @@ def labelled(name: str, smiles: list[str], measured: np.ndarray, predicted: np.n
              lower: np.ndarray | None = None, upper: np.ndarray | None = None) -> TaskData:
     """Only the molecules with a label and a finite prediction."""
     keep = ~np.isnan(measured) & np.isfinite(predicted)
-    pick = lambda a: None if a is None else np.asarray(a)[keep]  # noqa: E731
+
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.asarray(a)[keep]
+
     return TaskData(name, [s for s, k in zip(smiles, keep) if k], measured[keep], predicted[keep],
                     pick(lower), pick(upper))
 
