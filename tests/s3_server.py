@@ -44,9 +44,10 @@ class MotoS3:
             try:
                 urllib.request.urlopen(f"{self.endpoint}/", timeout=2).read()
                 break
-            except OSError:
+            except OSError as error:
                 if time.time() > deadline:
-                    raise RuntimeError(f"moto_server did not start: {(self.root / 's3.log').read_text()[-2000:]}")
+                    raise RuntimeError(
+                        f"moto_server did not start: {(self.root / 's3.log').read_text()[-2000:]}") from error
                 time.sleep(0.3)
         self.make_bucket(bucket)
         return self

@@ -25,19 +25,20 @@ pytestmark = GPU_LANE
 pytest.importorskip("ray", reason="the Ray part of the GPU lane needs ray installed")
 pytest.importorskip("pydantic", reason="the Ray part of the GPU lane needs pydantic installed (ray_app's configs)")
 
+# E402 below: imported only once the importorskips above have passed
 from ray_app.finetune.config import resolve  # noqa: E402
 from ray_app.finetune.run import run_finetune  # noqa: E402
 from ray_app.screening.commands import main_predict  # noqa: E402
 from tests.kermt.test_inference import OUTPUTS, PARITY  # noqa: E402
-from tests.ray_app.conftest import ray_cluster  # noqa: E402, F401  (the session's local Ray cluster)
-from tests.ray_app.finetune.test_finetune import demo_csv  # noqa: E402, F401  (80 labelled rows, 2 invalid)
+from tests.ray_app.conftest import ray_cluster  # noqa: E402, F401 - the session's local Ray cluster
+from tests.ray_app.finetune.test_finetune import demo_csv  # noqa: E402, F401 - fixture: 80 rows
 
 METRIC_RTOL, METRIC_ATOL = 1e-3, 1e-4
 BF16_RTOL = 0.05
 PREDICT_ATOL = 1e-5
 
 
-def _finetune(demo_csv, save_dir, *extra: str) -> float:  # noqa: F811
+def _finetune(demo_csv, save_dir, *extra: str) -> float:  # noqa: F811 - the fixture
     config, sources = resolve([
         "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
         "--save_dir", str(save_dir), "--epochs", "3", "--batch_size", "16", "--ffn_hidden_size", "8",
@@ -46,7 +47,7 @@ def _finetune(demo_csv, save_dir, *extra: str) -> float:  # noqa: F811
 
 
 @pytest.mark.parametrize("dropout", ["0.0", "0.1"])
-def test_one_gpu_finetune_matches_the_cpu_run(ray_cluster, demo_csv, tmp_path, dropout):  # noqa: F811
+def test_one_gpu_finetune_matches_the_cpu_run(ray_cluster, demo_csv, tmp_path, dropout):  # noqa: F811 - fixtures
     assert ray_cluster.get("GPU", 0) >= 1, f"the local Ray cluster sees no GPU: {ray_cluster}"
     drops = ["--dropout", dropout, "--bond_drop_rate", dropout]
     cpu = _finetune(demo_csv, tmp_path / "cpu", *drops)
@@ -56,7 +57,7 @@ def test_one_gpu_finetune_matches_the_cpu_run(ray_cluster, demo_csv, tmp_path, d
     assert gpu == pytest.approx(cpu, rel=METRIC_RTOL, abs=METRIC_ATOL)
 
 
-def test_one_gpu_bf16_finetune_stays_close_to_fp32(ray_cluster, demo_csv, tmp_path):  # noqa: F811
+def test_one_gpu_bf16_finetune_stays_close_to_fp32(ray_cluster, demo_csv, tmp_path):  # noqa: F811 - fixtures
     fp32 = _finetune(demo_csv, tmp_path / "fp32", "--use_gpu")
     bf16 = _finetune(demo_csv, tmp_path / "bf16", "--use_gpu", "--precision", "bf16")
     print(f"1-GPU finetune test rmse: bf16 {bf16:.6f}, fp32 {fp32:.6f} (relative {abs(bf16 - fp32) / fp32:.1e})")
@@ -64,7 +65,7 @@ def test_one_gpu_bf16_finetune_stays_close_to_fp32(ray_cluster, demo_csv, tmp_pa
     assert bf16 == pytest.approx(fp32, rel=BF16_RTOL)
 
 
-def test_predict_with_the_actor_on_the_gpu_equals_the_cpu(ray_cluster, tmp_path):  # noqa: F811
+def test_predict_with_the_actor_on_the_gpu_equals_the_cpu(ray_cluster, tmp_path):  # noqa: F811 - the fixture
     frames = {}
     for where, extra in (("cpu", []), ("gpu", ["--use_gpu"])):
         out = tmp_path / f"{where}.csv"

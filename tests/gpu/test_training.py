@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from kermt.data.dataset import MoleculeSet
 from bench.dispatch_audit import DispatchAudit, optimizer_host_tensors
 from kermt.train.optim import NoamLR, NoamSchedule, build_optimizer
 from kermt.train.step import FinetuneStepSettings, train_step
 from tests.gpu.cuda import GPU_LANE, tf32
-from tests.kermt.nn.test_host_syncs import SMILES, _model, molecules  # noqa: F401  (molecules: a fixture)
+from tests.kermt.nn.test_host_syncs import SMILES, _model, molecules  # noqa: F401 - molecules: a fixture
 
 pytestmark = GPU_LANE
 
@@ -26,7 +25,7 @@ def _trainer(model):
     return optimizer, NoamLR(optimizer, NoamSchedule(1.0, 4, 2, 1e-3, 1e-2, 1e-3))
 
 
-def _train_batch(molecules, model):  # noqa: F811
+def _train_batch(molecules, model):  # noqa: F811 - the fixture
     rows = np.arange(len(SMILES))
     spec = model.kermt.aggregation_spec(training=True)
     return molecules.batch(rows, operators=spec, global_rows=rows).pin_memory().to("cuda", non_blocking=True)
@@ -34,7 +33,7 @@ def _train_batch(molecules, model):  # noqa: F811
 
 @pytest.mark.parametrize(("dropout", "draws"), [(0.0, "torch"), (0.2, "torch"), (0.2, "per_molecule")],
                          ids=["stacked", "loop", "keyed_stacked"])
-def test_a_cuda_train_step_never_synchronises(molecules, dropout, draws):  # noqa: F811
+def test_a_cuda_train_step_never_synchronises(molecules, dropout, draws):  # noqa: F811 - the fixture
     """torch's sync debug mode raises on any call that blocks the host on the device (a value read back, a
     pageable copy, a data-dependent shape); the dispatch audit must agree that there is none. Per-molecule dropout
     computes its masks on the device from the batch's molecule ids."""
@@ -81,7 +80,7 @@ def test_fused_adam_moves_parameters_like_multi_tensor_adam():
         torch.testing.assert_close(value, params[False][name], rtol=FUSED_RTOL, atol=FUSED_ATOL, msg=name)
 
 
-def test_per_molecule_dropout_gives_the_cpu_step_on_cuda(molecules):  # noqa: F811
+def test_per_molecule_dropout_gives_the_cpu_step_on_cuda(molecules):  # noqa: F811 - the fixture
     """Per-molecule masks are a hash of the molecule's keys, exact on either device: a dropout-0.2 step on CUDA
     has the CPU step's loss and gradients up to float summation order (torch's RNG would draw other masks)."""
     settings = FinetuneStepSettings("regression", 0.1, dropout_draws="per_molecule", seed=4)

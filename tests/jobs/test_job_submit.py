@@ -38,7 +38,8 @@ def ray_head():
     env = _env(short)
     head = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={GCS_PORT}",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={DASHBOARD_PORT}", f"--ray-client-server-port={CLIENT_PORT}", f"--dashboard-agent-listen-port={AGENT_PORT}",
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={DASHBOARD_PORT}", f"--ray-client-server-port={CLIENT_PORT}",
+         f"--dashboard-agent-listen-port={AGENT_PORT}",
          "--num-cpus=4", "--object-store-memory=200000000", "--disable-usage-stats", f"--temp-dir={short / 'ray'}"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )

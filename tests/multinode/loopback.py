@@ -51,7 +51,8 @@ def coordinator_requests():
     def live(actor):
         now = time.time()
         return [f"{rid} wants {r.requested_resources} (remaining {sorted(r.request_remaining or [])}) for "
-                f"{r.expiration_time - now:.0f} s more" for rid, r in actor._ongoing_reqs.items() if r.expiration_time > now]
+                f"{r.expiration_time - now:.0f} s more"
+                for rid, r in actor._ongoing_reqs.items() if r.expiration_time > now]
     return ray.get(coordinator.__ray_call__.remote(live))
 
 while True:
@@ -61,8 +62,10 @@ while True:
     if idle or time.monotonic() > deadline:
         break
     time.sleep(1)
-actors = [f"{a.class_name} pid={a.pid} node={a.node_id} job={a.job_id}" for a in list_actors(filters=[("state", "=", "ALIVE")])]
-groups = [f"{g.placement_group_id} {g.state} {g.bundles}" for g in list_placement_groups(filters=[("state", "!=", "REMOVED")])]
+actors = [f"{a.class_name} pid={a.pid} node={a.node_id} job={a.job_id}"
+          for a in list_actors(filters=[("state", "=", "ALIVE")])]
+groups = [f"{g.placement_group_id} {g.state} {g.bundles}"
+          for g in list_placement_groups(filters=[("state", "!=", "REMOVED")])]
 print(json.dumps({"total_cpus": total.get("CPU", 0), "free_cpus": free.get("CPU", 0), "actors": actors,
                   "placement_groups": groups, "coordinator_requests": requests}))
 """

@@ -46,7 +46,7 @@ def start_until_first_epoch(cluster, args: list[str]) -> tuple[subprocess.Popen,
                               env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.monotonic() + 600
-    for line in driver.stdout:  # type: ignore[union-attr]
+    for line in driver.stdout:
         lines.append(line)
         if "[fold 0 model 0] epoch    0" in line:
             break
@@ -110,7 +110,7 @@ def test_losing_a_training_node_mid_run_changes_no_result(cluster, head_inputs, 
     lost = "127.0.0.4"
     assert cluster.kill_node(lost) > 0
     cluster.add_node("127.0.0.5", 1)
-    out = "".join(lines) + driver.stdout.read()  # type: ignore[union-attr]
+    out = "".join(lines) + driver.stdout.read()
     assert driver.wait(timeout=900) == 0, out[-6000:]
     assert re.search(r"resuming at epoch [1-5]: 2 worker\(s\) on 2 node\(s\)", out), out[-4000:]
     uninterrupted = float(SUMMARY.search(two_node_finetune[1]).group(1))
@@ -151,7 +151,7 @@ def test_rerun_after_the_driver_died_keeps_finished_models_and_resumes_the_rest(
     driver = subprocess.Popen([sys.executable, "-m", "ray_app.cli", *args], cwd=cluster.head_dir,
                               env=cluster.driver_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
-    for line in driver.stdout:  # type: ignore[union-attr]
+    for line in driver.stdout:
         lines.append(line)
         if "[fold 0 model 1] epoch    0" in line:
             break
@@ -236,7 +236,7 @@ def test_elastic_run_continues_on_fewer_workers_with_the_same_result(cluster, he
     try:
         assert cluster.kill_node(lost) > 0
         killed, resumed = time.monotonic(), None
-        for line in driver.stdout:  # type: ignore[union-attr]
+        for line in driver.stdout:
             lines.append(line)
             if resumed is None and "resuming at epoch" in line:
                 resumed = time.monotonic()

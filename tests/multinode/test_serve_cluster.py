@@ -87,7 +87,8 @@ def serve_and_check(cluster, model: str, expected: list[dict], flags: list[str])
         healthy_s = time.monotonic() - started
         body = httpx.post(f"{url}/predict", json={"smiles": SMILES}, timeout=60).json()
         placed = settled_placement(cluster, replicas=int(flags[flags.index("--num_replicas") + 1]))
-        print(f"\nkermt serve {' '.join(flags)}: healthy after {healthy_s:.0f} s, replicas on {placed} (head {HEAD_IP})")
+        print(f"\nkermt serve {' '.join(flags)}: healthy after {healthy_s:.0f} s, replicas on {placed} "
+              f"(head {HEAD_IP})")
         assert HEAD_IP not in placed["model-cls"] + placed[FEATURIZER_DEPLOYMENT]  # the head has 0 CPUs
         assert [p["smiles"] for p in body["predictions"]] == SMILES
         for entry, row in zip(body["predictions"], expected):

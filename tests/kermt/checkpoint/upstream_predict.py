@@ -29,8 +29,8 @@ for name in ("cuik_molmaker", "cuik_molmaker.mol_features"):
     sys.modules[name] = stub
 sys.modules["cuik_molmaker"].mol_features = sys.modules["cuik_molmaker.mol_features"]
 
-from kermt.util.parsing import get_newest_train_args, parse_args  # noqa: E402  (upstream's package)
-from task.predict import make_predictions, write_prediction  # noqa: E402
+from kermt.util.parsing import get_newest_train_args, parse_args  # noqa: E402 - upstream's, after the stubs
+from task.predict import make_predictions, write_prediction  # noqa: E402 - upstream's too
 
 separator = sys.argv.index("--")
 pairs, flags = sys.argv[1:separator], sys.argv[separator + 1:]

@@ -72,4 +72,5 @@ def test_moving_a_batch_keeps_every_array_and_the_host_values():
         assert torch.equal(getattr(moved, name), getattr(graph, name))
     assert moved.components() == tuple(getattr(moved, name) for name in GRAPH_ARRAYS)
     assert (moved.max_atoms, moved.operators.padding) == (6, "zero")
-    assert torch.equal(moved.operators.transposes["incoming_bonds"].col, graph.operators.transposes["incoming_bonds"].col)
+    incoming = moved.operators.transposes["incoming_bonds"]
+    assert torch.equal(incoming.col, graph.operators.transposes["incoming_bonds"].col)

@@ -64,8 +64,8 @@ def test_a_bf16_step_keeps_float32_parameters_and_a_close_gradient():
         original_step = optimizer.step
         optimizer.step = lambda: None  # keep the gradients of the step to compare them
         torch.manual_seed(0)  # the same dropout masks
-        step = train_step(model, optimizer, scheduler, batch, FinetuneStepSettings("regression", 0.1, precision=precision),
-                          np.random.default_rng(0))
+        settings = FinetuneStepSettings("regression", 0.1, precision=precision)
+        step = train_step(model, optimizer, scheduler, batch, settings, np.random.default_rng(0))
         optimizer.step = original_step
         assert step.objective_share.dtype == torch.float32 and torch.isfinite(step.objective_share)
         assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters()

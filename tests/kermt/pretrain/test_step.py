@@ -86,7 +86,8 @@ def _train(mode: str, rank: int, world: int, per_rank_means: bool = False,
     if world > 1:
         wrapped = DistributedDataParallel(model)
         distribution = Distribution(world, rank, all_gather_with_grad(dist.new_group()))
-    settings = PretrainStepSettings(SEED, per_rank_means=per_rank_means, dropout_draws="per_molecule" if dropout else "torch")
+    settings = PretrainStepSettings(SEED, per_rank_means=per_rank_means,
+                                    dropout_draws="per_molecule" if dropout else "torch")
     trainer = PretrainStep(wrapped, optimizer, scheduler, settings, distribution)
     for global_step, rows in enumerate(batches):
         trainer.train(build_step_batch(arrays, rows, rank, world, heads, SEED, global_step), global_step)

@@ -62,7 +62,10 @@ def test_a_member_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(tmp_
     for name, value in uninterrupted.checkpoint()["model"].items():
         assert torch.equal(resumed.checkpoint()["model"][name], value), name
     timed = ("train_time_s", "val_time_s")
-    strip = lambda rows: [{k: v for k, v in row.items() if k not in timed} for row in rows]  # noqa: E731
+
+    def strip(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in row.items() if k not in timed} for row in rows]
+
     assert strip(resumed.history) == strip(uninterrupted.history)
 
 

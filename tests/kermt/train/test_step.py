@@ -49,8 +49,8 @@ def _step(rows: slice, mtl: bool, world_size: int = 1, global_counts: torch.Tens
     graph = featurize_smiles(["CO", "CCO"]).select(selected).batch_graph()
     batch = MoleculeBatch(graph, None, torch.tensor(TARGETS)[rows], selected)
     all_reduce = (lambda _: global_counts.clone()) if global_counts is not None else (lambda t: t)
-    return train_step(model, optimizer, scheduler, batch, FinetuneStepSettings("regression", DIST, mtl), None, world_size,
-                      all_reduce)
+    settings = FinetuneStepSettings("regression", DIST, mtl)
+    return train_step(model, optimizer, scheduler, batch, settings, None, world_size, all_reduce)
 
 
 @pytest.mark.parametrize("mtl", [False, True])

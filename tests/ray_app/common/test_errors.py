@@ -39,7 +39,7 @@ def test_wrapped_user_errors_are_found_without_a_cluster(capsys):
         try:
             raise UserError(MESSAGE)
         except UserError:
-            raise KeyError("bug")
+            raise KeyError("bug")  # noqa: B904 - the case tested: raised while handling, so only its __context__
     except KeyError as bug:
         assert find_user_error(bug, ray_causes) is None
         with pytest.raises(KeyError):

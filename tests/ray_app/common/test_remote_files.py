@@ -158,7 +158,8 @@ def test_a_finished_run_whose_uploads_fail_raises_the_first_and_keeps_every_file
             Path(local.output_path).write_text("done\n")
             delete_bucket()
     assert [note.split(": the")[0] for note in raised.value.__notes__] == ["--output_path s3://doomed/out.csv"]
-    assert (Path(local.save_dir) / "model.pt").read_text() == "model\n" and Path(local.output_path).read_text() == "done\n"
+    assert (Path(local.save_dir) / "model.pt").read_text() == "model\n"
+    assert Path(local.output_path).read_text() == "done\n"
 
 
 def test_the_mirror_starts_from_what_the_uri_holds_now(s3):

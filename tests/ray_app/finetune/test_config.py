@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from kermt.errors import UserError
 from ray_app.common.settings import to_yaml
@@ -65,8 +66,8 @@ def test_unknown_yaml_key_suggests_the_closest(tmp_path):
 
 def test_config_is_frozen_and_typed():
     config = FinetuneConfig(data_path="d.csv")
-    with pytest.raises(Exception):
-        config.epochs = 3  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        config.epochs = 3
 
 
 def test_undirected_is_refused_with_the_reason(tmp_path):

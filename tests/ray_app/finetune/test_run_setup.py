@@ -19,7 +19,7 @@ def test_a_shared_setup_carries_a_reference_not_the_weights(ray_cluster, tmp_pat
 
     checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")
     setup = RunSetup(FinetuneConfig(data_path="d.csv"), {}, tmp_path, "run", "regression", "rmse", ["t"],
-                     checkpoint, None, None, None, str(tmp_path), 0)  # type: ignore[arg-type]
+                     checkpoint, None, None, None, str(tmp_path), 0)
     weights = sum(t.numel() * t.element_size() for t in checkpoint.state_dict.values())
     shared = setup.with_shared_checkpoint()
     assert len(pickle.dumps(setup)) > weights > 10 * len(pickle.dumps(shared))
@@ -54,7 +54,7 @@ def test_a_model_from_scratch_is_upstream_finetunes_with_the_users_flags(tmp_pat
 
     def scratch_encoder(**flags):
         setup = RunSetup(FinetuneConfig(data_path="d.csv", **flags), {}, tmp_path, "run", "regression", "rmse",
-                         ["t"], None, None, None, None, str(tmp_path), 0)  # type: ignore[arg-type]
+                         ["t"], None, None, None, None, str(tmp_path), 0)
         return model_config(setup, features_size=0).encoder
 
     assert scratch_encoder() == FROM_SCRATCH

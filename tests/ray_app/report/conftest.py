@@ -29,7 +29,8 @@ def regression_run(ray_cluster, tmp_path_factory) -> tuple[Path, str]:
     rows.insert(7, ["not_a_smiles", "1.0", "0.5"])  # an invalid row the data summary counts
     with open(base / "data.csv", "w", newline="") as f:
         csv.writer(f).writerows(rows)
-    _, out = tiny_finetune(base / "run", base / "data.csv", "--ensemble_size", "2", "--split_sizes", "0.4", "0.4", "0.2")
+    _, out = tiny_finetune(base / "run", base / "data.csv", "--ensemble_size", "2",
+                           "--split_sizes", "0.4", "0.4", "0.2")
     return base / "run", out
 
 
@@ -43,6 +44,6 @@ def classification_run(ray_cluster, tmp_path_factory) -> tuple[Path, str]:
         for smiles, *values in rows[1:]:
             labels = ("" if v == "" else int(float(v) > THRESHOLDS[t]) for v, t in zip(values, TASKS))
             writer.writerow([smiles, *labels])
-    _, out = tiny_finetune(base / "run", base / "data.csv", "--dataset_type", "classification", "--split_sizes", "0.6", "0.2",
-                    "0.2")
+    _, out = tiny_finetune(base / "run", base / "data.csv", "--dataset_type", "classification",
+                           "--split_sizes", "0.6", "0.2", "0.2")
     return base / "run", out

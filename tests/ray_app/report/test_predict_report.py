@@ -51,8 +51,9 @@ def test_predict_writes_its_report_beside_the_output(predicted):
     report = out.with_name("screen_report.html")
     assert f"report: {report}" in printed
     page = report.read_text()
-    for shown in ("Task logp", "Task tpsa_100", "The 12 molecules with the highest predicted logp", "<td>unparsable</td><td>2</td>",
-                  "<td>empty</td><td>1</td>", "mean interval width", "in the applicability domain:", "dataset type</td><td>regression<"):
+    for shown in ("Task logp", "Task tpsa_100", "The 12 molecules with the highest predicted logp",
+                  "<td>unparsable</td><td>2</td>", "<td>empty</td><td>1</td>", "mean interval width",
+                  "in the applicability domain:", "dataset type</td><td>regression<"):
         assert shown in page, shown
     stats = library_stats(out)  # read off the file alone, as `kermt report` does: the same tasks
     assert stats.layout.tasks == TASKS and stats.rows == 303 and stats.valid == 300

@@ -1,7 +1,8 @@
 """`kermt predict / eval --applicability_domain` on the local Ray cluster: the columns equal the library's distances
 on the same molecules, twice the same, other chemotypes out of domain; eval's fraction in domain and error inside vs
-outside; a model without a domain (or another model's) is a one-line error before Ray starts. The index here is built by the library beside the upstream fixture model; the
-finetune that writes it itself is in tests/ray_app/finetune/test_domain_finetune.py."""
+outside; a model without a domain (or another model's) is a one-line error before Ray starts. The index here is
+built by the library beside the upstream fixture model; the finetune that writes it itself is in
+tests/ray_app/finetune/test_domain_finetune.py."""
 
 from __future__ import annotations
 

@@ -84,7 +84,8 @@ def test_one_row_per_input_row_and_sample_in_order_for_any_concurrency(ray_clust
     assert (one.loc[~invalid, "error"] == "").all()
 
     expected = _in_process(data["smiles"].fillna("").tolist())
-    assert [None if pd.isna(s) else s for s in one["generated_smiles"]] == [s for samples in expected for s in (samples or [None] * SAMPLES)]
+    flat = [s for samples in expected for s in (samples or [None] * SAMPLES)]
+    assert [None if pd.isna(s) else s for s in one["generated_smiles"]] == flat
     for _, row in one[~invalid].iterrows():
         scored = score(row["canonical_smiles"], row["generated_smiles"])
         assert (row["generated_valid"], row["exact_match"]) == (scored.parses, scored.exact_match)

@@ -5,7 +5,6 @@ test-artifacts/serve_page.png."""
 
 from __future__ import annotations
 
-import base64
 import io
 import urllib.parse
 

@@ -11,7 +11,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -219,7 +218,8 @@ def test_healthz_and_models(served):
         "calibration_method": "normalised", "calibration_size": {"t1": 30, "t2": 30},
         "calibration_source": "validation molecules"}
     assert (models["reg"]["calibrated"], models["reg"]["calibration_size"]) == (True, 30)
-    assert models["reg"]["members"][0]["sha256"] == hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
+    fixture_sha = hashlib.sha256((FIXTURE_DIR / "ckpt_ft_reg.pt").read_bytes()).hexdigest()
+    assert models["reg"]["members"][0]["sha256"] == fixture_sha
     assert client.get("/docs").status_code == 200 and "/predict" in client.get("/openapi.json").json()["paths"]
 
 
