@@ -77,6 +77,5 @@ UPSTREAM_REFERENCE_WIDTH: int = 4
 PREDICT_BATCH_SIZE: int = UPSTREAM_FINETUNE.training.batch_size
 
 
-__all__ = ["FROM_SCRATCH", "PREDICT_BATCH_SIZE", "FinetunePreset", "PretrainPreset", "TrainingDefaults", "UPSTREAM_FINETUNE",
-           "UPSTREAM_PRETRAIN",
-           "UPSTREAM_REFERENCE_WIDTH"]
+__all__ = ["FROM_SCRATCH", "PREDICT_BATCH_SIZE", "FinetunePreset", "PretrainPreset", "TrainingDefaults",
+           "UPSTREAM_FINETUNE", "UPSTREAM_PRETRAIN", "UPSTREAM_REFERENCE_WIDTH"]

@@ -235,7 +235,8 @@ def _pretrain_settings(sd: dict[str, torch.Tensor], args: dict[str, Any], kind: 
     shapes = {
         "atom_vocab_size": ("vocab_module.av_task_atom.linear.weight", "av_task_atom.linear.weight"),
         "bond_vocab_size": ("vocab_module.bv_task_atom.linear.weight", "bv_task_atom.linear.weight"),
-        "fg_size": ("vocab_module.fg_task_all.linear_atom_from_atom.weight", "fg_task_all.linear_atom_from_atom.weight"),
+        "fg_size": ("vocab_module.fg_task_all.linear_atom_from_atom.weight",
+                    "fg_task_all.linear_atom_from_atom.weight"),
         "smiles_vocab_size": ("decoder.token_embedding.weight",),
     }
     for name, candidates in shapes.items():

@@ -62,7 +62,7 @@ class CheckpointSpec:
         # by value: the dataclass default would compare the scalers' numpy arrays element-wise and fail
         return isinstance(other, CheckpointSpec) and self.to_dict() == other.to_dict()
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # equal by value (to_dict), and the scalers' numpy arrays cannot be hashed
 
     def __post_init__(self) -> None:
         if self.kind not in CHECKPOINT_KINDS:

@@ -100,8 +100,8 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
         outputs.write_tensorboard(directory, history, setup.metric)
 
 
-def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
-                            use_gpu: bool = False, precision: str = "fp32", rule: WidthRule | None = None) -> np.ndarray:
+def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int, use_gpu: bool = False,
+                            precision: str = "fp32", rule: WidthRule | None = None) -> np.ndarray:
     """(n_test, n_tasks) predictions in label units, as `kermt predict` makes them (``rule``: the run's
     :class:`~kermt.inference.widths.WidthRule`; default: the model's padding with the default reference width);
     with ``use_gpu`` computed by a task on a GPU node (the driver usually sits on a head without one), else here on

@@ -189,10 +189,12 @@ def _settings_with_checkpoint_values(setup: RunSetup) -> tuple[dict[str, Any], d
 
 def _split_record(setup: RunSetup, split: Split) -> dict[str, list[int]]:
     """Data-row numbers (in the data file) of each part; separate val/test files are marked as such."""
-    to_rows = lambda positions: setup.data.rows[np.asarray(positions, dtype=np.int64)].tolist()  # noqa: E731
+    def to_rows(positions) -> list[int]:
+        return setup.data.rows[np.asarray(positions, dtype=np.int64)].tolist()
+
     record = {"train": to_rows(split.train)}
-    record["val"] = "separate_val_path" if setup.val else to_rows(split.val)  # type: ignore[assignment]
-    record["test"] = "separate_test_path" if setup.test else to_rows(split.test)  # type: ignore[assignment]
+    record["val"] = "separate_val_path" if setup.val else to_rows(split.val)
+    record["test"] = "separate_test_path" if setup.test else to_rows(split.test)
     return record
 
 

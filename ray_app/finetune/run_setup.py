@@ -54,7 +54,8 @@ class RunSetup:
     test: SourceData | None
     storage: str  # Ray Train storage: --storage_path, or save_dir/ray_results on a single-node cluster
     max_failures: int  # --max_failures, or the cluster's default (storage.resolve_max_failures)
-    checkpoint_tensors: ray.ObjectRef | None = None  # ``checkpoint``'s tensors, once shared (see with_shared_checkpoint)
+    # ``checkpoint``'s tensors, once shared (see with_shared_checkpoint)
+    checkpoint_tensors: ray.ObjectRef | None = None
     calibration: SourceData | None = None  # --calibration_path, featurised (ray_app.finetune.calibrate)
 
     @property
@@ -65,7 +66,7 @@ class RunSetup:
     def without_inputs(self) -> "RunSetup":
         """This setup without the featurised input files: what a member's trial gets. It reads its fold's splits
         from the object store instead, so the molecules are not shipped twice."""
-        return replace(self, data=None, val=None, test=None, calibration=None)  # type: ignore[arg-type]
+        return replace(self, data=None, val=None, test=None, calibration=None)
 
     def with_shared_checkpoint(self) -> "RunSetup":
         """This setup with the checkpoint's tensors put in the object store once: every member coordinator, trial
