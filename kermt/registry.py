@@ -82,6 +82,12 @@ PADDING_MODES: tuple[str, ...] = get_args(PaddingMode)
 # largest organic fragment, neutralised where possible; none = the input molecule as parsed (upstream).
 Standardization = Literal["parent", "none"]
 STANDARDIZATIONS: tuple[str, ...] = get_args(Standardization)
+FINETUNE_STANDARDIZATION: Standardization = "parent"  # every new finetune (from scratch or from a checkpoint)
+UNRECORDED_STANDARDIZATION: Standardization = "none"  # a checkpoint that records none: upstream's, or older ones
+# Heavy atoms above which a molecule is an invalid row, decided from its SMILES: more than any small-molecule drug
+# (vancomycin has 101, cyclosporin 85; MOSES and the upstream fixtures stay under 40), few enough that one molecule
+# cannot stall a batch or a serve replica. Here, not in kermt.chem, so that settings load without RDKit.
+DEFAULT_MAX_HEAVY_ATOMS = 200
 
 # Which encoder output families are built / pooled into a fingerprint (keys of
 # kermt.nn.encoder.BRANCHES_BY_OUTPUT_TYPE); a fingerprint's --fingerprint_source takes the same names.
@@ -107,7 +113,8 @@ PRETRAIN_KINDS: tuple[str, ...] = ("grover_base", *PRETRAIN_MODES)
 
 __all__ = [
     "ACTIVATIONS", "CALIBRATION_METHODS", "CHECKPOINT_KINDS", "CLASS_CALIBRATION_METHODS", "DATASET_TYPES",
-    "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS",
+    "DEFAULT_MAX_HEAVY_ATOMS", "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS", "FINETUNE_STANDARDIZATION",
+    "UNRECORDED_STANDARDIZATION",
     "EMBEDDING_OUTPUT_TYPES", "FEATURE_GENERATORS", "FINETUNE_LOSSES", "LOWER_IS_BETTER", "METRICS_FOR",
     "METRIC_NAMES", "METRIC_TABLE",
     "PADDING_MODES", "POSITIONAL_ENCODINGS", "PRECISIONS", "PRETRAIN_KINDS", "PRETRAIN_MODES", "SPLIT_TYPES",

@@ -19,13 +19,8 @@ from rdkit import Chem, rdBase
 from rdkit.Chem.MolStandardize import rdMolStandardize
 
 from kermt.errors import UserError
-from kermt.registry import STANDARDIZATIONS, Standardization
-
-# Larger than any small-molecule drug (vancomycin has 101 heavy atoms, cyclosporin 85; MOSES and the upstream
-# fixtures stay under 40), small enough that one molecule cannot stall a batch or a serve replica.
-DEFAULT_MAX_HEAVY_ATOMS = 200
-FINETUNE_STANDARDIZATION: Standardization = "parent"  # every new finetune (from scratch or from a checkpoint)
-UNRECORDED_STANDARDIZATION: Standardization = "none"  # a checkpoint that records none: upstream's, or older ones
+from kermt.registry import (DEFAULT_MAX_HEAVY_ATOMS, FINETUNE_STANDARDIZATION, STANDARDIZATIONS,
+                            UNRECORDED_STANDARDIZATION, Standardization)
 
 _CHOOSER = rdMolStandardize.LargestFragmentChooser(preferOrganic=True)
 _UNCHARGER = rdMolStandardize.Uncharger()

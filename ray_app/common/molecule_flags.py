@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from kermt.chem.standardize import DEFAULT_MAX_HEAVY_ATOMS
+from kermt.registry import DEFAULT_MAX_HEAVY_ATOMS  # not kermt.chem: settings load without RDKit
 
 
 def max_heavy_atoms_field() -> Any:

@@ -18,12 +18,12 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
-from kermt.chem.standardize import FINETUNE_STANDARDIZATION
 from kermt.config import HeadConfig
 from kermt.names import did_you_mean
 from kermt.presets import UPSTREAM_FINETUNE
 from kermt.registry import (
     FEATURE_GENERATORS,
+    FINETUNE_STANDARDIZATION,
     Activation,
     CalibrationMethod,
     ClassCalibrationMethod,
