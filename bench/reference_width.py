@@ -1,6 +1,6 @@
 """Which reference width W reproduces upstream's batch-32 predictions best, for checkpoints that record none.
 
-    python bench/reference_width.py [--widths 1 2 3 4 5 6] [--batch_size 32]
+    python bench/reference_width.py [--widths 1 2 3 4 5 6] [--batch_size 32] [--rows N]
 
 Upstream's own predict collates each batch of 32 consecutive rows at its largest atom degree; here a model with
 upstream padding computes each molecule at max(its own largest degree, W) (kermt.inference.widths). For each
@@ -59,9 +59,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6])
     parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--rows", type=int, default=None, help="the first ROWS molecules of each set (default: all)")
     opts = parser.parse_args()
     for label, path in SETS.items():
-        smiles = pd.read_csv(path).iloc[:, 0].astype(str).tolist()
+        smiles = pd.read_csv(path).iloc[:opts.rows, 0].astype(str).tolist()
         print(f"{label}: {path.relative_to(ROOT)}, {len(smiles)} molecules, batch {opts.batch_size}")
         for name in CHECKPOINTS:
             measure(name, smiles, opts.widths, opts.batch_size)

@@ -67,9 +67,9 @@ FROM_SCRATCH: EncoderConfig = replace(UPSTREAM_FINETUNE.encoder, padding="zero")
 
 # The neighbour width W an upstream-padded model that records none (upstream's own checkpoints) computes each
 # molecule at (at least; kermt.inference.widths): the width nearly every batch of 32 drug-like molecules takes
-# upstream, so molecules of degree <= 4 get upstream's batch-32 numbers. bench/reference_width.py measures it on
-# upstream's fixture checkpoints (docs/numerics.md#batch-composition: not yet run to the end); the released models
-# were not measured.
+# upstream, so molecules of degree <= 4 get upstream's batch-32 numbers: on upstream's three fixture checkpoints
+# W = 4 gave every molecule its batch-32 number, W = 1-3 and 5-6 moved them by 0.1-1.4 std on average
+# (bench/reference_width.py, docs/numerics.md#batch-composition). The released models were not measured.
 UPSTREAM_REFERENCE_WIDTH: int = 4
 
 # Upstream main.py predict/fingerprint read the same --batch_size default as its finetune (kermt predict, eval,

@@ -62,7 +62,8 @@ def all_vocab_labels(smiles: Sequence[str], atom_vocab: ContextVocab, bond_vocab
 
 
 def _keep_random_subset(labels: list[int], fraction: float, rng: PermutationRng) -> list[int]:
-    # math.ceil of the float product, as upstream computes it (not an integer formula), so counts agree for any fraction.
+    # math.ceil of the float product, as upstream computes it (not an integer formula), so counts agree for any
+    # fraction.
     n = len(labels)
     chosen = rng.permutation(n)[: math.ceil(n * fraction)]
     kept = [0] * n

@@ -132,7 +132,8 @@ def featurize_smiles(
     """Featurise every row of ``smiles``; never raises for bad SMILES.
 
     ``features_generator``: upstream generator names (rdkit_2d, rdkit_2d_normalized, morgan, morgan_count,
-    fgtasklabel), concatenated in the given order. ``bond_drop_rate`` / ``rng``: see ``kermt.chem.molgraph.build_graphs``.
+    fgtasklabel), concatenated in the given order. ``bond_drop_rate`` / ``rng``: see
+    ``kermt.chem.molgraph.build_graphs``.
     ``prep``: the heavy-atom limit and the model's standardisation (default: the limit, no standardisation).
     """
     mols, invalid = parse_many(smiles, prep.max_heavy_atoms)

@@ -30,6 +30,6 @@ from kermt.inference.members import find_checkpoints, read_members, task_names
 
 __all__ = [
     "FAMILIES", "Embedder", "Ensemble", "EnsemblePrediction", "FeatureMismatchError", "FeaturePlan", "InferenceBatch",
-    "atom_budget_starts", "batch_starts", "describe_expected", "find_checkpoints", "plan_features", "read_members", "run_batches",
-    "scale_features", "task_names", "valid_batches",
+    "atom_budget_starts", "batch_starts", "describe_expected", "find_checkpoints", "plan_features", "read_members",
+    "run_batches", "scale_features", "task_names", "valid_batches",
 ]

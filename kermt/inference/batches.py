@@ -49,7 +49,8 @@ def atom_budget_starts(atom_counts: np.ndarray, batch_size: int, max_atoms: int)
 
 
 def row_batches(valid: np.ndarray, batch_size: int, widths: np.ndarray | None = None,
-                atom_counts: np.ndarray | None = None, max_atoms: int | None = None) -> Iterator[tuple[np.ndarray, int]]:
+                atom_counts: np.ndarray | None = None,
+                max_atoms: int | None = None) -> Iterator[tuple[np.ndarray, int]]:
     """(rows, neighbour width) of every batch to collate: the valid ones among ``batch_size`` rows (with
     ``max_atoms`` also at most that many atoms, :func:`atom_budget_starts`).
 

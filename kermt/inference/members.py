@@ -23,10 +23,11 @@ def find_checkpoints(checkpoint_dir: str | Path) -> list[Path]:
 
     A directory a ``kermt finetune`` run owns (it holds :data:`RUN_STATE_FILE` and ``fold_k/``) has exactly its
     ``fold_k/model_m`` members, each saved by that run (:func:`run_members`); nothing else under it (Ray Tune's
-    copies of the same models in ``ray_results/``, an earlier run in ``earlier_runs/``) is a member. Any other directory (upstream's
-    save_dir, a folder of models) is searched: a native checkpoint directory is a member, and so is a ``.pt`` file
-    unless it sits next to a native directory (``model_m/model/`` and its export ``model_m/model.pt`` are one
-    member, read natively) or is resumable training state. Hidden entries (atomic-write staging) are skipped.
+    copies of the same models in ``ray_results/``, an earlier run in ``earlier_runs/``) is a member. Any other
+    directory (upstream's save_dir, a folder of models) is searched: a native checkpoint directory is a member, and
+    so is a ``.pt`` file unless it sits next to a native directory (``model_m/model/`` and its export
+    ``model_m/model.pt`` are one member, read natively) or is resumable training state. Hidden entries
+    (atomic-write staging) are skipped.
     """
     root = Path(checkpoint_dir)
     if not root.is_dir():

@@ -6,8 +6,8 @@ batch N*b (loss normalised by the GLOBAL label count; see :mod:`kermt.train.loss
 batch's rows (``MoleculeSet.batch(..., global_rows=...)``) brings that count, counted on the host, and the step
 runs no collective of its own.
 
-Dropout masks are drawn from torch's RNG (``FinetuneStepSettings.dropout_draws="torch"``, upstream's masks) or per molecule
-from (seed, global step, molecule) (``"per_molecule"``, :mod:`kermt.nn.keyed_dropout`): only the latter makes a
+Dropout masks are drawn from torch's RNG (``FinetuneStepSettings.dropout_draws="torch"``, upstream's masks) or per
+molecule from (seed, global step, molecule) (``"per_molecule"``, :mod:`kermt.nn.keyed_dropout`): only the latter makes a
 molecule's masks independent of the batch it shares and of the rank it lands on, so that N workers equal one
 process with dropout on.
 

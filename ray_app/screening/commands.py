@@ -67,7 +67,7 @@ def _model_tasks(config: PredictConfig) -> tuple[str | None, tuple[str, ...] | N
         path = find_checkpoints(config.checkpoint_dir)[0] if config.checkpoint_dir else config.checkpoint_path
         spec = read_checkpoint(path, trust_pickle=config.trust_checkpoint, dataset_type=config.dataset_type).spec
         return spec.head.dataset_type, task_names(spec)
-    except Exception:  # noqa: BLE001 - the report guesses instead; the predictions are written either way
+    except Exception:  # any: the report guesses instead; the predictions are written either way
         return None, None
 
 

@@ -106,8 +106,9 @@ class ReconstructStage:
         for start in batch_starts(len(molecules), self.batch_size):
             local = start + np.flatnonzero(valid[start:start + self.batch_size])
             if len(local):
-                for i, samples in zip(local, self.model.reconstruct(molecules.select(local), rows[local], self.settings)):
-                    generated[i] = samples
+                samples = self.model.reconstruct(molecules.select(local), rows[local], self.settings)
+                for i, molecule_samples in zip(local, samples):
+                    generated[i] = molecule_samples
         return generated
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -194,7 +195,8 @@ def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
                     "batch_size": config.batch_size, "use_gpu": config.use_gpu}
     return ds.map_batches(ReconstructStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
                           batch_size=block, compute=ray.data.ActorPoolStrategy(size=concurrency),
-                          num_cpus=config.cpus_per_actor, num_gpus=config.num_gpus_per_actor if config.use_gpu else None)
+                          num_cpus=config.cpus_per_actor,
+                          num_gpus=config.num_gpus_per_actor if config.use_gpu else None)
 
 
 def numbered(ds):

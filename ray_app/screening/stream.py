@@ -7,13 +7,15 @@
       -> map_batches(PredictStage | EmbedStage)            actor pool; one model load per actor; GPU when asked
       -> iter_batches on the driver                        appended to the output file in input order
 
-Batch composition (why the strict repartition): upstream's numbers depend on which molecules share a batch (the padding
-row takes part in neighbour sums, docs/numerics.md#batch-composition). ``rows_per_block`` is a multiple of
-``batch_size`` and ``preserve_order`` is on (``ray_app.common.cluster.connect``), so every block starts at an input row that is
-a multiple of ``batch_size``, and the model always sees "the valid molecules among input rows [k·B, (k+1)·B)". The
-numbers therefore depend only on the input order and ``--batch_size``, never on the number of actors, block sizes of the
-reader or the cluster. With no invalid rows this is exactly upstream's batching (upstream drops invalid rows first, so
-with invalid rows upstream's batches shift; drop them beforehand to reproduce upstream bit for bit).
+Batch composition: a molecule's number depends on the molecule and the model only (each is computed at its
+reference width, kermt.inference.widths), so neither blocks nor actors change a number. The strict repartition is
+for ``--upstream_batching``, where upstream's numbers depend on which molecules share a batch (the padding row takes
+part in neighbour sums, docs/numerics.md#batch-composition): ``rows_per_block`` is a multiple of ``batch_size`` and
+``preserve_order`` is on (``ray_app.common.cluster.connect``), so every block starts at an input row that is a
+multiple of ``batch_size`` and the model sees "the valid molecules among input rows [k·B, (k+1)·B)" whatever the
+number of actors, the reader's block sizes or the cluster. With no invalid rows that is exactly upstream's batching
+(upstream drops invalid rows first, so with invalid rows its batches shift; drop them beforehand to reproduce
+upstream bit for bit).
 
 Memory: the reader streams the file, Ray Data bounds the blocks in flight (backpressure) and the driver writes each
 block as it arrives, so peak memory does not grow with the input size (``--features_path`` is the exception: an
@@ -299,11 +301,9 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
     plan, source = checked.features, checked.source
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
                      label_columns=label_columns, prep=plan.prep(config.max_heavy_atoms))
-    return start_stream(config, source.table, spec, PredictStage, {"members": checked.members, "outputs": checked.outputs(config),
-                                                     "domain": checked.domain,
-                                                     "dropout_samples": config.dropout_samples,
-                                                     **config.width_kwargs()},
-                        checked.file_features)
+    stage_kwargs = {"members": checked.members, "outputs": checked.outputs(config), "domain": checked.domain,
+                    "dropout_samples": config.dropout_samples, **config.width_kwargs()}
+    return start_stream(config, source.table, spec, PredictStage, stage_kwargs, checked.file_features)
 
 
 def input_progress(data_path: str, verb: str) -> Progress:

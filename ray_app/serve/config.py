@@ -49,7 +49,8 @@ class ServeConfig(BaseModel):
     ingress: Ingress = Field("ray", description="what answers HTTP: ray, Serve's Python proxy; "
                                                "haproxy, Ray Serve's high-throughput mode (HAProxy, and ingress "
                                                "replicas that answer HTTP themselves), for the local cluster this "
-                                               "command starts (a running cluster: set it on its nodes, docs/serving.md)")
+                                               "command starts (a running cluster: set it on its nodes, "
+                                               "docs/serving.md)")
     num_replicas: Union[str, int] = Field(1, description="replicas per model: N, or MIN-MAX to autoscale")
     # autoscaling (--num_replicas MIN-MAX), Ray Serve's own knobs under its names and defaults
     target_ongoing_requests: float = Field(2.0, gt=0, description="autoscaling: calls in flight per replica it "

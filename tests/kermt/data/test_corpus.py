@@ -113,9 +113,10 @@ def test_prepared_corpus_reproduces_upstream_vocabs_and_reads_back(tmp_path, voc
     assert (manifest.n_invalid, manifest.inputs[0].rows) == (2, 128)
     _assert_same(corpus.load(shards=[2]), corpus_rows(FIXTURE_SMILES, *vocabs))
     with open(tmp_path / "corpus" / "invalid.csv") as handle:
-        assert list(csv.reader(handle))[1:] == [["in.csv", "126", "not a smiles", "unparsable: syntax error while parsing: not; "
-                                                 "check for mistakes around position 3"],
-                                                ["in.csv", "127", "", "empty"]]
+        assert list(csv.reader(handle))[1:] == [
+            ["in.csv", "126", "not a smiles",
+             "unparsable: syntax error while parsing: not; check for mistakes around position 3"],
+            ["in.csv", "127", "", "empty"]]
     upstream_json = json.loads((tmp_path / "corpus" / "atom_vocab.json").read_text())
     assert upstream_json == json.loads((FIXTURE_DIR / "tiny_atom_vocab.json").read_text())
 

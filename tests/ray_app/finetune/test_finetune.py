@@ -53,7 +53,8 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     with open(save_dir / "invalid_smiles.csv") as f:
         invalid = list(csv.DictReader(f))
     assert [(r["row"], r["reason"]) for r in invalid] == [  # RDKit's own message
-        ("4", "unparsable: syntax error while parsing: not_a_smiles; check for mistakes around position 3"), ("8", "empty")]
+        ("4", "unparsable: syntax error while parsing: not_a_smiles; check for mistakes around position 3"),
+        ("8", "empty")]
 
     # summary lines upstream users parse, and their values
     overall = summary["overall_scaffold_balanced_test_mae"]
@@ -140,7 +141,8 @@ def test_contradicting_architecture_flag_is_an_error(ray_cluster, demo_csv, tmp_
 
     config, sources = resolve(["--data_path", str(demo_csv), "--checkpoint_path",
                                str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--hidden_size", "32", "--dry_run"])
-    with pytest.raises(ArchitectureConflictError, match="hidden_size: you set 32 but the checkpoint was trained with 16"):
+    with pytest.raises(ArchitectureConflictError,
+                       match="hidden_size: you set 32 but the checkpoint was trained with 16"):
         run_finetune(config, sources)
 
 
@@ -259,7 +261,8 @@ def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members
     summary = run_finetune(config, sources)
     out = capsys.readouterr().out
     moved = save_dir / "earlier_runs" / earlier["run_id"]
-    assert f"moved its outputs to {moved}" in out and "other settings (ensemble_size, epochs, num_folds, save_dir)" in out
+    assert f"moved its outputs to {moved}" in out
+    assert "other settings (ensemble_size, epochs, num_folds, save_dir)" in out
     assert sorted(p.name for p in save_dir.iterdir()) == [
         "config.yaml", "earlier_runs", "fold_0", "invalid_smiles.csv", "ray_results", "report.html", "run.json",
         "run_state.json", "splits.json"]

@@ -55,10 +55,12 @@ def test_single_smiles_requests_equal_a_batch_prediction(padding):
     predictor = Predictor(_model(padding), 32)
     smiles = [s for job in JOBS for s in job.smiles]
     batch = predictor.ensemble.predict(featurize_smiles(smiles), 32).mean[:, 0]
-    singles = np.concatenate([_values(entries) for entries in predictor.predict_smiles([PredictJob((s,)) for s in smiles])])
+    alone = predictor.predict_smiles([PredictJob((s,)) for s in smiles])  # each SMILES its own request
+    singles = np.concatenate([_values(entries) for entries in alone])
     np.testing.assert_allclose(singles, batch, rtol=0, atol=1e-6)
     if padding == "upstream":  # the test can fail: upstream's batching of the same file moves the numbers
-        upstream = Ensemble(_model(padding).members, upstream_batching=True).predict(featurize_smiles(smiles), BATCH_SIZE)
+        upstream = Ensemble(_model(padding).members, upstream_batching=True).predict(featurize_smiles(smiles),
+                                                                                     BATCH_SIZE)
         assert np.nanmax(np.abs(upstream.mean[:, 0] - batch)) > 1e-4
 
 
