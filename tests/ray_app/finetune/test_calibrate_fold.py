@@ -8,6 +8,7 @@ import types
 import numpy as np
 import pytest
 
+from kermt.run_layout import RunLayout
 from kermt.data.scalers import StandardScaler
 from kermt.uncertainty import load_calibrations
 from ray_app.finetune.calibrate import calibrate_fold
@@ -20,6 +21,7 @@ def _fold_inputs(tmp_path, rows: int):
     raw = rng.normal(loc=5.0, scale=2.0, size=(rows, 1))
     scaler = StandardScaler.fit(raw)
     setup = types.SimpleNamespace(dataset_type="regression", task_names=["logS"], save_dir=tmp_path,
+                                  layout=RunLayout(tmp_path),
                                   config=FinetuneConfig(data_path="d.csv"))
     splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=scaler.transform(raw)), target_scaler=scaler)
     members = [raw + rng.normal(scale=0.5, size=raw.shape) for _ in range(2)]
@@ -70,7 +72,8 @@ def test_a_classification_fold_gets_calibrated_probabilities_and_set_scores(tmp_
     labels[:5, 1] = np.nan  # unlabelled molecules are skipped per task
     overconfident = 1 / (1 + np.exp(-2.5 * np.log(truth / (1 - truth))))
     members = [np.clip(overconfident + rng.normal(scale=0.02, size=truth.shape), 0.01, 0.99) for _ in range(2)]
-    setup = types.SimpleNamespace(dataset_type="classification", task_names=["c1", "c2"], save_dir=tmp_path,
+    setup = types.SimpleNamespace(dataset_type="classification", task_names=["c1", "c2"],
+                                  save_dir=tmp_path, layout=RunLayout(tmp_path),
                                   config=FinetuneConfig(data_path="d.csv", class_calibration_method=method))
     splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=labels), target_scaler=None)
     record = calibrate_fold(setup, 0, splits, members)

@@ -185,11 +185,12 @@ def test_finetune_starts_from_the_pretrained_model_pt(reference, tmp_path):
 
 
 def test_embed_reads_the_pretrained_model_pt(reference, tmp_path):
-    """`kermt embed` on model.pt gives the latent means of the native model computed here (one batch of 26)."""
+    """`kermt embed` on model.pt gives the latent means of the native model computed here (one batch of 26, collated
+    at its own width: --upstream_batching)."""
     with open(FIXTURE_DIR / "smiles.csv", newline="") as f:
         smiles = [row["smiles"] for row in csv.DictReader(f)]
     assert kermt(["embed", "--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(tmp_path / "emb"),
-                  "--checkpoint_path", str(reference / "model.pt"), "--batch_size", "64"]) == 0
+                  "--checkpoint_path", str(reference / "model.pt"), "--batch_size", "64", "--upstream_batching"]) == 0
     model, _ = load_pretrain_model(read_checkpoint(reference / "model"))
     graphs, errors = build_graphs([Chem.MolFromSmiles(s) for s in smiles])
     assert not any(errors)

@@ -20,7 +20,8 @@ def test_regression_rmse_equals_sklearn_on_upstream_predictions(ray_cluster, tmp
     data = pd.read_csv(FIXTURE_DIR / "smiles.csv")  # t2 has two missing labels: scored on its labelled rows only
     out = tmp_path / "test_result.csv"
     assert main_eval(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(out),
-                      "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"), "--show_individual_scores"]) == 0
+                      "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"), "--show_individual_scores",
+                      "--upstream_batching"]) == 0  # upstream's batch of 26: its outputs are the oracle
     printed = capsys.readouterr().out
     upstream = OUTPUTS["ft_reg_final_prediction"]
     expected = []
@@ -41,7 +42,7 @@ def test_classification_auc_with_renamed_labels_and_an_invalid_row(ray_cluster, 
     with_invalid.to_csv(tmp_path / "labelled.csv", index=False)
     assert main_eval(["--data_path", str(tmp_path / "labelled.csv"), "--output_path", str(tmp_path / "r.csv"),
                       "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt"),
-                      "--target_columns", "active_a", "active_b"]) == 0
+                      "--target_columns", "active_a", "active_b", "--upstream_batching"]) == 0
     captured = capsys.readouterr()
     upstream = OUTPUTS["ft_cls_final_prediction"]  # the same 26 valid molecules in one batch
     expected = []

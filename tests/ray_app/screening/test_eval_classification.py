@@ -29,7 +29,8 @@ def _printed(out: str, task: str) -> dict[str, float]:
 def test_eval_scores_probabilities_then_calibrated_ones_and_sets(ray_cluster, tmp_path, capsys):
     data = pd.read_csv(FIXTURE_DIR / "smiles_cls.csv")
     upstream = OUTPUTS["ft_cls_final_prediction"]  # the model's probabilities of these 26 molecules
-    common = ["--data_path", str(FIXTURE_DIR / "smiles_cls.csv"), "--output_path", str(tmp_path / "r.csv")]
+    common = ["--data_path", str(FIXTURE_DIR / "smiles_cls.csv"), "--output_path", str(tmp_path / "r.csv"),
+              "--upstream_batching"]  # upstream's batch of 26: its outputs are the oracle
     assert main_eval([*common, "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt")]) == 0
     printed = capsys.readouterr().out
     written = json.loads((tmp_path / "r_uncertainty.json").read_text())

@@ -48,7 +48,7 @@ def test_classification_run_writes_calibrated_probabilities_and_sets(ray_cluster
     model_dir, calibrations = calibrated_cls_dir
     data, out = _with_invalid_rows(CLS_DATA, tmp_path / "data.csv", 1), tmp_path / "p.parquet"
     assert main_predict(["--data_path", str(data), "--output_path", str(out), "--checkpoint_dir", str(model_dir),
-                         "--interval", "0.8", "--drop_extra_columns"]) == 0
+                         "--interval", "0.8", "--drop_extra_columns", "--upstream_batching"]) == 0
     assert "80% prediction sets and platt-calibrated probabilities, calibrated on 26 molecule(s)" \
         in capsys.readouterr().err
     frame = pd.read_parquet(out)
@@ -68,7 +68,8 @@ def test_classification_run_writes_calibrated_probabilities_and_sets(ray_cluster
 
 
 def test_uncalibrated_classification_predicts_as_before_and_refuses_sets(ray_cluster, tmp_path, capsys):
-    common = ["--data_path", str(CLS_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt")]
+    common = ["--data_path", str(CLS_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt"),
+              "--upstream_batching"]  # upstream's batch of 26: its outputs are the oracle
     assert main_predict([*common, "--output_path", str(tmp_path / "p.csv"), "--interval", "0.9"]) == 2
     error = capsys.readouterr().err.splitlines()[-1]
     assert error.startswith("kermt predict: error: --interval 0.9: this classification model has no calibration")
@@ -156,7 +157,7 @@ def test_calibration_path_sees_the_mc_dropout_spread_it_serves(ray_cluster, tmp_
 
 def test_calibration_path_on_one_model_is_plain_conformal_and_eval_scores_it(ray_cluster, tmp_path, capsys):
     common = ["--data_path", str(REG_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"),
-              "--calibration_path", str(REG_DATA)]
+              "--calibration_path", str(REG_DATA), "--upstream_batching"]  # upstream's outputs are the oracle
     assert main_eval([*common, "--output_path", str(tmp_path / "test_result.csv")]) == 0
     assert "90% intervals: plain conformal, calibrated on --calibration_path" in capsys.readouterr().err
     report = json.loads((tmp_path / "test_result_uncertainty.json").read_text())
