@@ -23,12 +23,13 @@ import numpy as np
 from kermt.checkpoint import Checkpoint, is_native_checkpoint
 from kermt.data.featurize import featurize_smiles
 from kermt.errors import UserError, user_input
-from kermt.inference.columns import (ERROR_COLUMN, IN_DOMAIN_COLUMN, SMILES_COLUMN, VALID_COLUMN, OutputPlan,
-                                     prediction_columns)
+from kermt.inference.columns import (ERROR_COLUMN, IN_DOMAIN_COLUMN, MODEL_SMILES_COLUMN, SMILES_COLUMN,
+                                     VALID_COLUMN, OutputPlan, prediction_columns)
 from kermt.inference.ensemble import Ensemble
 from kermt.inference.features import FeatureMismatchError, FeaturePlan, plan_features
 from kermt.inference.members import find_checkpoints, read_members, task_names
 from kermt.presets import PREDICT_BATCH_SIZE
+from kermt.registry import DEFAULT_MAX_HEAVY_ATOMS
 from kermt.uncertainty.domain import DomainScorer, run_domain
 from kermt.uncertainty.run_calibration import HOW_TO_CALIBRATE, run_calibration, run_class_calibration
 
@@ -46,6 +47,7 @@ class TrainedRun:
     features: FeaturePlan
     calibrations: dict | None  # a regression run's conformal calibrations, a classifier's recalibrations, or None
     batch_size: int = PREDICT_BATCH_SIZE
+    max_heavy_atoms: int = DEFAULT_MAX_HEAVY_ATOMS  # larger molecules are invalid rows, decided from the parse
     _domain: DomainScorer | None = field(default=None, repr=False)
 
     @property
@@ -61,12 +63,14 @@ class TrainedRun:
         """One row per SMILES, in order: ``smiles``, each task, then as asked ``<task>_std`` (``uncertainty``),
         the calibrated columns at level ``interval`` (a regression's bounds; a classifier's calibrated probability
         is there whenever the run is calibrated, its sets with ``interval``), ``domain_distance``/``in_domain``
-        (``domain``), then ``valid`` and ``error`` (RDKit's reason). Invalid rows hold nulls."""
+        (``domain``), then ``valid``, ``error`` (RDKit's reason) and, for a model that standardises its molecules,
+        ``model_smiles`` (the SMILES it saw, "" where that is the input). Invalid rows hold nulls."""
         import pandas as pd
 
         smiles = [smiles] if isinstance(smiles, str) else list(smiles)
         outputs = self._outputs(uncertainty, interval, domain)
-        molecules = featurize_smiles(smiles, self.features.generator)
+        prep = self.features.prep(self.max_heavy_atoms)
+        molecules = featurize_smiles(smiles, self.features.generator, prep=prep)
         prediction = self.ensemble.predict(molecules, self.batch_size)
         scored = self._domain_scorer()(molecules, self.batch_size) if domain else None
         valid = np.asarray(molecules.valid, dtype=bool)
@@ -76,6 +80,8 @@ class TrainedRun:
             frame[IN_DOMAIN_COLUMN] = pd.array(np.where(valid, columns[IN_DOMAIN_COLUMN], None), dtype="boolean")
         frame[VALID_COLUMN] = valid
         frame[ERROR_COLUMN] = [reason or "" for reason in molecules.reasons]
+        if prep.standardize != "none":
+            frame[MODEL_SMILES_COLUMN] = list(molecules.model_smiles)
         return frame
 
     def _outputs(self, uncertainty: bool, interval: float | None, domain: bool) -> OutputPlan:
@@ -107,10 +113,10 @@ class TrainedRun:
 
 def load_run(path: str | Path, *, trust_checkpoint: bool = False, device: str = "cpu",
              batch_size: int = PREDICT_BATCH_SIZE, upstream_batching: bool = False,
-             reference_width: int | None = None) -> TrainedRun:
+             reference_width: int | None = None, max_heavy_atoms: int = DEFAULT_MAX_HEAVY_ATOMS) -> TrainedRun:
     """The models of ``path`` (a run's directory or one checkpoint), ready to predict (module docstring).
     ``upstream_batching``, ``reference_width``: as kermt predict's flags (:mod:`kermt.inference.widths`): by
-    default a molecule's numbers depend on it and the model only."""
+    default a molecule's numbers depend on it and the model only. ``max_heavy_atoms``: as ``--max_heavy_atoms``."""
     path = Path(path)
     with user_input():
         if not path.exists():
@@ -126,7 +132,7 @@ def load_run(path: str | Path, *, trust_checkpoint: bool = False, device: str = 
         tasks, regression = task_names(spec), spec.head.dataset_type == "regression"
         calibrations = None if single else (run_calibration if regression else run_class_calibration)(path, tasks)
         ensemble = Ensemble(members, device, upstream_batching=upstream_batching, reference_width=reference_width)
-        return TrainedRun(path, members, ensemble, features, calibrations, batch_size)
+        return TrainedRun(path, members, ensemble, features, calibrations, batch_size, max_heavy_atoms)
 
 
 __all__ = ["TrainedRun", "load_run"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+import kermt
+
 from kermt.inference.columns import MODEL_SMILES_COLUMN
 from ray_app.screening.commands import main_predict
 from tests.kermt.chem.test_standardize import standardizing_checkpoint
@@ -28,6 +30,10 @@ def test_a_salt_gets_its_parent_acids_number_and_a_huge_molecule_is_its_own_row(
     assert out["error"][2] == "too large: 5000 heavy atoms, more than --max_heavy_atoms 200"
     assert out["error"][3] == ("unparsable: extra open parentheses while parsing: CC(C; check for mistakes around "
                                "position 3")  # RDKit's own message
+    ours = kermt.load_run(model).predict(ROWS)  # the library call: the same standardisation, columns and numbers
+    assert list(ours.columns) == list(out.columns) and ours["error"].tolist() == out["error"].fillna("").tolist()
+    assert ours[MODEL_SMILES_COLUMN].tolist() == out[MODEL_SMILES_COLUMN].fillna("").tolist()
+    np.testing.assert_allclose(ours[["c1", "c2"]].to_numpy(float), values, rtol=0, atol=1e-9, equal_nan=True)
 
 
 def test_an_atom_limit_below_one_is_one_line_before_any_work(tmp_path, capsys):
