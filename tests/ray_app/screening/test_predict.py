@@ -6,6 +6,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 import pandas as pd
 import torch
 
@@ -136,3 +137,35 @@ def test_upstream_no_features_scaling_flag_is_accepted_only_where_true(tmp_path,
     code = main_predict(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(tmp_path / "p.csv"),
                          "--checkpoint_path", str(tmp_path / "scaled"), "--no_features_scaling"])
     assert code == 2 and "--no_features_scaling contradicts" in capsys.readouterr().err
+
+
+def _zero_padding_copy(directory):
+    """The fixture classifier saved natively with zero padding (its numbers never depend on the width)."""
+    import dataclasses
+
+    from kermt.checkpoint import read_checkpoint, save_native
+
+    checkpoint = read_checkpoint(FIXTURE_DIR / "ckpt_ft_cls.pt")
+    spec = dataclasses.replace(checkpoint.spec, encoder=dataclasses.replace(checkpoint.spec.encoder, padding="zero"))
+    return save_native(directory, checkpoint.state_dict, spec, passthrough=checkpoint.passthrough)
+
+
+@pytest.mark.parametrize("padding", ["upstream", pytest.param("zero", marks=pytest.mark.slow)])
+def test_a_molecules_number_is_the_same_for_any_batch_size_order_or_actor_count(ray_cluster, tmp_path, padding):
+    """Issue 36's contract end to end: batch size 1 on 2 actors, and 32 on 1 actor with the input reversed, give each
+    molecule the same numbers (1e-6); upstream's own batching of the same file does not (the test can fail)."""
+    model = FIXTURE_DIR / "ckpt_ft_cls.pt" if padding == "upstream" else _zero_padding_copy(tmp_path / "zero")
+    rows = SMILES + INVALID[:1]
+    pd.DataFrame({"smiles": rows}).to_csv(tmp_path / "in.csv", index=False)
+    pd.DataFrame({"smiles": rows[::-1]}).to_csv(tmp_path / "reversed.csv", index=False)
+    outputs = []
+    for data, batch, actors in (("in.csv", "1", "2"), ("reversed.csv", "32", "1")):
+        assert main_predict(["--data_path", str(tmp_path / data), "--output_path", str(tmp_path / f"{data}.parquet"),
+                             "--checkpoint_path", str(model), "--batch_size", batch, "--concurrency", actors]) == 0
+        outputs.append(pd.read_parquet(tmp_path / f"{data}.parquet").set_index("smiles")[["c1", "c2"]])
+    single, reversed_batched = outputs[0], outputs[1].loc[rows]
+    np.testing.assert_allclose(single.to_numpy(float), reversed_batched.to_numpy(float), rtol=0, atol=1e-6,
+                               equal_nan=True)
+    if padding == "upstream":
+        upstream = Ensemble(read_members([model]), upstream_batching=True).predict(featurize_smiles(SMILES[::-1]), 32)
+        assert np.abs(upstream.mean[::-1] - single.to_numpy(float)[:-1]).max() > 1e-4
