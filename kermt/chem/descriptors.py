@@ -27,11 +27,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 from descriptastorus.descriptors import dists, rdDescriptors, rdNormalizedDescriptors
-from rdkit import Chem, rdBase
+from rdkit import Chem
 from rdkit.Chem import rdFingerprintGenerator
 from rdkit.Chem.EState import EState
 
-from kermt.chem.validation import parse_smiles
+from kermt.chem.validation import parse_smiles, quiet_rdkit  # quiet thread by thread, not process-wide
 
 RDKIT2D_COLUMNS: tuple[str, ...] = tuple(name for name, _ in rdDescriptors.RDKit2D().columns)
 FG_COLUMNS: tuple[str, ...] = tuple(name for name in RDKIT2D_COLUMNS if name.startswith("fr_"))
@@ -62,7 +62,7 @@ def raw_rdkit2d(mols: Sequence[Chem.Mol | None]) -> tuple[np.ndarray, np.ndarray
     """
     values = np.full((len(mols), len(RDKIT2D_COLUMNS)), np.nan)
     failed = np.zeros(values.shape, dtype=bool)
-    with rdBase.BlockLogs():
+    with quiet_rdkit():
         for row, mol in enumerate(mols):
             if mol is not None:
                 _fill_raw_row(mol, values[row], failed[row])
@@ -133,7 +133,7 @@ def _cdf_of_distinct(name: str, distinct: np.ndarray) -> np.ndarray:
 
 def canonical_mol(mol: Chem.Mol) -> Chem.Mol | None:
     """The molecule upstream hands to descriptastorus: re-parsed from its canonical isomeric SMILES."""
-    with rdBase.BlockLogs():
+    with quiet_rdkit():
         return Chem.MolFromSmiles(Chem.MolToSmiles(mol, isomericSmiles=True))
 
 

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 import numpy as np
 from descriptastorus.descriptors import rdDescriptors
-from rdkit import Chem, rdBase
+from rdkit import Chem
 
 from kermt.chem.descriptors import FG_COLUMNS
+from kermt.chem.validation import quiet_rdkit  # thread by thread, not process-wide
 
 FG_NAMES: tuple[str, ...] = FG_COLUMNS  # RDKit2D's fr_* columns, in upstream's label order
 FG_SIZE = len(FG_NAMES)
@@ -36,7 +37,7 @@ def _present(func, mol: Chem.Mol) -> int:
 def fg_labels(mols: Sequence[Chem.Mol]) -> np.ndarray:
     """uint8 [n, 85]: 1 where fragment pattern j occurs in molecule i (order :data:`FG_NAMES`)."""
     out = np.zeros((len(mols), FG_SIZE), dtype=np.uint8)
-    with rdBase.BlockLogs():
+    with quiet_rdkit():
         for row, mol in enumerate(mols):
             out[row] = [_present(func, mol) for func in _FG_FUNCS]
     return out

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdkit import Chem, rdBase
+from rdkit import Chem
 from rdkit.Chem.MolStandardize import rdMolStandardize
 
 from kermt.errors import UserError
+from kermt.chem.validation import quiet_rdkit  # thread by thread, not process-wide
 from kermt.registry import (DEFAULT_MAX_HEAVY_ATOMS, FINETUNE_STANDARDIZATION, STANDARDIZATIONS,
                             UNRECORDED_STANDARDIZATION, Standardization)
 
@@ -58,7 +59,7 @@ def standardize(mol: Chem.Mol, how: Standardization) -> tuple[Chem.Mol | None, s
     standardised molecule does not parse back (then the row is invalid)."""
     if how == "none" or not _needs_parent(mol):
         return mol, ""
-    with rdBase.BlockLogs():
+    with quiet_rdkit():
         before = Chem.MolToSmiles(mol)
         after = Chem.MolToSmiles(_UNCHARGER.uncharge(_CHOOSER.choose(mol)))
         if after == before:

@@ -7,8 +7,9 @@ A rejected SMILES carries RDKit's own message, e.g. "unparsable: extra open pare
 for mistakes around position 3" or "unparsable: Explicit valence for atom # 1 C, 5, is greater than permitted", so a
 chemist can fix the row. RDKit writes those messages to its log only, so the log is routed through Python's
 ``logging`` (logger "rdkit", whose own handler prints to stderr as RDKit's C++ log did) and a filter keeps the lines
-logged by the thread re-parsing a rejected row. Valid rows are parsed with the log blocked (``rdBase.BlockLogs``),
-as before: a valid row costs nothing more; a rejected one costs a second parse.
+logged by the thread re-parsing a rejected row. Valid rows are parsed with this thread's log dropped
+(:func:`quiet_rdkit`, thread by thread, so a service's threads cannot silence each other): a valid row costs nothing
+more; a rejected one costs a second parse.
 
 A molecule with more heavy atoms than ``max_heavy_atoms`` is rejected from the SMILES text and an unsanitised parse
 alone: sanitising a 5,000-atom chain takes RDKit seconds, and featurising and predicting it much longer.
@@ -19,6 +20,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -59,7 +62,7 @@ def parse_smiles(smiles: object, max_heavy_atoms: int | None = None) -> tuple[Ch
         too_large = _too_large(smiles, max_heavy_atoms)
         if too_large is not None:
             return None, too_large
-    with rdBase.BlockLogs():
+    with quiet_rdkit():
         mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         return None, _why_unparsable(smiles)
@@ -84,7 +87,7 @@ def _too_large(smiles: str, limit: int) -> str | None:
     longer one is counted on an unsanitised parse (milliseconds at 5,000 atoms)."""
     if len(smiles) <= limit:
         return None
-    with rdBase.BlockLogs():
+    with quiet_rdkit():
         raw = Chem.MolFromSmiles(smiles, sanitize=False)
     if raw is None or raw.GetNumHeavyAtoms() <= limit:
         return None  # a syntax error is reported by the full parse, with RDKit's message
@@ -102,6 +105,19 @@ class _ThreadCapture(logging.Filter):
         return False
 
 
+@contextmanager
+def quiet_rdkit() -> Iterator[None]:
+    """RDKit's messages of this thread are dropped while the block runs. Not ``rdBase.BlockLogs``: that silences
+    RDKit in the whole process, so a thread of a service featurising valid molecules would take the message from
+    another thread that is re-parsing a rejected row for its reason (seen as a bare "unparsable")."""
+    previous = getattr(_CAPTURE, "lines", None)
+    _CAPTURE.lines = []
+    try:
+        yield
+    finally:
+        _CAPTURE.lines = previous
+
+
 def _route_rdkit_log() -> None:
     rdBase.LogToPythonLogger()
     logging.getLogger("rdkit").addFilter(_ThreadCapture())
@@ -113,11 +129,12 @@ _route_rdkit_log()
 def rdkit_messages(smiles: str) -> list[str]:
     """What RDKit logs while parsing ``smiles``, one message a line, without its echo of the SMILES, the caret
     line under it and the closing "Failed parsing SMILES" line."""
-    _CAPTURE.lines = lines = []
+    previous, _CAPTURE.lines = getattr(_CAPTURE, "lines", None), []
+    lines = _CAPTURE.lines
     try:
         Chem.MolFromSmiles(smiles)
     finally:
-        _CAPTURE.lines = None
+        _CAPTURE.lines = previous
     kept, skip = [], 0
     for line in lines:
         line = line.removeprefix(_PARSE_ERROR)

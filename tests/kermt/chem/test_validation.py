@@ -73,3 +73,29 @@ def test_a_molecule_over_the_heavy_atom_limit_is_refused_from_its_smiles_in_mill
     assert parse_smiles("C" * 200, max_heavy_atoms=200)[1] is None
     assert parse_smiles("[2H]C([2H])([2H])" + "C" * 10, max_heavy_atoms=12)[1] is None
     assert parse_smiles("C" * 201, max_heavy_atoms=None)[1] is None
+
+
+def test_a_rejected_rows_reason_survives_other_threads_parsing_valid_molecules():
+    """Silencing RDKit is per thread: a service featurising valid molecules in one thread must not blank the reason
+    another thread is reading for a rejected row (rdBase.BlockLogs silenced the whole process: a bare
+    "unparsable" in kermt serve's Featurizer)."""
+    import threading
+
+    from kermt.chem.validation import parse_smiles
+
+    stop, reasons = threading.Event(), []
+
+    def valid_forever():
+        while not stop.is_set():
+            parse_smiles("c1ccccc1O")
+
+    busy = [threading.Thread(target=valid_forever) for _ in range(2)]
+    for thread in busy:
+        thread.start()
+    try:
+        reasons = [parse_smiles("CC(C)(C)(C)(C)C")[1] for _ in range(200)]
+    finally:
+        stop.set()
+        for thread in busy:
+            thread.join()
+    assert set(reasons) == {"unparsable: Explicit valence for atom # 1 C, 6, is greater than permitted"}
