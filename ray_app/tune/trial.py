@@ -23,13 +23,15 @@ import numpy as np
 from pydantic import ValidationError
 from ray.tune.integration.ray_train import TuneReportCallback
 
+from kermt.checkpoint.native import saved_spec
+from kermt.inference.widths import WidthRule, width_rule
 from kermt.run_layout import RunLayout
+from kermt.train.objective import Objective
 from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.settings import to_yaml
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.members import member_test_predictions
-from kermt.train.objective import Objective
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
 from ray_app.finetune.trainable import Member, MemberTrial
@@ -86,7 +88,9 @@ class TuneTrial(MemberTrial):
 
     def finish(self, member: Member, model, splits: ScaledSplits, history: list, directory: Path) -> dict[str, Any]:
         outputs.atomic_write_text(RunLayout(directory).config, to_yaml(member.setup.config))
-        return final_result(member.setup, self.objective, history, test_score(member.setup, model, splits))
+        # the width rule kermt predict applies to the saved model (its recorded reference width)
+        rule = width_rule([saved_spec(RunLayout(directory).model)])
+        return final_result(member.setup, self.objective, history, test_score(member.setup, model, splits, rule))
 
 
 def final_result(setup: RunSetup, objective: Objective, history: list[dict], test_value: float) -> dict[str, Any]:
@@ -103,13 +107,13 @@ def final_result(setup: RunSetup, objective: Objective, history: list[dict], tes
             f"test_{setup.metric}": test_value}
 
 
-def test_score(setup: RunSetup, model, splits: ScaledSplits) -> float:
+def test_score(setup: RunSetup, model, splits: ScaledSplits, rule: WidthRule | None = None) -> float:
     """The saved model's task-averaged test score, computed as `kermt finetune` scores a one-model fold (NaN without
-    test labels)."""
+    test labels); ``rule``: the saved model's width rule (default: its padding's, with the default width)."""
     if len(splits.test) == 0 or bool(np.isnan(splits.test_targets_raw).all()):
         return float("nan")
     preds = member_test_predictions(model, splits, setup.config.step_batch_size, setup.config.use_gpu,
-                                    setup.config.precision)
+                                    setup.config.precision, rule)
     value, _ = score(preds, splits.test_targets_raw, setup.metric, setup.dataset_type, None)
     return float(value)
 
