@@ -53,9 +53,24 @@ def read_table(path: str | Path, max_rows: int | None = None) -> pd.DataFrame:
                               newline="") as handle:
             if fmt.kind == "smi":
                 return _read_smi(handle, max_rows)
-            return pd.read_csv(handle, dtype=str, keep_default_na=False, nrows=max_rows)
+            return _read_csv(path, handle, max_rows)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, pa.ArrowException, OSError) as error:
         raise UserError(f"{path}: cannot read it as {_describe(fmt)} ({' '.join(str(error).split())})") from error
+
+
+def _read_csv(path: Path, handle: io.TextIOBase, max_rows: int | None) -> pd.DataFrame:
+    """Cells as text. The header is read as a row, not by pandas, which renames a repeated name (``y``, ``y.1``)
+    and so would train a second task silently."""
+    rows = pd.read_csv(handle, dtype=str, keep_default_na=False, header=None,
+                       nrows=None if max_rows is None else max_rows + 1)
+    header = [str(name) for name in rows.iloc[0]]
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise UserError(f"{path}: column {repeated[0]!r} appears {header.count(repeated[0])} times in the header; "
+                        "give each column its own name")
+    frame = rows.iloc[1:].reset_index(drop=True)
+    frame.columns = header
+    return frame
 
 
 def _describe(fmt: InputFormat) -> str:

@@ -65,6 +65,7 @@ def check_finetune_inputs(config: FinetuneConfig) -> None:
     featurisation), the dataset type (given or inferred from the labels) fits the metric and every file's labels,
     the calibration file can calibrate every task, other files exist, the checkpoint is one. Raises UserError."""
     data, _ = read_labelled(config.data_path, config, None)
+    _check_every_task_is_labelled(data)
     tables = [data]
     if config.separate_val_path:
         tables.append(read_labelled(config.separate_val_path, config, data.target_names)[0])
@@ -87,6 +88,15 @@ def check_finetune_inputs(config: FinetuneConfig) -> None:
             kind = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
                                    dataset_type=config.dataset_type).spec.kind
     check_model_settings(config, data.target_names, kind)
+
+
+def _check_every_task_is_labelled(data: MoleculeTable) -> None:
+    """A target column of the training file with no label in any row would train a task on nothing (a loss of 0
+    for every epoch): one line naming it, before Ray starts."""
+    for t, name in enumerate(data.target_names):
+        if len(data) and np.isnan(data.targets[:, t]).all():
+            raise UserError(f"{data.path}: target column {name!r} holds no label in any of its {len(data)} rows; "
+                            "fill it, or train on the other columns with --target_columns")
 
 
 def check_calibration_labels(path: str, targets: np.ndarray, task_names: list[str], dataset_type: str,

@@ -24,6 +24,8 @@ def test_each_mistake_is_a_user_error_naming_where(tmp_path):
     good = str(FIXTURE_DIR / "smiles.csv")
     (tmp_path / "val.csv").write_text("smiles,t1,t2\nCCO,1,x\n")
     (tmp_path / "cls.csv").write_text("smiles,y\nCCO,1\nCCC,2\n")
+    (tmp_path / "unlabelled.csv").write_text("smiles,y,z\nCCO,,1\nCCC,,2\n")
+    (tmp_path / "twice.csv").write_text("smiles,y,y\nCCO,1,2\nCCC,2,3\n")
     cases = [
         (dict(data_path=good, separate_val_path=str(tmp_path / "val.csv")), r"val.csv: row 1 .*column 't2'"),
         (dict(data_path=str(tmp_path / "cls.csv"), dataset_type="classification"),
@@ -32,6 +34,11 @@ def test_each_mistake_is_a_user_error_naming_where(tmp_path):
         (dict(data_path=good, checkpoint_path=str(tmp_path / "val.csv")), r"val.csv is not a checkpoint"),
         (dict(data_path=good, target_columns=["t3"]),
          r"smiles.csv: no column 't3'; columns are \['smiles', 't1', 't2'\]"),
+        # the first hour's silent trainings: a label column with no label at all (30 epochs of loss 0), and a header
+        # naming a column twice (pandas would have read the second as 'y.1', a task of its own)
+        (dict(data_path=str(tmp_path / "unlabelled.csv")),
+         r"unlabelled.csv: target column 'y' holds no label in any of its 2 rows; fill it, or train on the other "),
+        (dict(data_path=str(tmp_path / "twice.csv")), r"twice.csv: column 'y' appears 2 times in the header"),
     ]
     for settings, message in cases:
         with pytest.raises(UserError, match=message):
