@@ -53,6 +53,12 @@ class MoleculePrep:
         check_standardization(self.standardize, "standardize")
         check_max_heavy_atoms(self.max_heavy_atoms, "max_heavy_atoms")
 
+    @property
+    def standardizes(self) -> bool:
+        """Whether a molecule may differ from its input: then every output says what the model saw
+        (``model_smiles``)."""
+        return self.standardize != UNRECORDED_STANDARDIZATION
+
 
 def standardize(mol: Chem.Mol, how: Standardization) -> tuple[Chem.Mol | None, str]:
     """(the molecule the model sees, its SMILES when it differs from ``mol``'s, else ""). None when the

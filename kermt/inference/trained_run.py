@@ -80,7 +80,7 @@ class TrainedRun:
             frame[IN_DOMAIN_COLUMN] = pd.array(np.where(valid, columns[IN_DOMAIN_COLUMN], None), dtype="boolean")
         frame[VALID_COLUMN] = valid
         frame[ERROR_COLUMN] = [reason or "" for reason in molecules.reasons]
-        if prep.standardize != "none":
+        if prep.standardizes:
             frame[MODEL_SMILES_COLUMN] = list(molecules.model_smiles)
         return frame
 

@@ -141,7 +141,7 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
         calibration_file = check_calibration_file(config, names, from_file)
         outputs = output_plan(config, members, calibrations, classes, domain is not None, calibration_file is not None)
         written = {SMILES_COLUMN, *outputs.names(), VALID_COLUMN, ERROR_COLUMN}
-        if plan.standardize != "none":
+        if plan.prep(config.max_heavy_atoms).standardizes:
             written.add(MODEL_SMILES_COLUMN)
         source = source_columns(config, written if carry_other_columns else None)
         clash = set(names) & set(source.id_columns) | set(names) & {source.smiles_column, VALID_COLUMN, ERROR_COLUMN}

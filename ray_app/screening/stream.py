@@ -96,7 +96,7 @@ def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
     graph_smiles = [c or s for c, s in zip(canonical, smiles)] if canonical else smiles
     rows = pa.array(np.arange(len(smiles), dtype=np.int64))
     table = FeaturizeBatch(spec.features_generator, spec.prep)(pa.table({"row": rows, "smiles": graph_smiles}))
-    table = table.drop_columns(["row"] if spec.prep.standardize != "none" else ["row", MODEL_SMILES_COLUMN])
+    table = table.drop_columns(["row"] if spec.prep.standardizes else ["row", MODEL_SMILES_COLUMN])
     table = table.set_column(table.schema.get_field_index("smiles"), "smiles", pa.array(smiles, pa.string()))
     if spec.file_features:
         table = _attach_file_features(table, batch)

@@ -109,7 +109,7 @@ class Predictor:
             domain = self.domain(molecules, self.batch_size) if self.domain is not None and job.domain else None
             extras = self.embedding(molecules, self.batch_size) if job.embed else {}
             outputs = _job_outputs(self.outputs, job, self.domain is not None)
-            out.append(_entries(outputs, job, molecules, prediction, domain, extras, self.prep.standardize != "none"))
+            out.append(_entries(outputs, job, molecules, prediction, domain, extras, self.prep.standardizes))
         return out
 
     def predict_smiles(self, jobs: Sequence[PredictJob]) -> list[list[dict]]:
