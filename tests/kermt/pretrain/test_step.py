@@ -6,7 +6,6 @@ semantics (each rank's own batch means, gradients averaged)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from kermt.pretrain.batch import build_step_batch
 from kermt.pretrain.loss import GlobalView, pretrain_shares
 from kermt.pretrain.step import Distribution, PretrainStep, PretrainStepSettings, all_gather_with_grad
 from tests.conftest import free_port
+from tests.gloo import gloo_group
 from tests.kermt.pretrain.tiny_corpus import TINY_ENCODER, fixture_smiles, tiny_arrays, tiny_heads
 
 MODES = ("vocab", "cmim", "hybrid")
@@ -113,16 +113,12 @@ def _upstream_two_ranks_in_one_process(mode: str) -> dict[str, torch.Tensor]:
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         result = {mode: _train(mode, rank, world) for mode in MODES}
         result["per_rank"] = _train("hybrid", rank, world, per_rank_means=True)
         result["dropout"] = _train("hybrid", rank, world, dropout=DROPOUT)
         if rank == 0:
             torch.save(result, out)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_two_gloo_workers_equal_one_process(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from kermt.train.communicator import SingleProcess, TorchDistributed
 from kermt.train.loop import MemberPlan, fit
 from kermt.train.step import predict, validation_loss
 from tests.conftest import free_port
+from tests.gloo import gloo_group
 from tests.kermt.train.member_plans import assert_only_shift_invariant_noise, assert_same_training, member_plan
 
 
@@ -72,13 +72,10 @@ def test_a_member_resumed_from_its_checkpoint_ends_as_the_uninterrupted_one(tmp_
 def _gloo_rank(rank: int, world: int, port: int, plan: MemberPlan, out: Path) -> None:
     """One of ``world`` plain processes: the kermt loop over gloo; rank 0 saves the member's checkpoint."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         member = fit(plan, TorchDistributed.current())
         if rank == 0:
             torch.save(member.checkpoint(), out)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("use_mtl_loss", [False, True])
