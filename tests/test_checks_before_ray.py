@@ -55,7 +55,7 @@ def test_a_val_file_whose_labels_are_not_0_1_is_refused_when_classification_is_i
     (tmp_path / "train.csv").write_text("smiles,y\nCCO,0\nCCN,1\nCCCC,1\n")
     line = error_line(capsys, ["finetune", "--data_path", str(tmp_path / "train.csv"), "--separate_val_path",
                                str(tmp_path / "val.csv"), "--save_dir", str(tmp_path), "--dry_run"])
-    assert "val.csv: data row 1, column 'y': label 0.5 is not 0 or 1" in line
+    assert "val.csv: line 3, column 'y': label 0.5 is not 0 or 1" in line
 
 
 def test_eval_refuses_a_metric_of_the_other_dataset_type(capsys, tmp_path):

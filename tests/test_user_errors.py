@@ -30,7 +30,7 @@ CASES = {
     "missing data file": (["kermt", "finetune", "--data_path", "{root}/missing.csv"],
                           "kermt finetune", ["data file not found", "missing.csv"]),
     "non-numeric label": (["kermt", "finetune", "--data_path", "{root}/bad_label.csv"],
-                          "kermt finetune", ["bad_label.csv", "row 2", "column 'y'", "'abc' is not a number"]),
+                          "kermt finetune", ["bad_label.csv: line 3, column 'y'", "'abc' is not a number"]),
     "not a checkpoint": (["kermt", "finetune", "--data_path", SMILES_CSV, "--checkpoint_path", "{root}/notes.pt"],
                          "kermt finetune", ["notes.pt is not a checkpoint"]),
     "inspect not a checkpoint": (["kermt", "inspect", "{root}/notes.pt"], "kermt inspect",

@@ -51,6 +51,16 @@ def input_format(path: str | Path) -> InputFormat:
                     f"accepted: {ACCEPTED}")
 
 
+def row_place(path: str | Path, data_row: int) -> str:
+    """How a message names data row ``data_row`` of ``path`` (0-based: the index files such as invalid_smiles.csv
+    and splits.json keep). In a CSV it is the line an editor shows: the header is line 1, so data row i is line
+    i + 2 (a quoted field spanning lines would shift it). A Parquet file has no lines and a SMILES file's blank and
+    ``#`` lines are not rows, so there it is the data row counted from 0."""
+    if input_format(path).kind == "csv":
+        return f"line {data_row + 2}"
+    return f"data row {data_row} (counted from 0)"
+
+
 def is_smi_header(line: str) -> bool:
     fields = line.split("\t") if "\t" in line else line.split()
     return bool(fields) and "smi" in fields[0].lower()
@@ -102,4 +112,4 @@ class SmiLayout:
         return smiles, names
 
 
-__all__ = ["ACCEPTED", "InputFormat", "SmiLayout", "input_format", "is_smi_header"]
+__all__ = ["ACCEPTED", "InputFormat", "SmiLayout", "input_format", "is_smi_header", "row_place"]

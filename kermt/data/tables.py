@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from kermt.data.formats import InputFormat, SmiLayout, input_format
+from kermt.data.formats import InputFormat, SmiLayout, input_format, row_place
 from kermt.errors import UserError
 from kermt.names import did_you_mean
 
@@ -133,7 +133,7 @@ def _require_columns(path: str | Path, frame: pd.DataFrame, columns: Sequence[st
 
 
 def parse_labels(path: str | Path, raw: pd.Series, column: str, first_row: int = 0) -> np.ndarray:
-    """Float labels; '' / None / NaN are missing. Anything else non-numeric is an error naming its row
+    """Float labels; '' / None / NaN are missing. Anything else non-numeric is an error naming its line
     (``first_row``: the data row of ``raw``'s first value, for a file read in blocks)."""
     if pd.api.types.is_numeric_dtype(raw):
         return raw.to_numpy(dtype=np.float64)
@@ -142,9 +142,8 @@ def parse_labels(path: str | Path, raw: pd.Series, column: str, first_row: int =
     bad = np.flatnonzero(np.isnan(values) & (text != "").to_numpy() & (text.str.lower() != "nan").to_numpy())
     if len(bad):
         at = int(bad[0])
-        row = first_row + at
         raise UserError(
-            f"{path}: row {row + 1} (data row {row}), column {column!r}: label {text.iloc[at]!r} is not a number. "
+            f"{path}: {row_place(path, first_row + at)}, column {column!r}: label {text.iloc[at]!r} is not a number. "
             "Leave the cell empty for a missing label, or choose the target columns with --target_columns."
         )
     return values
@@ -165,7 +164,6 @@ def check_classification_labels(path: str, targets: np.ndarray, target_names: Se
     if len(bad):
         at, col = (int(i) for i in bad[0])
         raise UserError(
-            f"{path}: data row {first_row + at}, column {target_names[col]!r}: label {targets[at, col]:g} is not "
-            "0 or 1, "
-            "but dataset_type is classification. Use --dataset_type regression or fix the label."
+            f"{path}: {row_place(path, first_row + at)}, column {target_names[col]!r}: label {targets[at, col]:g} is "
+            "not 0 or 1, but dataset_type is classification. Use --dataset_type regression or fix the label."
         )

@@ -17,6 +17,7 @@ from kermt.chem.standardize import MoleculePrep
 from kermt.chem.validation import InvalidSmiles
 from kermt.data.dataset import MoleculeSet
 from kermt.data.feature_files import load_features
+from kermt.data.formats import row_place
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.data.scalers import StandardScaler
 from kermt.data.splits import (
@@ -66,7 +67,7 @@ def load_source(
         featurized = dataclasses.replace(featurized, features=np.concatenate(extra, axis=1))
     invalid = tuple(featurized.invalid)
     if invalid and config.on_invalid == "error":
-        shown = "; ".join(str(bad) for bad in invalid[:10])
+        shown = "; ".join(f"{row_place(path, bad.row)}: {bad.reason}: {bad.smiles!r}" for bad in invalid[:10])
         raise UserError(f"{path}: {len(invalid)} invalid SMILES (--on_invalid error): {shown}")
     rows = np.flatnonzero(featurized.valid)
     if len(rows) == 0:

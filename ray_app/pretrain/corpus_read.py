@@ -22,7 +22,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from kermt.data.atomic_files import filesystem
-from kermt.data.formats import SmiLayout, input_format
+from kermt.data.formats import SmiLayout, input_format, row_place
 from kermt.errors import UserError
 from ray_app.common.settings import did_you_mean
 
@@ -117,7 +117,8 @@ def read_file(source: int, path: str, column: str) -> Iterator[pa.Table]:
                 yield _chunk(source, row, part)
                 row += len(part)
     except (pa.ArrowInvalid, UnicodeDecodeError) as error:
-        raise UserError(f"--data_path {path}: cannot read it after data row {row} "
+        after = f" after {row_place(path, row - 1)}" if row else ""  # the last row read whole
+        raise UserError(f"--data_path {path}: cannot read it{after} "
                         f"({' '.join(str(error).split())[:300]})") from error
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kermt.data.formats import row_place
 from kermt.data.tables import (
     check_classification_labels,
     infer_dataset_type,
@@ -33,11 +34,19 @@ def test_parquet_and_column_selection(tmp_path):
     assert table.extra_columns == {"id": ["a", "b"]}
 
 
-def test_non_numeric_label_names_row_and_column(tmp_path):
+def test_non_numeric_label_names_the_line_an_editor_shows_and_the_column(tmp_path):
     path = tmp_path / "bad.csv"
-    path.write_text("smiles,y\nCCO,1.0\nCCN,active\n")
-    with pytest.raises(ValueError, match=r"bad.csv: row 2 \(data row 1\), column 'y': label 'active'"):
+    path.write_text("smiles,y\nCCO,1.0\nCCN,active\n")  # 'active' is on line 3: the header is line 1
+    with pytest.raises(ValueError, match=r"bad.csv: line 3, column 'y': label 'active' is not a number"):
         load_molecule_table(path)
+    pd.DataFrame({"smiles": ["CCO", "CCN"], "y": ["1.0", "active"]}).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"bad.parquet: data row 1 \(counted from 0\), column 'y': label 'active'"):
+        load_molecule_table(tmp_path / "bad.parquet")
+
+
+def test_a_data_row_is_named_by_its_line_in_a_csv_and_by_its_index_elsewhere():
+    assert [row_place("d.csv", 0), row_place("d.csv.gz", 9)] == ["line 2", "line 11"]
+    assert row_place("d.parquet", 0) == row_place("d.smi", 0) == "data row 0 (counted from 0)"
 
 
 def test_missing_column_suggests_closest(tmp_path):
@@ -49,5 +58,5 @@ def test_missing_column_suggests_closest(tmp_path):
 
 def test_classification_labels_must_be_binary():
     targets = np.array([[0.0, 1.0], [np.nan, 2.0]])
-    with pytest.raises(ValueError, match=r"data row 1, column 'b': label 2 is not 0 or 1"):
+    with pytest.raises(ValueError, match=r"x.csv: line 3, column 'b': label 2 is not 0 or 1"):
         check_classification_labels("x.csv", targets, ["a", "b"])

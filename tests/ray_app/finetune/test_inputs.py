@@ -27,9 +27,10 @@ def test_each_mistake_is_a_user_error_naming_where(tmp_path):
     (tmp_path / "unlabelled.csv").write_text("smiles,y,z\nCCO,,1\nCCC,,2\n")
     (tmp_path / "twice.csv").write_text("smiles,y,y\nCCO,1,2\nCCC,2,3\n")
     cases = [
-        (dict(data_path=good, separate_val_path=str(tmp_path / "val.csv")), r"val.csv: row 1 .*column 't2'"),
+        (dict(data_path=good, separate_val_path=str(tmp_path / "val.csv")),
+         r"val.csv: line 2, column 't2': label 'x' is not a number"),
         (dict(data_path=str(tmp_path / "cls.csv"), dataset_type="classification"),
-         r"cls.csv: data row 1, column 'y': label 2 is not 0 or 1"),
+         r"cls.csv: line 3, column 'y': label 2 is not 0 or 1"),
         (dict(data_path=good, features_path=[str(tmp_path / "f.npz")]), r"--features_path .*f.npz does not exist"),
         (dict(data_path=good, checkpoint_path=str(tmp_path / "val.csv")), r"val.csv is not a checkpoint"),
         (dict(data_path=good, target_columns=["t3"]),

@@ -24,6 +24,12 @@ def test_labelled_file_keeps_valid_rows_and_lists_invalid_ones(ray_cluster, tmp_
     assert [(bad.row, bad.smiles) for bad in source.invalid] == [(2, "not_a_smiles")]
 
 
+def test_on_invalid_error_names_each_bad_row_by_the_line_an_editor_shows(ray_cluster, tmp_path):
+    path = _write(tmp_path / "train.csv", ["smiles", "y"], [[s, str(i)] for i, s in enumerate(SMILES)])
+    with pytest.raises(ValueError, match=r"train.csv: 1 invalid SMILES \(--on_invalid error\): line 4: unparsable"):
+        load_source(path, FinetuneConfig(data_path=path, on_invalid="error"), None, None)  # data row 2
+
+
 def test_blinded_test_file_gets_nan_labels(ray_cluster, tmp_path):
     path = _write(tmp_path / "test.csv", ["smiles"], [[s] for s in SMILES])
     source = load_source(path, FinetuneConfig(data_path=path), ["y1", "y2"], None, blinded_ok=True)
