@@ -4,9 +4,11 @@ or the --output_path of kermt eval or kermt predict), e.g. after copying the run
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from kermt.errors import UserError
-from ray_app.report.build import write_report
+from kermt.inputs import check_output_path
+from ray_app.report.build import report_path, write_report
 
 
 def main(argv: list[str]) -> int:
@@ -18,6 +20,9 @@ def main(argv: list[str]) -> int:
     if "://" in args.path:  # (ray_app.common.storage.is_uri would import Ray)
         raise UserError(f"kermt report {args.path}: reads local files; copy the run down first (e.g. aws s3 cp "
                         "--recursive, without the model files if you like) and give its local directory")
+    if Path(args.path).exists():  # before the report is built: its folder may be a read-only copy
+        check_output_path(report_path(Path(args.path)), "report", advice="the report goes beside what it reports "
+                          "on: copy that to a folder you can write to")
     print(f"report: {write_report(args.path)}", flush=True)
     return 0
 

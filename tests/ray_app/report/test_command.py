@@ -22,3 +22,11 @@ def test_kermt_report_says_what_it_needs(tmp_path, capsys):
     assert "neither a finetune, tune nor pretrain --save_dir" in capsys.readouterr().err
     assert main(["report", "s3://bucket/run"]) == 2
     assert "copy the run down first" in capsys.readouterr().err
+
+
+def test_kermt_report_refuses_a_folder_it_cannot_write_in_before_reading(capsys):
+    """The report goes beside the file it reports on; /proc takes no new file, root's neither."""
+    assert main(["report", "/proc/self/status"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kermt report: error: report /proc/self/status_report.html: cannot write in /proc/self (")
+    assert err.endswith("); the report goes beside what it reports on: copy that to a folder you can write to\n")
