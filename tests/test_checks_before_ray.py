@@ -112,3 +112,21 @@ def test_model_settings_the_worker_would_refuse_are_refused_first(capsys, tmp_pa
     line = error_line(capsys, ["finetune", "--data_path", CLASSIFICATION_CSV, "--save_dir", str(tmp_path),
                                "--dry_run", *flags])
     assert line == f"kermt finetune: error: {message}"
+
+
+@pytest.mark.parametrize("command", ["predict", "eval"])
+def test_an_interval_given_as_a_percentage_names_the_level(capsys, tmp_path, command):
+    line = error_line(capsys, [command, "--data_path", REGRESSION_CSV, "--checkpoint_path", FT_REG,
+                               "--output_path", str(tmp_path / "out.csv"), "--interval", "90"])
+    assert line == (f"kermt {command}: error: invalid {command} configuration: setting 'interval': 90 is a "
+                    "percentage, but a level is a fraction in (0, 1): did you mean 0.9?")
+
+
+def test_a_serve_request_with_a_percentage_interval_names_the_level():
+    from pydantic import ValidationError
+
+    from ray_app.serve.schemas import PredictRequest
+
+    with pytest.raises(ValidationError, match=r"did you mean 0.95\?"):
+        PredictRequest(smiles=["CCO"], interval=95)
+    assert PredictRequest(smiles=["CCO"], interval=0.95).interval == 0.95

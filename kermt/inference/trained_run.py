@@ -28,6 +28,7 @@ from kermt.inference.columns import (ERROR_COLUMN, IN_DOMAIN_COLUMN, MODEL_SMILE
 from kermt.inference.ensemble import Ensemble
 from kermt.inference.features import FeatureMismatchError, FeaturePlan, plan_features
 from kermt.inference.members import find_checkpoints, read_members, task_names
+from kermt.names import level_not_percentage
 from kermt.presets import PREDICT_BATCH_SIZE
 from kermt.registry import DEFAULT_MAX_HEAVY_ATOMS
 from kermt.uncertainty.domain import DomainScorer, run_domain
@@ -86,6 +87,8 @@ class TrainedRun:
 
     def _outputs(self, uncertainty: bool, interval: float | None, domain: bool) -> OutputPlan:
         """The columns asked for, checked against what the run has (a one-line UserError, as kermt predict's)."""
+        if interval is not None and not 0 < level_not_percentage(interval, "interval=") < 1:
+            raise UserError(f"interval={interval:g}: a level is a fraction in (0, 1), e.g. 0.9")
         if interval is not None and self.calibrations is None:
             raise UserError(f"interval={interval}: {self.path} has no calibration (a single checkpoint, or a run "
                             f"trained before calibration existed); {HOW_TO_CALIBRATE}")

@@ -15,10 +15,11 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from kermt.names import level_not_percentage
 from kermt.presets import PREDICT_BATCH_SIZE, UPSTREAM_REFERENCE_WIDTH
 from kermt.registry import FEATURE_GENERATORS, DatasetType, FingerprintSource, Metric
 from ray_app.common.molecule_flags import max_heavy_atoms_field
@@ -98,10 +99,11 @@ class ModelScreeningConfig(WidthFlags, FeatureFlags, ScreeningConfig):
     dropout_samples: int = Field(0, ge=0, description="MC dropout: average N forward passes of each member with its "
                                  "dropout layers on (masks seeded per molecule: the same numbers every time); their "
                                  "spread joins <task>_std. Needs a model trained with --dropout > 0")
-    interval: Optional[float] = Field(None, gt=0, lt=1, description="add <task>_lower/<task>_upper (regression) "
-                                      "or <task>_set (classification): conformal intervals / prediction sets at "
-                                      "this level (e.g. 0.9) from the run's calibration or --calibration_path "
-                                      "(docs/uncertainty.md)")
+    interval: Annotated[Optional[float], BeforeValidator(level_not_percentage)] = Field(
+        None, gt=0, lt=1, description="add <task>_lower/<task>_upper (regression) "
+        "or <task>_set (classification): conformal intervals / prediction sets at "
+        "this level (e.g. 0.9) from the run's calibration or --calibration_path "
+        "(docs/uncertainty.md)")
     calibration_path: Optional[str] = Field(None, description="recalibrate on your own labelled molecules: a CSV/"
                                             "Parquet with a SMILES column (--smiles_column, else the first) and a "
                                             "label column per task; its predictions replace the run's calibration "

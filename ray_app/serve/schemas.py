@@ -7,9 +7,11 @@ typo (``"uncertainity"``) is a 422 naming it rather than silently ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Annotated, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
+
+from kermt.names import level_not_percentage
 
 
 class PredictRequest(BaseModel):
@@ -17,10 +19,11 @@ class PredictRequest(BaseModel):
 
     smiles: list[StrictStr] = Field(description="molecules to predict, in the order the predictions come back")
     uncertainty: StrictBool = Field(False, description="add <task>_std: the standard deviation over the members")
-    interval: Optional[float] = Field(None, gt=0, lt=1, description="a regression model: add <task>_lower/"
-                                      "<task>_upper, conformal intervals at this level (e.g. 0.9); a classifier: "
-                                      "add <task>_set, the conformal prediction set (\"0\", \"1\", \"0,1\" or "
-                                      "\"\"); from the run's calibration, as `kermt predict --interval`")
+    interval: Annotated[Optional[float], BeforeValidator(level_not_percentage)] = Field(
+        None, gt=0, lt=1, description="a regression model: add <task>_lower/"
+        "<task>_upper, conformal intervals at this level (e.g. 0.9); a classifier: "
+        "add <task>_set, the conformal prediction set (\"0\", \"1\", \"0,1\" or "
+        "\"\"); from the run's calibration, as `kermt predict --interval`")
     domain: StrictBool = Field(False, description="add domain_distance (mean distance to the 5 nearest training "
                                "molecules in the model's embedding) and in_domain, as `kermt predict "
                                "--applicability_domain`; models whose run saved fold_k/domain.json (GET /models)")

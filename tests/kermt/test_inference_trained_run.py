@@ -41,6 +41,10 @@ def test_what_a_checkpoint_has_not_is_a_one_line_error(tmp_path):
     run = kermt.load_run(FIXTURE_DIR / "ckpt_ft_reg.pt")
     with pytest.raises(UserError, match="has no calibration"):
         run.predict(SMILES[:2], interval=0.9)
+    with pytest.raises(UserError, match=r"interval=90 is a percentage.*did you mean 0.9\?"):
+        run.predict(SMILES[:2], interval=90)
+    with pytest.raises(UserError, match=r"interval=1.5: a level is a fraction in \(0, 1\)"):
+        run.predict(SMILES[:2], interval=1.5)
     with pytest.raises(UserError, match="needs a finetune run's directory"):
         run.predict(SMILES[:2], domain=True)
     with pytest.raises(UserError, match="does not exist"):
