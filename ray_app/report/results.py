@@ -33,6 +33,11 @@ def read_test_result(path: Path) -> TestResult:
         rows = list(csv.reader(f))
     if not rows:
         raise UserError(f"{path}: empty; expected upstream's test_result.csv layout")
+    if rows[0] and rows[0][0].strip():
+        raise UserError(f"{path}: its first column is named {rows[0][0]!r}, so it reads as an input file, not a "
+                        "scored one (kermt eval and upstream leave that header cell blank); kermt report reads what "
+                        "kermt eval or kermt predict wrote, or a run's --save_dir: to score this file, kermt eval "
+                        f"--data_path {path} --checkpoint_path MODEL --output_path scored.csv")
     two_headers = len(rows) > 1 and "targets" in rows[0][1:] and rows[0][1] == "preds"
     if two_headers:
         n_tasks = rows[0][1:].count("preds")

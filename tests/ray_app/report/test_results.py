@@ -36,3 +36,19 @@ def test_a_cell_that_is_not_a_number_names_the_file(tmp_path):
     path.write_text(",a\nCCO,high\n")
     with pytest.raises(UserError, match="bad.csv: a cell is not a number"):
         read_test_result(path)
+
+
+def test_a_labelled_input_file_is_refused_in_one_line_saying_what_report_reads(tmp_path, capsys):
+    """A training file (smiles + measured columns) is not a scored file: without this it read as a blinded one, and
+    `kermt report` exited 0 with a page saying the file had no measured values."""
+    from ray_app.cli import main
+
+    path = tmp_path / "train.csv"
+    path.write_text("smiles,logp,tpsa\nCCO,-0.1,20.2\nc1ccccc1,1.7,0.0\n")
+    assert main(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"kermt report: error: {path}: its first column is named 'smiles', so it reads as an input "
+                   "file, not a scored one (kermt eval and upstream leave that header cell blank); kermt report reads "
+                   "what kermt eval or kermt predict wrote, or a run's --save_dir: to score this file, kermt eval "
+                   f"--data_path {path} --checkpoint_path MODEL --output_path scored.csv\n")
+    assert not (tmp_path / "train_report.html").exists()
