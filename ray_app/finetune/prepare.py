@@ -115,6 +115,26 @@ def split_for_fold(config: FinetuneConfig, data: SourceData, fold: int, has_val:
     return random_split(n, sizes, seed)
 
 
+def check_train_labels(config: FinetuneConfig, data: SourceData, train_targets: np.ndarray, fold: int,
+                       whole_file: bool) -> None:
+    """Every task has a label in ``fold``'s train split (``whole_file``: the split is all of ``data``, as with both
+    separate files). A task with none would train its head on nothing, a loss of 0 for every epoch: one line naming
+    the task, the split and what to do, on the driver before any training."""
+    for t, task in enumerate(data.target_names):
+        if not np.isnan(train_targets[:, t]).all():
+            continue
+        labelled = int(np.count_nonzero(~np.isnan(data.targets[:, t])))
+        fix = "or train on the other tasks with --target_columns"
+        split = "the train split" + (", which is the whole file (--separate_val_path and --separate_test_path hold "
+                                     "val and test)" if whole_file else "")
+        if whole_file or not labelled:
+            raise UserError(f"{data.path}: task {task!r} has no label in {split}: none of the file's valid molecules "
+                            f"is labelled for it; label some, {fix}")
+        raise UserError(f"fold {fold}: task {task!r} has no label in {split}: the {labelled} molecule(s) of "
+                        f"{data.path} labelled for it all went to val/test (--split_type {config.split_type}, "
+                        f"--seed {config.seed}); label more, change --split_sizes or --seed, {fix}")
+
+
 def subset(data: SourceData, positions: list[int]) -> tuple[FeaturizedMolecules, np.ndarray]:
     rows = np.asarray(positions, dtype=np.int64)
     return data.featurized.select(rows), data.targets[rows]

@@ -30,8 +30,8 @@ from ray_app.common.shared_tensors import get_tensors, put_tensors
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.inputs import settle_task
-from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scale_splits, split_for_fold, subset, \
-    wants_feature_scaling
+from ray_app.finetune.prepare import ScaledSplits, SourceData, check_train_labels, load_source, scale_splits, \
+    split_for_fold, subset, wants_feature_scaling
 
 
 ENCODER_KEYS = ENCODER_ARCHITECTURE_KEYS
@@ -197,6 +197,7 @@ def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
     config = setup.config
     split = split_for_fold(config, setup.data, fold, setup.val is not None, setup.test is not None)
     parts = {"train": subset(setup.data, split.train)}
+    check_train_labels(config, setup.data, parts["train"][1], fold, setup.val is not None and setup.test is not None)
     parts["val"] = subset(setup.val, list(range(len(setup.val)))) if setup.val else subset(setup.data, split.val)
     parts["test"] = subset(setup.test, list(range(len(setup.test)))) if setup.test else subset(setup.data, split.test)
     for name, (molecules, _) in parts.items():

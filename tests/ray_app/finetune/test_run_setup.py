@@ -61,3 +61,47 @@ def test_a_model_from_scratch_is_upstream_finetunes_with_the_users_flags(tmp_pat
     assert (FROM_SCRATCH.activation, FROM_SCRATCH.depth, FROM_SCRATCH.embedding_output_type) == ("ReLU", 6, "atom")
     wider = scratch_encoder(hidden_size=1200, depth=3, activation="PReLU", dropout=0.1)
     assert wider == dataclasses.replace(FROM_SCRATCH, hidden_size=1200, depth=3, activation="PReLU", dropout=0.1)
+
+
+def _setup_of(tmp_path, targets, **flags):
+    """A run's setup over ten featurised molecules (in this process: no cluster) labelled with ``targets``."""
+    import numpy as np
+
+    from kermt.data.featurize import featurize_smiles
+    from ray_app.finetune.config import FinetuneConfig
+    from ray_app.finetune.prepare import SourceData
+    from ray_app.finetune.run_setup import RunSetup
+
+    smiles = ["C" * n + "O" for n in range(1, 11)]
+    data = SourceData("d.csv", ["a", "b"], np.arange(10), featurize_smiles(smiles), np.asarray(targets, float), ())
+    other = SourceData("v.csv", ["a", "b"], np.arange(2), featurize_smiles(smiles[:2]), np.ones((2, 2)), ())
+    separate = flags.pop("separate", False)
+    return RunSetup(FinetuneConfig(data_path="d.csv", **flags), {}, tmp_path, "run", "regression", "rmse",
+                    ["a", "b"], None, data, other if separate else None, other if separate else None, str(tmp_path), 0)
+
+
+def test_a_task_with_no_label_in_the_train_split_is_refused_before_training(tmp_path):
+    """Labels in the file, but the split put every one of task b's in val/test (its head would train on nothing:
+    a loss of 0 every epoch); with both separate files the whole training file is the train split."""
+    import numpy as np
+    import pytest
+
+    from kermt.errors import UserError
+    from ray_app.finetune.prepare import split_for_fold
+    from ray_app.finetune.run_setup import fold_splits
+
+    labels = np.column_stack([np.arange(10.0), np.full(10, np.nan)])
+    setup = _setup_of(tmp_path, labels, seed=3)
+    split = split_for_fold(setup.config, setup.data, 0, False, False)
+    labels[split.val + split.test, 1] = 1.0  # task b labelled on the rows that are not train
+    with pytest.raises(UserError, match=r"^fold 0: task 'b' has no label in the train split: the 2 molecule\(s\) of "
+                       r"d.csv labelled for it all went to val/test \(--split_type random, --seed 3\); label more, "
+                       r"change --split_sizes or --seed, or train on the other tasks with --target_columns$"):
+        fold_splits(_setup_of(tmp_path, labels, seed=3), 0)
+    labels[split.train[0], 1] = 2.0  # one train label is enough
+    assert len(fold_splits(_setup_of(tmp_path, labels, seed=3), 0)[1].train) == 8
+    labels[:, 1] = np.nan  # e.g. its only labelled rows had invalid SMILES
+    with pytest.raises(UserError, match=r"^d.csv: task 'b' has no label in the train split, which is the whole file "
+                       r"\(--separate_val_path and --separate_test_path hold val and test\): none of the file's "
+                       r"valid molecules is labelled for it"):
+        fold_splits(_setup_of(tmp_path, labels, separate=True), 0)
