@@ -119,8 +119,9 @@ def check_train_labels(config: FinetuneConfig, data: SourceData, train_targets: 
                        whole_file: bool) -> None:
     """Every task has a label in ``fold``'s train split (``whole_file``: the split is all of ``data``, as with both
     separate files). A task with none would train its head on nothing, a loss of 0 for every epoch: one line naming
-    the task, the split and what to do, on the driver before any training."""
-    for t, task in enumerate(data.target_names):
+    the task, the split and what to do, on the driver before any training. An empty train split is left to
+    the empty-split error."""
+    for t, task in enumerate(data.target_names if len(train_targets) else ()):
         if not np.isnan(train_targets[:, t]).all():
             continue
         labelled = int(np.count_nonzero(~np.isnan(data.targets[:, t])))

@@ -100,6 +100,8 @@ def test_a_task_with_no_label_in_the_train_split_is_refused_before_training(tmp_
         fold_splits(_setup_of(tmp_path, labels, seed=3), 0)
     labels[split.train[0], 1] = 2.0  # one train label is enough
     assert len(fold_splits(_setup_of(tmp_path, labels, seed=3), 0)[1].train) == 8
+    with pytest.raises(UserError, match=r"^fold 0: the train split is empty"):  # that error, not this one
+        fold_splits(_setup_of(tmp_path, labels, seed=3, split_sizes=(0.0, 0.5, 0.5)), 0)
     labels[:, 1] = np.nan  # e.g. its only labelled rows had invalid SMILES
     with pytest.raises(UserError, match=r"^d.csv: task 'b' has no label in the train split, which is the whole file "
                        r"\(--separate_val_path and --separate_test_path hold val and test\): none of the file's "
