@@ -1,7 +1,10 @@
 """Screening throughput and memory: `kermt predict` on N SMILES (CPU), next to upstream's `main.py predict`.
 
     python bench/predict.py [--sizes 10000 100000] [--checkpoint tests/data/kermt_upstream/ckpt_ft_cls.pt]
-                            [--concurrency 1] [--upstream /path/to/KERMT] [--moses]
+                            [--engines auto local ray] [--concurrency 1] [--upstream /path/to/KERMT] [--moses]
+
+Each size runs ``kermt predict --engine E`` for every E of ``--engines`` (auto picks local, in this process, or
+ray by the input's size: ray_app/screening/local.py), cold: a new process each time, as a user's command is.
 
 Input: upstream's sample SMILES (tests/data/kermt_upstream_splits/train_val.csv) repeated to N rows, plus an id
 column. Each command runs as a child process; a sampler reads /proc every 0.2 s and records the peak RSS of the
@@ -117,11 +120,13 @@ def measure(cmd: list[str], cwd: Path | None = None, env: dict | None = None) ->
     return Measured(time.perf_counter() - started, peaks["driver"] / 1024, peaks["tree"] / 1024)
 
 
-def run_ours(data: Path, checkpoint: Path, args: argparse.Namespace, out: Path) -> Measured:
+def run_ours(data: Path, checkpoint: Path, args: argparse.Namespace, out: Path, engine: str) -> Measured:
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)  # a cluster named in the environment would decide auto's engine
+    concurrency = ["--concurrency", str(args.concurrency)] if args.concurrency is not None else []
     cmd = [sys.executable, "-m", "ray_app.cli", "predict", "--data_path", str(data), "--checkpoint_path",
            str(checkpoint), "--output_path", str(out / "ours.csv"), "--batch_size", str(args.batch_size),
-           "--id_columns", "compound", "--concurrency", str(args.concurrency)]
+           "--id_columns", "compound", "--engine", engine, *concurrency]
     measured = measure(cmd, cwd=ROOT, env=env)
     with open(out / "ours.csv") as f:  # every input row has its output row, in order
         rows = sum(1 for _ in f) - 1
@@ -147,7 +152,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
     parser.add_argument("--checkpoint", type=Path, default=FIXTURES / "ckpt_ft_cls.pt")
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--engines", nargs="+", default=["auto", "ray"], choices=["auto", "local", "ray"])
+    parser.add_argument("--concurrency", type=int, help="model actors (--engine ray; default: kermt's own)")
     parser.add_argument("--upstream", type=Path, help="upstream KERMT checkout to measure in the same run")
     parser.add_argument("--moses", action="store_true", help="the first N MOSES molecules instead of the sample "
                         "SMILES repeated (scripts/fetch_moses.py; --sizes 1584663 is all of them)")
@@ -160,8 +166,8 @@ def main() -> None:
         out = Path(tmp)
         for n in args.sizes:
             data = make_data(n, out / f"in_{n}.csv", moses=args.moses)
-            runs = [(f"kermt predict (concurrency {args.concurrency})",
-                     functools.partial(run_ours, data, args.checkpoint, args, out))]
+            runs = [(f"kermt predict --engine {engine}", functools.partial(run_ours, data, args.checkpoint, args, out,
+                                                                            engine)) for engine in args.engines]
             if args.upstream:
                 plain = make_data(n, out / f"in_{n}_smiles_only.csv", ids=False, moses=args.moses)
                 runs.append(("upstream main.py predict",

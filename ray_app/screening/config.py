@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -89,7 +89,24 @@ class WidthFlags(BaseModel):
         return {"upstream_batching": self.upstream_batching, "reference_width": self.reference_width}
 
 
-class ModelScreeningConfig(WidthFlags, FeatureFlags, ScreeningConfig):
+# --engine auto computes inputs of up to this many rows in this process. Measured by bench/predict.py (2 cores, the
+# fixture classifier, docs/screening.md#engines): in-process wins while Ray's start-up dominates; above, Ray's
+# featurisation on every core does.
+LOCAL_MAX_ROWS = 20_000
+
+
+class EngineFlag(BaseModel):
+    """Where the molecules are computed (:mod:`ray_app.screening.local`, docs/screening.md#engines)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: Literal["auto", "local", "ray"] = Field(
+        "auto", description="local: in this process, without Ray; ray: a Ray Data stream on a local or named "
+        f"cluster; auto: local for a local input of up to {LOCAL_MAX_ROWS:,} rows when no cluster is named "
+        "(--address, RAY_ADDRESS) and no --concurrency is given, else ray. Both write the same files")
+
+
+class ModelScreeningConfig(EngineFlag, WidthFlags, FeatureFlags, ScreeningConfig):
     """`kermt predict` and `kermt eval`: a finetuned model or an ensemble of them."""
 
     checkpoint_dir: Optional[str] = Field(None, description="ensemble: every best model under this directory")
@@ -139,14 +156,14 @@ class EvalConfig(ModelScreeningConfig):
     show_individual_scores: bool = Field(False, description="also print the score of each task")
 
 
-class FingerprintConfig(WidthFlags, FeatureFlags, ScreeningConfig):
+class FingerprintConfig(EngineFlag, WidthFlags, FeatureFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
     fingerprint_source: Optional[FingerprintSource] = Field(
         None, description="embedding families to pool (default: both; atom for a finetuned model, which has no "
         "trained bond-output branches, so bond and both are refused for it)")
 
 
-class EmbedConfig(WidthFlags, ScreeningConfig):
+class EmbedConfig(EngineFlag, WidthFlags, ScreeningConfig):
     checkpoint_path: str = Field(description="pretrained or finetuned checkpoint (.pt or native directory)")
 
 
@@ -178,5 +195,5 @@ def elapsed_line(rows: int, valid: int, started: float, output: str | Path) -> s
             f"({rows / max(seconds, 1e-9):.0f} molecules/s)")
 
 
-__all__ = ["EmbedConfig", "EvalConfig", "FingerprintConfig", "ModelScreeningConfig", "PredictConfig",
-           "ReconstructConfig", "ScreeningConfig", "WidthFlags", "elapsed_line", "log"]
+__all__ = ["LOCAL_MAX_ROWS", "EmbedConfig", "EngineFlag", "EvalConfig", "FingerprintConfig", "ModelScreeningConfig",
+           "PredictConfig", "ReconstructConfig", "ScreeningConfig", "WidthFlags", "elapsed_line", "log"]

@@ -41,7 +41,8 @@ LINE_COLUMN = "line"
 NO_DELIMITER = "\x1f"  # ASCII unit separator: never in a SMILES file, so each line is one CSV field
 
 
-def _filesystem(path: str) -> tuple[pa_fs.FileSystem, str]:
+def filesystem_of(path: str) -> tuple[pa_fs.FileSystem, str]:
+    """The filesystem holding the file ``path`` (local path or URI) and its path there; an error if it is none."""
     filesystem, inner = pa_fs.FileSystem.from_uri(path) if "://" in path else (pa_fs.LocalFileSystem(), path)
     if filesystem.get_file_info(inner).type != pa_fs.FileType.File:
         raise UserError(f"data_path {path} does not exist or is not a file")
@@ -49,7 +50,7 @@ def _filesystem(path: str) -> tuple[pa_fs.FileSystem, str]:
 
 
 def _first_line(path: str) -> str:
-    filesystem, inner = _filesystem(path)
+    filesystem, inner = filesystem_of(path)
     try:
         with filesystem.open_input_stream(inner, compression=input_format(path).compression) as handle:
             return io.TextIOWrapper(handle, encoding="utf-8-sig", newline="").readline()
@@ -64,7 +65,7 @@ def row_estimate(path: str) -> int | None:
     fmt = input_format(path)
     try:
         if fmt.kind == "parquet":
-            filesystem, inner = _filesystem(path)
+            filesystem, inner = filesystem_of(path)
             with filesystem.open_input_file(inner) as handle:
                 return pq.ParquetFile(handle).metadata.num_rows
         if fmt.compression is None and "://" not in path:
@@ -100,7 +101,7 @@ class InputTable:
     def open(cls, path: str) -> InputTable:
         fmt = input_format(path)
         if fmt.kind == "parquet":
-            filesystem, inner = _filesystem(path)
+            filesystem, inner = filesystem_of(path)
             try:
                 with filesystem.open_input_file(inner) as handle:
                     schema = pq.read_schema(handle)
@@ -153,6 +154,17 @@ def readable_everywhere(path: str) -> tuple[str, dict]:
     return f"local://{Path(path).resolve()}", {"num_cpus": 0}
 
 
+def csv_options(table: InputTable, columns: Sequence[str]) -> dict:
+    """pyarrow's CSV options for reading ``columns`` (as strings) of a CSV or SMILES file; Ray Data's reader and
+    the in-process one (:mod:`ray_app.screening.local`) take the same, so both read the same values."""
+    if table.smi_layout is not None:  # one text column of whole lines, split by split_smi_lines
+        return {"read_options": pa_csv.ReadOptions(column_names=[LINE_COLUMN], skip_rows=int(table.smi_layout.header)),
+                "parse_options": pa_csv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False),
+                "convert_options": pa_csv.ConvertOptions(column_types={LINE_COLUMN: pa.string()})}
+    return {"convert_options": pa_csv.ConvertOptions(include_columns=list(columns), strings_can_be_null=True,
+                                                     column_types={c: pa.string() for c in columns})}
+
+
 def read_table_lazily(table: InputTable, columns: Sequence[str]):
     """A lazy Ray Dataset of ``columns`` (strings) of a CSV, Parquet or SMILES file."""
     import ray
@@ -162,19 +174,12 @@ def read_table_lazily(table: InputTable, columns: Sequence[str]):
     if table.format.kind == "parquet":
         # select_columns after the read: Ray pushes the projection into the Parquet reader
         return ray.data.read_parquet(source, ray_remote_args=remote_args).select_columns(list(columns))
+    ds = ray.data.read_csv(source, file_extensions=None, ray_remote_args=remote_args,
+                           arrow_open_stream_args=compression, **csv_options(table, columns))
     if table.smi_layout is not None:
-        ds = ray.data.read_csv(
-            source, file_extensions=None, ray_remote_args=remote_args, arrow_open_stream_args=compression,
-            read_options=pa_csv.ReadOptions(column_names=[LINE_COLUMN], skip_rows=int(table.smi_layout.header)),
-            parse_options=pa_csv.ParseOptions(delimiter=NO_DELIMITER, quote_char=False),
-            convert_options=pa_csv.ConvertOptions(column_types={LINE_COLUMN: pa.string()}),
-        )
         return ds.map_batches(split_smi_lines, fn_kwargs={"layout": table.smi_layout, "columns": tuple(columns)},
                               batch_format="pyarrow", batch_size=None)
-    options = pa_csv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns},
-                                    strings_can_be_null=True)
-    return ray.data.read_csv(source, convert_options=options, file_extensions=None, ray_remote_args=remote_args,
-                             arrow_open_stream_args=compression)
+    return ds
 
 
 def split_smi_lines(batch: pa.Table, layout: SmiLayout, columns: Sequence[str]) -> pa.Table:
@@ -292,6 +297,7 @@ def write_metadata_json(path: Path, header: dict, lists: dict[str, JsonListSpool
 
 
 __all__ = [
-    "ArraySpool", "InputTable", "JsonListSpool", "Source", "TableWriter", "pick_columns", "read_table_lazily",
-    "row_estimate", "split_smi_lines", "write_metadata_json", "write_npy", "write_npz",
+    "ArraySpool", "InputTable", "JsonListSpool", "Source", "TableWriter", "csv_options", "filesystem_of",
+    "pick_columns", "read_table_lazily", "row_estimate", "split_smi_lines", "write_metadata_json", "write_npy",
+    "write_npz",
 ]

@@ -35,12 +35,12 @@ from kermt.pretrain.export import read_corpus_record
 from kermt.pretrain.generation_metrics import INPUTS_REFERENCE, GenerationTally, reference_keys
 from kermt.pretrain.reconstruct import (ReconstructSettings, Reconstructor, check_reconstruct_checkpoint,
                                         find_smiles_vocab, read_smiles_vocab, score)
-from ray_app.common.featurize import molecules_from_table
+from kermt.data.arrow_molecules import molecules_from_table
 from ray_app.common.remote_files import fetch_input
 from ray_app.screening.config import ReconstructConfig, log
 from ray_app.screening.files import Source, TableWriter
 from ray_app.screening.plan import source_columns
-from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _device, carried_columns,
+from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _device, blocks_of, carried_columns,
                                       connect_actors, drain, featurize_block, input_progress)
 
 ROW = "row::input"  # the input row number travelling with each row (prefixed: never a user column)
@@ -235,7 +235,8 @@ def run_reconstruct(config: ReconstructConfig) -> int:
         quality.add(rows)
         writer.write(rows)
 
-    stats = drain(reconstruct_stream(config, plan), write, input_progress(config.data_path, "reconstructing"))
+    progress = input_progress(config.data_path, "reconstructing")
+    stats = drain(blocks_of(reconstruct_stream(config, plan)), write, progress)
     _finish(stats, config, started, writer)
     log(quality.line(plan.checkpoint.path))
     return 0

@@ -17,6 +17,7 @@ from kermt.inputs import check_checkpoint_file
 from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
 from ray_app.screening.files import (ArraySpool, JsonListSpool, TableWriter, write_metadata_json, write_npy,
                                      write_npz)
+from ray_app.screening.local import resolve_engine
 from ray_app.screening.plan import file_features, note_widths, plan_predict, source_columns
 from ray_app.screening.stream import (EmbedStage, InputSpec, StreamStats, drain, input_progress, predict_stream,
                                       start_stream)
@@ -37,6 +38,7 @@ def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit,
 
 def run_predict(config: PredictConfig) -> int:
     started = time.perf_counter()
+    config = resolve_engine(config, (config.calibration_path,))
     checked = plan_predict(config, carry_other_columns=not config.drop_extra_columns)
     writer = TableWriter(config.output_path)
     checked = calibrated_on_file(config, checked)
@@ -69,6 +71,7 @@ def _prep(config: ScreeningConfig, checkpoint: Checkpoint) -> MoleculePrep:
 
 def run_fingerprint(config: FingerprintConfig) -> int:
     started = time.perf_counter()
+    config = resolve_engine(config)
     checkpoint = _embedding_checkpoint(config)
     with user_input():
         embedder = Embedder(checkpoint)
@@ -103,6 +106,7 @@ def run_fingerprint(config: FingerprintConfig) -> int:
 
 def run_embed(config: EmbedConfig) -> int:
     started = time.perf_counter()
+    config = resolve_engine(config)
     checkpoint = _embedding_checkpoint(config)
     source = source_columns(config)
     spec = InputSpec(source.smiles_column, source.id_columns, canonical=True, prep=_prep(config, checkpoint))

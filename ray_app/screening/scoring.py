@@ -29,6 +29,7 @@ from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.files import Source, pick_columns
 from ray_app.screening.labelled import LabelledRows
+from ray_app.screening.local import resolve_engine
 from ray_app.screening.plan import PredictPlan, plan_predict
 from ray_app.screening.stream import drain, input_progress, predict_stream
 from ray_app.screening.uncertainty import calibrated_on_file
@@ -58,6 +59,7 @@ def _calibrated(config: EvalConfig) -> bool:
 def _planned(config: EvalConfig) -> tuple[EvalConfig, PredictPlan]:
     """plan_predict for eval: a calibrated model is scored at 0.9 by default (its intervals, or its prediction
     sets); ``--calibration_path`` is fitted here (on the cluster), before the file is scored."""
+    config = resolve_engine(config, (config.calibration_path,))
     if config.interval is None and _calibrated(config):
         config = config.model_copy(update={"interval": DEFAULT_EVAL_LEVEL})
     return config, calibrated_on_file(config, plan_predict(config))

@@ -25,7 +25,7 @@ deprecated from Ray 2.64, which suggests a join on a row key instead).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,9 +41,10 @@ from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
 from kermt.inference.columns import MODEL_SMILES_COLUMN, OutputPlan, prediction_columns
 from kermt.uncertainty.domain import DomainIndex, DomainScorer
-from ray_app.common.featurize import FeaturizeBatch, molecules_from_table
+from kermt.data.arrow_molecules import FeaturizeBatch, molecules_from_table
 from ray_app.common.progress import Progress
 from ray_app.screening.config import ModelScreeningConfig, ScreeningConfig
+from ray_app.screening.local import StreamedConfig, count_rows, malformed_csv, read_blocks
 
 if TYPE_CHECKING:
     from ray_app.screening.files import InputTable
@@ -87,6 +88,11 @@ class InputSpec:
     file_features: bool = False
     label_columns: tuple[str, ...] = ()
     prep: MoleculePrep = MoleculePrep()
+
+    @property
+    def read_columns(self) -> list[str]:
+        """The input columns the stream reads, each once."""
+        return list(dict.fromkeys([self.smiles_column, *self.id_columns, *self.label_columns]))
 
 
 def featurize_block(batch: pa.Table, spec: InputSpec) -> pa.Table:
@@ -247,7 +253,7 @@ def build_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: typ
 
     from ray_app.screening.files import read_table_lazily
 
-    ds = read_table_lazily(table, list(dict.fromkeys([spec.smiles_column, *spec.id_columns, *spec.label_columns])))
+    ds = read_table_lazily(table, spec.read_columns)
     if file_features is not None:
         ds = ds.zip(_file_features_dataset(*file_features))
     block = rows_per_block(batch_size)
@@ -276,28 +282,53 @@ def connect_actors(config: ScreeningConfig) -> int:
     return 1
 
 
-def start_stream(config: ScreeningConfig, table: InputTable, spec: InputSpec, stage: type, kwargs: dict,
-                 file_features: tuple[np.ndarray, np.ndarray] | None = None):
-    """Connect, then the lazy dataset of ``stage``'s output blocks over ``table``."""
+def start_stream(config: StreamedConfig, table: InputTable, spec: InputSpec, stage: type, kwargs: dict,
+                 file_features: tuple[np.ndarray, np.ndarray] | None = None) -> Iterator[pa.Table]:
+    """The output blocks of ``stage`` over ``table``, in input order: computed in this process (``--engine
+    local``) or streamed on Ray (which this connects to). ``config.engine`` is resolved (not "auto")."""
+    kwargs = {**kwargs, "batch_size": config.batch_size, "use_gpu": config.use_gpu}
+    if config.engine == "local":
+        if file_features is not None:
+            _check_row_count(table, count_rows(table, spec.smiles_column), len(file_features[0]))
+        return local_stream(table, spec, config.batch_size, stage, kwargs, file_features)
     concurrency = connect_actors(config)
     if file_features is not None:
-        _check_row_count(table, spec, len(file_features[0]))
-    kwargs = {**kwargs, "batch_size": config.batch_size, "use_gpu": config.use_gpu}
-    return build_stream(table, spec, config.batch_size, stage, kwargs, concurrency,
-                        config.cpus_per_actor, config.num_gpus_per_actor if config.use_gpu else 0, file_features)
+        from ray_app.screening.files import read_table_lazily
+
+        _check_row_count(table, read_table_lazily(table, [spec.smiles_column]).count(), len(file_features[0]))
+    ds = build_stream(table, spec, config.batch_size, stage, kwargs, concurrency,
+                      config.cpus_per_actor, config.num_gpus_per_actor if config.use_gpu else 0, file_features)
+    return blocks_of(ds)
 
 
-def _check_row_count(table: InputTable, spec: InputSpec, feature_rows: int) -> None:
-    from ray_app.screening.files import read_table_lazily
+def local_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: type, stage_kwargs: dict,
+                 file_features: tuple[np.ndarray, np.ndarray] | None = None) -> Iterator[pa.Table]:
+    """build_stream's blocks, computed in this process: the same stages on the same blocks of rows (module
+    docstring of :mod:`ray_app.screening.local`)."""
+    model = stage(**stage_kwargs)
+    start = 0
+    for block in read_blocks(table, spec.read_columns, rows_per_block(batch_size)):
+        if file_features is not None:
+            rows = slice(start, start + block.num_rows)
+            for name, column in file_feature_columns(file_features[0][rows], file_features[1][rows]).items():
+                block = block.append_column(name, column)
+        start += block.num_rows
+        yield model(featurize_block(block, spec))
 
-    rows = read_table_lazily(table, [spec.smiles_column]).count()
+
+def blocks_of(ds) -> Iterator[pa.Table]:
+    """A Ray Dataset's blocks on the driver, in input order."""
+    yield from ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1)
+
+
+def _check_row_count(table: InputTable, rows: int, feature_rows: int) -> None:
     if rows != feature_rows:
         raise UserError(f"--features_path has {feature_rows} rows but {table.path} has {rows}; feature files need "
                         "one row per data row")
 
 
 def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
-    """The lazy dataset of prediction blocks (starts Ray); ``label_columns`` travel along as ``label::<name>``."""
+    """The prediction blocks (:func:`start_stream`); ``label_columns`` travel along as ``label::<name>``."""
     plan, source = checked.features, checked.source
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
                      label_columns=label_columns, prep=plan.prep(config.max_heavy_atoms))
@@ -316,18 +347,24 @@ def input_progress(data_path: str, verb: str) -> Progress:
 def _file_features_dataset(features: np.ndarray, valid: np.ndarray):
     import ray
 
+    return ray.data.from_arrow(pa.table(file_feature_columns(features, valid)))
+
+
+def file_feature_columns(features: np.ndarray, valid: np.ndarray) -> dict[str, pa.Array]:
+    """``--features_path`` rows as the featurise stage reads them beside each input row."""
     width = features.shape[1]
     values = pa.array(np.ascontiguousarray(features, dtype=np.float64).reshape(-1))
     column = pa.FixedSizeListArray.from_arrays(values, width) if width else pa.array([[]] * len(features))
-    return ray.data.from_arrow(pa.table({FILE_FEATURES: column, FILE_FEATURES_VALID: pa.array(valid)}))
+    return {FILE_FEATURES: column, FILE_FEATURES_VALID: pa.array(valid)}
 
 
-def drain(ds, write: Callable[[pa.Table], None], progress: Progress | None = None) -> StreamStats:
-    """Iterate the output blocks in input order on the driver, handing each to ``write`` (and counting them on
-    ``progress``). A malformed CSV (found by a read task) is a UserError."""
+def drain(blocks: Iterable[pa.Table], write: Callable[[pa.Table], None],
+          progress: Progress | None = None) -> StreamStats:
+    """Hand the output blocks (in input order) to ``write`` one by one, counting them on ``progress``. A malformed
+    CSV (found by a Ray read task) is a UserError."""
     stats = StreamStats()
     try:
-        for block in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1):
+        for block in blocks:
             stats.add(block)
             write(block)
             if progress is not None:
@@ -349,12 +386,11 @@ def _malformed_csv(error: BaseException) -> UserError | None:
     found = find_cause(error, lambda e: malformed_csv_path(e) is not None, ray_causes)
     if found is None:
         return None
-    path = malformed_csv_path(found)
-    return UserError(f"{path}: malformed CSV: a row has more or fewer fields than the header, or a quote is not "
-                     "closed; fix the file")
+    return malformed_csv(malformed_csv_path(found))
 
 
 __all__ = [
-    "EmbedStage", "InputSpec", "PredictStage", "StreamStats", "arrow_column", "build_stream", "connect_actors",
-    "drain", "featurize_block", "input_progress", "predict_stream", "rows_per_block", "start_stream",
+    "EmbedStage", "InputSpec", "PredictStage", "StreamStats", "arrow_column", "blocks_of", "build_stream",
+    "connect_actors", "drain", "featurize_block", "file_feature_columns", "input_progress", "local_stream",
+    "predict_stream", "rows_per_block", "start_stream",
 ]

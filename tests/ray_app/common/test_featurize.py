@@ -8,7 +8,8 @@ import pytest
 
 from kermt.data.featurize import featurize_smiles
 from kermt.data.tables import load_molecule_table
-from ray_app.common.featurize import FeaturizeBatch, featurize_on_cluster, in_input_order, molecules_from_table
+from kermt.data.arrow_molecules import FeaturizeBatch, molecules_from_table
+from ray_app.common.featurize import featurize_on_cluster, in_input_order
 from tests.conftest import FIXTURE_DIR
 
 
