@@ -11,8 +11,11 @@ A finetune's ``save_dir``::
 
 A pretraining run's ``save_dir`` has run_state.json, config.yaml, run.json, report.html, ray_results/, metrics.csv,
 model/, model.pt and, beside the model, its vocabularies and corpus record. A ``kermt tune`` sweep's has
-tune_config.yaml, all_trials.csv, sweep.json, best_config.yaml, best_model/ and ``trials/<trial id>/`` (config.yaml,
-metrics.csv). A member's or a trial's directory names its own files as a run does (:class:`RunLayout` of it).
+tune_config.yaml, all_trials.csv, sweep.json, best_config.yaml, best_model/, ``trials/<trial id>/`` (config.yaml,
+metrics.csv), report.html and its Ray Tune experiment, tune/ (unless --storage_path). A new finetune or tune run of
+other settings, or of the other kind, moves what a run left to earlier_runs/<run id>/
+(:meth:`RunLayout.earlier_run_outputs`). A member's or a trial's directory names its own files as a run does
+(:class:`RunLayout` of it).
 
 Plain names and path arithmetic only, so that importing this costs nothing (no torch, no Ray).
 """
@@ -56,6 +59,7 @@ BEST_CONFIG_FILE = "best_config.yaml"  # the best trial's settings, a `kermt fin
 TRIALS_DIR = "trials"  # trials/<trial id>/
 BEST_MODEL_DIR = "best_model"  # the best trial's model (native)
 BEST_REPLAY_DIR = "best_replay"  # best_config.yaml's --save_dir: where replaying the best trial writes
+TUNE_EXPERIMENT_DIR = "tune"  # a sweep's Ray Tune experiment, in its save_dir unless --storage_path names another root
 
 # Beside a pretrained model: the release's file names (ray_app/common/release.py); our SMILES vocab is JSON where
 # the release's is a pickle.
@@ -186,6 +190,18 @@ class RunLayout:
     def trial(self, trial_id: str) -> Path:
         """``trials/<trial id>/``: one sweep trial's config.yaml and metrics.csv."""
         return self.root / TRIALS_DIR / trial_id
+
+    def earlier_run_outputs(self) -> list[Path]:
+        """What a finetune or a tune run left in this save_dir (its fold_k/ directories and named entries, present
+        ones only; earlier_runs/ stays): what a new run of other settings, or of the other kind, moves aside. Empty
+        when only run_state.json is there (a run that wrote nothing else); run_state.json comes last, so an
+        interrupted move is finished by the next run (it still finds the earlier run's id)."""
+        named = [self.config, self.splits, self.invalid_smiles, self.run_record, self.report, self.storage]
+        if self.sweep.exists() or self.all_trials.exists():  # only a sweep's: trials/ or tune/ may be the user's
+            named += [self.sweep, self.all_trials, self.sweep_record, self.best_config, self.best_model,
+                      self.best_replay, self.root / TRIALS_DIR, self.root / TUNE_EXPERIMENT_DIR]
+        found = [fold for _, fold in self.folds()] + [path for path in named if path.exists()]
+        return found + [self.run_state] if found and self.run_state.exists() else found
 
 
 def member_directories(fold_dir: Path) -> list[tuple[int, Path]]:

@@ -1,11 +1,13 @@
 """A run's id, claimed in its ``save_dir`` (``run_state.json``: the id and the settings that decide what the run
 computes). The same command re-run on the same directory (same settings) gets the same id back, so the run resumes;
 other settings start a new run. Used by `kermt pretrain` as is and by `kermt finetune`, which also moves an earlier
-run's files aside (ray_app.finetune.resume)."""
+run's files aside (ray_app.finetune.resume), as `kermt tune` does with what is not its own sweep (ray_app.tune.resume):
+:func:`move_aside`."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Collection, Mapping
@@ -55,6 +57,27 @@ def record_new_run(save_dir: Path, settings: Mapping[str, Any]) -> str:
     return run_id
 
 
+def move_aside(save_dir: Path, leftovers: list[Path], earlier_id: str) -> Path:
+    """Move ``leftovers`` (entries of ``save_dir``) to ``earlier_runs/<earlier_id>/``; returns where. Each entry is
+    renamed into a hidden staging directory, then the staging directory into place: every rename is atomic and a
+    crash part-way is completed by the next run, which finds the same staging directory."""
+    staging = RunLayout(save_dir).earlier_runs / f".{earlier_id}.moving"
+    staging.mkdir(parents=True, exist_ok=True)
+    for entry in leftovers:
+        os.replace(entry, staging / entry.name)
+    target = RunLayout(save_dir).earlier_runs / earlier_id
+    while target.exists():  # the same earlier run moved twice cannot happen; a name clash keeps both
+        target = target.with_name(target.name + "-1")
+    staging.rename(target)
+    return target
+
+
+def earlier_run_id(state: Mapping[str, Any] | None) -> str:
+    """The name an earlier run's outputs get under earlier_runs/: its run id, or a new one for a run without a
+    record (a sweep has none)."""
+    return str(state["run_id"]) if state and state.get("run_id") else "before-" + new_run_id()
+
+
 def claim_run_id(save_dir: Path, *, settings: Mapping[str, Any], resumable: Collection[str]) -> tuple[str, bool]:
     """(run id, whether an earlier run with the same settings is resumed); records the run in ``save_dir``.
     ``settings``: the run's settings as JSON (``model_dump(mode="json")``); ``resumable``: the ones a re-run may
@@ -70,5 +93,5 @@ def claim_run_id(save_dir: Path, *, settings: Mapping[str, Any], resumable: Coll
     return record_new_run(save_dir, settings), False
 
 
-__all__ = ["changed_settings", "claim_run_id", "new_run_id", "read_run_state", "record_new_run", "resuming_line",
-           "run_identity"]
+__all__ = ["changed_settings", "claim_run_id", "earlier_run_id", "move_aside", "new_run_id", "read_run_state",
+           "record_new_run", "resuming_line", "run_identity"]

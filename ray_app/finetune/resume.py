@@ -10,7 +10,8 @@ settings) reuses the run id, so
   name and storage, and Ray Train resumes it from its last reported checkpoint.
 Different settings start a new run, which owns the directory: what the earlier run left there is moved to
 ``save_dir/earlier_runs/<its run id>/`` first (``--overwrite``: deleted, and the same settings start over too), so
-no stale member is ever averaged into the new run's ensemble (:func:`start_finetune_run`).
+no stale member is ever averaged into the new run's ensemble (:func:`start_finetune_run`); a `kermt tune` sweep left
+there is moved aside too (``RunLayout.earlier_run_outputs``).
 """
 
 from __future__ import annotations
@@ -25,19 +26,13 @@ from kermt.checkpoint.native import is_native_checkpoint, load_native, saved_run
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.inference.members import finished_run_id
 from kermt.run_layout import RunLayout
-from ray_app.common.run_ids import (changed_settings, new_run_id, read_run_state, record_new_run, resuming_line,
-                                    run_identity)
+from ray_app.common.run_ids import (changed_settings, earlier_run_id, move_aside, read_run_state, record_new_run,
+                                    resuming_line, run_identity)
 from ray_app.finetune.config import RESUMABLE_CHANGES, FinetuneConfig
 
 
 def _settings(config: FinetuneConfig) -> dict[str, Any]:
     return run_identity(config.model_dump(mode="json"), RESUMABLE_CHANGES)
-
-
-def _run_outputs_named(layout: RunLayout) -> tuple[Path, ...]:
-    """What a finetune writes into save_dir besides run_state.json and its fold_k/ directories: an earlier run's
-    outputs, which a new run moves aside or deletes (ray_results: the default storage of its Tune experiment)."""
-    return (layout.config, layout.splits, layout.invalid_smiles, layout.run_record, layout.report, layout.storage)
 
 
 def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, bool]:
@@ -51,41 +46,21 @@ def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, boo
               f"calibrated again (--overwrite trains anew)" if finished else resuming_line(save_dir), flush=True)
         return state["run_id"], True
     leftovers = _run_outputs(save_dir)
-    earlier_id = state["run_id"] if state else "before-" + new_run_id()
+    earlier_id = earlier_run_id(state)
     if leftovers and config.overwrite:
         _delete(save_dir, leftovers, earlier_id)
         print(f"--overwrite: deleted the earlier run's outputs in {save_dir}", flush=True)
     elif leftovers:
         why = f"other settings ({', '.join(changed_settings(settings, state))})" if state else "no run record"
-        moved = _move_aside(save_dir, leftovers, earlier_id)
+        moved = move_aside(save_dir, leftovers, earlier_id)
         print(f"{save_dir} holds an earlier run with {why}: moved its outputs to {moved} (delete that when you no "
               f"longer need it; --overwrite deletes instead)", flush=True)
     return record_new_run(save_dir, settings), False
 
 
 def _run_outputs(save_dir: Path) -> list[Path]:
-    """The earlier run's entries in ``save_dir``: its fold_k/ directories and :func:`_run_outputs_named`;
-    run_state.json comes last, so an interrupted move is finished by the next run (it still finds the earlier run's
-    id)."""
-    layout = RunLayout(save_dir)
-    folds = [fold for _, fold in layout.folds()]
-    named = [path for path in _run_outputs_named(layout) if path.exists()]
-    state = [layout.run_state] if layout.run_state.exists() else []
-    return folds + named + state if folds or named else []
-
-
-def _move_aside(save_dir: Path, leftovers: list[Path], earlier_id: str) -> Path:
-    """Rename each entry into a hidden staging directory, then the staging directory into place: every rename is
-    atomic and a crash part-way is completed by the next run, which finds the same staging directory."""
-    staging = RunLayout(save_dir).earlier_runs / f".{earlier_id}.moving"
-    staging.mkdir(parents=True, exist_ok=True)
-    for entry in leftovers:
-        os.replace(entry, staging / entry.name)
-    target = RunLayout(save_dir).earlier_runs / earlier_id
-    while target.exists():  # the same earlier run moved twice cannot happen; a name clash keeps both
-        target = target.with_name(target.name + "-1")
-    staging.rename(target)
-    return target
+    """What an earlier run (a finetune's, or a sweep's) left in ``save_dir``, run_state.json last."""
+    return RunLayout(save_dir).earlier_run_outputs()
 
 
 def _delete(save_dir: Path, leftovers: list[Path], earlier_id: str) -> None:

@@ -11,7 +11,8 @@ from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
 from ray_app.finetune.inputs import check_finetune_inputs
 from ray_app.report import announce_report, start_line
-from ray_app.tune.config import SweepFailedError, TuneConfig, check_resumable
+from ray_app.tune.config import SweepFailedError, TuneConfig
+from ray_app.tune.resume import claim_sweep_dir
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +26,7 @@ def _sweep(config: TuneConfig, sources: dict[str, Source]) -> int:
     space = config.space()
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
         check_finetune_inputs(local)  # the same input checks as finetune, before Ray starts
-        check_resumable(local)
+        claim_sweep_dir(local)  # the same sweep resumes; anything else there is moved aside
         from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
 
         print(start_line(str(config.save_dir), of_file=False), flush=True)

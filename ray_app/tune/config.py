@@ -7,7 +7,8 @@ milestones -> all_trials.csv, best_config.yaml, best_model/, a summary.
 
 Concurrency: a trial is a 0-CPU Tune actor plus a TorchTrainer whose placement group Tune does not see
 (ray#54305), so the number of trials at once is capped explicitly (``--max_concurrent_trials``, by default
-``ray_app.common.concurrency``). Re-running the same command on the same ``--save_dir`` resumes the sweep.
+``ray_app.common.concurrency``). Re-running the same command on the same ``--save_dir`` resumes the sweep; anything
+else there is moved aside first (``ray_app.tune.resume``).
 """
 
 from __future__ import annotations
@@ -20,19 +21,21 @@ import yaml
 from pydantic import Field, model_validator
 
 from kermt.errors import UserError
-from kermt.run_layout import SWEEP_FILE
+from kermt.run_layout import SWEEP_FILE, TUNE_EXPERIMENT_DIR
 from ray_app.common.settings import Source
 from ray_app.finetune.config import RESUMABLE_CHANGES, FinetuneConfig
 from ray_app.tune.search_space import HpoMode, SearchSpace, load_space, preset
 
-EXPERIMENT = "tune"  # Tune's experiment folder inside --save_dir
-# SWEEP_FILE: the sweep's settings but RESUMABLE_CHANGES, to refuse resuming with different ones (predict refuses a
-# sweep's directory by it)
+EXPERIMENT = TUNE_EXPERIMENT_DIR  # Tune's experiment folder inside --save_dir (or --storage_path)
+# SWEEP_FILE: the sweep's settings but RESUMABLE_CHANGES, to resume only with the same ones (a sweep of others is
+# moved aside: ray_app.tune.resume; predict refuses a sweep's directory by it)
 
 
 class TuneConfig(FinetuneConfig):
     """Finetune settings (fixed for every trial unless the search space samples them) plus the sweep's own."""
 
+    save_dir: str = Field("runs/tune", description="output directory (a sweep's own, apart from kermt finetune's, "
+                          "so the two never mix)")
     n_trials: int = Field(ge=1, description="trials to run (as upstream, required)")
     hpo_mode: Optional[HpoMode] = Field(
         None, description="upstream's search space presets (default: all, unless --search_space is given)")
@@ -77,11 +80,12 @@ def sweep_record(config: TuneConfig) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in RESUMABLE_CHANGES}
 
 
-def check_resumable(config: TuneConfig) -> None:
-    """A --save_dir that already holds a sweep must be resumed with the same settings."""
+def sweep_changes(config: TuneConfig) -> list[str] | None:
+    """How the sweep recorded in --save_dir differs from ``config`` ("epochs: 30 -> 31", settings that change no
+    trial left out): [] resumes it, None when no sweep is recorded there."""
     path = Path(config.save_dir) / SWEEP_FILE
     if not path.exists():
-        return
+        return None
     try:
         recorded = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
@@ -93,10 +97,7 @@ def check_resumable(config: TuneConfig) -> None:
     # RESUMABLE_CHANGES filtered on both sides: a sweep recorded before a setting joined them still resumes
     changed = sorted(k for k in set(recorded) | set(current)
                      if k not in RESUMABLE_CHANGES and recorded.get(k) != current.get(k))
-    if changed:
-        details = ", ".join(f"{k}: {recorded.get(k)!r} -> {current.get(k)!r}" for k in changed)
-        raise UserError(f"{path.parent} holds a sweep with other settings ({details}); resume it with the same "
-                        "settings or use another --save_dir")
+    return [f"{k}: {recorded.get(k)!r} -> {current.get(k)!r}" for k in changed]
 
 
 def finetune_sources(config: TuneConfig, sources: dict[str, Source]) -> dict[str, Source]:
