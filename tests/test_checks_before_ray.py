@@ -130,3 +130,34 @@ def test_a_serve_request_with_a_percentage_interval_names_the_level():
     with pytest.raises(ValidationError, match=r"did you mean 0.95\?"):
         PredictRequest(smiles=["CCO"], interval=95)
     assert PredictRequest(smiles=["CCO"], interval=0.95).interval == 0.95
+
+
+LAYOUT_MISTAKES = {  # a file as a new user hands it -> the cause the error names
+    "';'-separated": ("smiles;t1\nCCO;1.2\nCCC;0.5\n", "looks ';'-separated (its header reads as the one column "
+                      "'smiles;t1'); a .csv is read comma-separated: save it with commas"),
+    "tab-separated": ("smiles\tt1\nCCO\t1.2\nCCC\t0.5\n", "looks tab-separated (its header reads as the one column "
+                      "'smiles\\tt1'); a .csv is read comma-separated: save it with commas"),
+    "SMILES not first": ("name,smiles,t1\nethanol,CCO,1.2\npropane,CCC,0.5\n", "the first column, 'name', is read "
+                         "as SMILES but holds no valid SMILES in its first 2 filled rows (e.g. 'ethanol'); did you "
+                         "mean `--smiles_column smiles`?"),
+    "no SMILES": ("id,t1\nA1,1.2\nA2,0.5\n", "the first column, 'id', is read as SMILES but holds no valid SMILES in "
+                  "its first 2 filled rows (e.g. 'A1': unparsable: syntax error while parsing: A1; check for mistakes "
+                  "around position 1); fix them, or name the SMILES column with --smiles_column"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(LAYOUT_MISTAKES))
+@pytest.mark.parametrize("command", ["finetune", "tune", "predict", "eval"])
+def test_a_file_laid_out_wrong_names_the_likely_cause(capsys, tmp_path, command, mistake):
+    """Training files and the files predict and eval read: one line before Ray starts (the SMILES column with no
+    SMILES failed in a worker after the cluster started; the others as 'the file has only ['smiles;t1']' and
+    "label 'CCO' is not a number")."""
+    content, cause = LAYOUT_MISTAKES[mistake]
+    path = tmp_path / "data.csv"
+    path.write_text(content)
+    argv = [command, "--data_path", str(path)]
+    if command in ("predict", "eval"):
+        argv += ["--checkpoint_path", FT_REG, "--output_path", str(tmp_path / "out.csv")]
+    else:
+        argv += ["--save_dir", str(tmp_path / "run")] + (["--n_trials", "2"] if command == "tune" else [])
+    assert error_line(capsys, argv) == f"kermt {command}: error: {path}: {cause}"

@@ -23,6 +23,8 @@ def inputs(tmp_path_factory) -> Path:
     (root / "notes.pt").write_text("not a checkpoint, just text\n")
     (root / "run.yaml").write_text(f"data_path: {SMILES_CSV}\nbatchsize: 32\n")
     (root / "library.sdf").write_text("\n")
+    (root / "semicolon.csv").write_text("smiles;SOL\nCCO;1.2\nCCC;0.5\n")
+    (root / "named.csv").write_text("name,smiles,SOL\nethanol,CCO,1.2\npropane,CCC,0.5\n")
     return root
 
 
@@ -41,6 +43,10 @@ CASES = {
                           "kermt finetune", ["smiles.csv", "no column 'smile'", "did you mean 'smiles'"]),
     "unknown extension": (["kermt", "finetune", "--data_path", "{root}/library.sdf"], "kermt finetune",
                           ["library.sdf", "unknown input format '.sdf'", ".csv", ".smi", ".parquet"]),
+    "';'-separated csv": (["kermt", "finetune", "--data_path", "{root}/semicolon.csv"], "kermt finetune",
+                          ["semicolon.csv: looks ';'-separated", "save it with commas"]),
+    "SMILES not first": (["kermt", "tune", "--data_path", "{root}/named.csv", "--n_trials", "2"], "kermt tune",
+                         ["named.csv: the first column, 'name',", "did you mean `--smiles_column smiles`?"]),
     "bad flag value": (["kermt", "finetune", "--data_path", SMILES_CSV, "--dataset_type", "regresion"],
                        "kermt finetune", ["--dataset_type", "'regresion'"]),
     "tune: non-numeric label": (["kermt", "tune", "--data_path", "{root}/bad_label.csv", "--n_trials", "2"],

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from kermt.data.formats import InputFormat, SmiLayout, input_format, row_place
+from kermt.data.sniff import SAMPLE_ROWS, check_separator, check_smiles_column
 from kermt.errors import UserError
 from kermt.names import did_you_mean
 
@@ -68,6 +69,7 @@ def _read_csv(path: Path, handle: io.TextIOBase, max_rows: int | None) -> pd.Dat
     if repeated:
         raise UserError(f"{path}: column {repeated[0]!r} appears {header.count(repeated[0])} times in the header; "
                         "give each column its own name")
+    check_separator(path, header, [str(cell) for cell in rows.iloc[1:11, 0]])
     frame = rows.iloc[1:].reset_index(drop=True)
     frame.columns = header
     return frame
@@ -108,8 +110,10 @@ def load_molecule_table(
     frame = read_table(path, max_rows)
     if frame.shape[1] == 0:
         raise UserError(f"{path}: the file has no columns")
-    smiles_column = smiles_column or str(frame.columns[0])
+    named, smiles_column = smiles_column is not None, smiles_column or str(frame.columns[0])
     _require_columns(path, frame, [smiles_column, *keep_columns, *(target_columns or [])])
+    first_rows = frame.head(SAMPLE_ROWS)  # a SMILES column with no SMILES: named before a label is parsed
+    check_smiles_column(path, {str(c): first_rows[c] for c in frame.columns}, smiles_column, named)
     smi_file = input_format(path).kind == "smi"
     if target_columns is None:
         target_columns = [] if smi_file else [c for c in frame.columns if c != smiles_column and c not in keep_columns]

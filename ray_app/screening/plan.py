@@ -22,6 +22,7 @@ from kermt.uncertainty import Calibration, ClassCalibration
 from kermt.uncertainty.domain import DomainIndex
 from ray_app.screening.config import ModelScreeningConfig, ScreeningConfig, WidthFlags, log
 from ray_app.screening.files import InputTable, Source, pick_columns
+from ray_app.screening.first_rows import check_first_rows
 from ray_app.screening.uncertainty import (CalibrationFile, check_calibration_file, plan_class_calibration,
                                            plan_domain, plan_intervals)
 
@@ -31,6 +32,7 @@ def source_columns(config: ScreeningConfig, output_columns: set[str] | None = No
     prediction file (``output_columns``: the names of its own columns), every other input column, as chemprop
     carries them; else a SMILES file's name column."""
     table = InputTable.open(config.data_path)
+    check_first_rows(table, config.smiles_column)  # a ';'-separated .csv, a SMILES column with no SMILES
     names = table.columns
     if config.id_columns is not None:
         ids = tuple(config.id_columns)

@@ -88,13 +88,15 @@ def test_feature_mismatch_is_refused_before_anything_runs(tmp_path, capsys):
 
 
 def test_all_invalid_input_is_a_clear_message(ray_cluster, tmp_path, capsys):
-    (tmp_path / "bad.csv").write_text("smiles,id\nnot_a_smiles,1\n,2\nC1CC,3\n")
+    """Molecules RDKit reads but the run refuses (too large here); a SMILES column that RDKit reads nothing of is
+    refused before Ray starts (tests/test_checks_before_ray.py)."""
+    (tmp_path / "bad.csv").write_text("smiles,id\nCCO,1\n,2\nCCCC,3\n")
     out = tmp_path / "p.csv"
     code = main_predict(["--data_path", str(tmp_path / "bad.csv"), "--output_path", str(out),
-                         "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt")])
+                         "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt"), "--max_heavy_atoms", "1"])
     err = capsys.readouterr().err
     assert code == 2 and not out.exists() and not list(tmp_path.glob(".p.csv*"))
-    assert "error: none of the 3 rows of" in err and "is a valid molecule" in err and "'not_a_smiles': " in err
+    assert "error: none of the 3 rows of" in err and "is a valid molecule" in err and "'CCO': too large" in err
 
 
 def test_fingerprints_equal_upstream_and_keep_invalid_rows(ray_cluster, tmp_path):
