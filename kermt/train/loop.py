@@ -12,7 +12,9 @@ What makes N ranks equal to one process (docs/architecture.md, "Distributed math
   ``dropout_draws="per_molecule"``) every dropout mask from (seed, global step, molecule), so a molecule sees the
   same masks whichever rank trains it;
 - validation predicts fixed chunks of the global batch size, spread over ranks and gathered, so every rank scores
-  the same predictions and takes the same best-model and early-stopping decisions.
+  the same predictions and takes the same best-model and early-stopping decisions; within a chunk each molecule is
+  computed as `kermt predict` will compute it from the saved model (:func:`validation_rule`), so the best epoch is
+  chosen on the numbers the model will give.
 Resuming: :func:`member_checkpoint` holds the model, optimizer, scheduler, progress and best-so-far; a group
 restored from it (of any size) draws what the lost one would have drawn, so it changes no result. With
 ``dropout_draws="torch"`` (upstream's masks) torch's RNG is seeded per (seed, epoch, rank): a restart of the same
@@ -34,13 +36,15 @@ from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask
 from kermt.data.prefetch import prefetch
 from kermt.data.sampling import epoch_order, global_batches, worker_share
 from kermt.data.scalers import StandardScaler
+from kermt.inference.split import predict_split
+from kermt.inference.widths import WidthRule, most_frequent_width, padding_rule, training_width_histogram
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.random_streams import Stream, depth_rng, stream_seed
 from kermt.train.communicator import Communicator, SingleProcess
 from kermt.train.objective import Objective
 from kermt.train.optim import NoamLR, optimizer_and_scheduler
 from kermt.train.state import LoopProgress, TrainingState, checkpoint_state, restore
-from kermt.train.step import FinetuneStepSettings, predict, score, snapshot, train_step, validation_loss
+from kermt.train.step import FinetuneStepSettings, score, snapshot, train_step, validation_loss
 
 
 class StartingState(Protocol):
@@ -185,13 +189,25 @@ def train_epoch(plan: MemberPlan, training: TrainingState[MemberProgress]) -> di
     return metrics
 
 
-def validate(plan: MemberPlan, training: TrainingState[MemberProgress]) -> dict[str, float]:
-    """Val loss and metric over every val molecule exactly once, identical on every rank."""
+def validation_rule(plan: MemberPlan) -> WidthRule:
+    """The width rule `kermt predict` applies to the model this member saves: with upstream padding, the most
+    frequent neighbour width of its planned training batches (``save_member`` records the same histogram)."""
+    padding = plan.model_config.encoder.padding
+    if padding != "upstream":
+        return padding_rule(padding)
+    widths = training_width_histogram(plan.train.graphs, plan.seed, plan.epochs, plan.global_batch_size)
+    return padding_rule(padding, most_frequent_width(widths))
+
+
+def validate(plan: MemberPlan, training: TrainingState[MemberProgress], rule: WidthRule) -> dict[str, float]:
+    """Val loss and metric over every val molecule exactly once, identical on every rank, each molecule computed
+    under ``rule`` (:func:`validation_rule`)."""
     model, rank, world = training.model, training.rank, training.world
     chunk = plan.global_batch_size
     chunks = global_batches(np.arange(len(plan.val)), chunk)
     mine = [c for i, c in enumerate(chunks) if i % world == rank]
-    local = {i * world + rank: predict(model, plan.val, c, chunk, plan.precision) for i, c in enumerate(mine)}
+    local = {i * world + rank: predict_split(model, plan.val, chunk, rule, plan.precision, rows=c)[0]
+             for i, c in enumerate(mine)}
     merged: dict[int, np.ndarray] = {}
     for part in training.communicator.all_gather(local):
         merged.update(part)
@@ -203,12 +219,12 @@ def validate(plan: MemberPlan, training: TrainingState[MemberProgress]) -> dict[
     return {"val_loss": loss, f"val_{plan.metric}": value}
 
 
-def run_epoch(plan: MemberPlan, training: TrainingState[MemberProgress]) -> dict[str, Any]:
-    """Train one epoch and validate: the epoch's row of the history (without its best epoch yet)."""
+def run_epoch(plan: MemberPlan, training: TrainingState[MemberProgress], rule: WidthRule) -> dict[str, Any]:
+    """Train one epoch and validate under ``rule``: the epoch's row of the history (without its best epoch yet)."""
     started = time.perf_counter()
     train_metrics = train_epoch(plan, training)
     trained = time.perf_counter()
-    return {"epoch": training.progress.epoch, **train_metrics, **validate(plan, training),
+    return {"epoch": training.progress.epoch, **train_metrics, **validate(plan, training, rule),
             "lr": training.scheduler.get_last_lr()[-1], "train_time_s": trained - started,
             "val_time_s": time.perf_counter() - trained}
 
@@ -224,9 +240,9 @@ def fit_member(plan: MemberPlan, training: TrainingState[MemberProgress], best: 
     Every row of the history gets the best epoch so far; ``epoch_done`` then sees it (report, checkpoint, log)."""
     if best.weights is None:
         best.weights = snapshot(training.model)
-    progress, objective = training.progress, plan.objective
+    progress, objective, rule = training.progress, plan.objective, validation_rule(plan)
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
-        metrics = run_epoch(plan, training)
+        metrics = run_epoch(plan, training, rule)
         if objective.better(metrics[objective.key], progress.best_value):
             progress.best_value, progress.best_epoch, progress.bad_epochs = metrics[objective.key], progress.epoch, 0
             best.weights = snapshot(training.model)
@@ -276,4 +292,5 @@ def fit(plan: MemberPlan, communicator: Communicator = SingleProcess(), device: 
 
 
 __all__ = ["BestWeights", "EpochDone", "MemberFit", "MemberPlan", "MemberProgress", "StartingState",
-           "build_member", "fit", "fit_member", "member_checkpoint", "run_epoch", "train_epoch", "validate"]
+           "build_member", "fit", "fit_member", "member_checkpoint", "run_epoch", "train_epoch", "validate",
+           "validation_rule"]

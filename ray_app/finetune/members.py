@@ -77,12 +77,13 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
                 history: list, fold: int, member: int) -> None:
     """Native checkpoint + upstream-compatible model.pt + metrics.csv (+ TensorBoard) of one member.
 
-    The checkpoint records the neighbour widths of the member's training batches over the epochs it ran and their
-    most frequent one, the reference width its molecules are predicted at (kermt.inference.widths)."""
+    The checkpoint records the neighbour widths of the member's training batches over its planned epochs and their
+    most frequent one, the reference width its molecules are predicted at (kermt.inference.widths), which its
+    validation used too (kermt.train.loop.validation_rule)."""
     c = setup.config
     features = FeatureSettings(tuple(c.features_generator or ()), splits.features_scaler is not None,
                                None, False, standardize=c.standardize)
-    widths = training_width_histogram(splits.train.graphs, member_seed(c.seed + fold, member), len(history),
+    widths = training_width_histogram(splits.train.graphs, member_seed(c.seed + fold, member), c.epochs,
                                       c.step_batch_size)
     spec = CheckpointSpec.for_finetune_model(model.config, task_names=tuple(setup.task_names), features=features,
                                              data_scaler=splits.target_scaler, features_scaler=splits.features_scaler,

@@ -14,7 +14,9 @@ import torch
 import torch.multiprocessing as mp
 
 from kermt.train.communicator import SingleProcess, TorchDistributed
-from kermt.train.loop import MemberPlan, fit
+from kermt.inference.split import predict_split
+from kermt.inference.widths import most_frequent_width, training_width_histogram
+from kermt.train.loop import MemberPlan, fit, validation_rule
 from kermt.train.step import predict, validation_loss
 from tests.conftest import free_port
 from tests.gloo import gloo_group
@@ -37,6 +39,24 @@ def test_a_member_fitted_in_one_process_learns_and_keeps_its_best_epoch():
     preds = predict(model, plan.val, np.arange(len(plan.val)), plan.global_batch_size)
     rescored = validation_loss(preds, plan.val.targets.astype(np.float64), plan.global_batch_size, "regression")
     assert rescored == pytest.approx(min(losses), rel=1e-9)
+
+
+def test_an_upstream_padded_member_is_validated_as_its_saved_model_will_predict():
+    """Validation computes each molecule at the reference width the member records (kermt predict's rule for the
+    saved model), not at the width of a chunk of consecutive validation rows (global batch 2: chunks of two
+    molecules, whose own width is often below the recorded one)."""
+    plan = dataclasses.replace(member_plan(2, "upstream", epochs=2), select_by_loss=True)
+    rule = validation_rule(plan)
+    histogram = training_width_histogram(plan.train.graphs, plan.seed, plan.epochs, plan.global_batch_size)
+    assert rule.reference_width == most_frequent_width(histogram) and not rule.upstream_batching
+    member = fit(plan)
+    model, targets = member.best_model(), plan.val.targets.astype(np.float64)
+    chunk = plan.global_batch_size
+    at_width, _ = predict_split(model, plan.val, chunk, rule)
+    consecutive = predict(model, plan.val, np.arange(len(plan.val)), chunk)
+    best = member.training.progress.best_value
+    assert validation_loss(at_width, targets, chunk, "regression") == pytest.approx(best, rel=1e-9)
+    assert abs(validation_loss(consecutive, targets, chunk, "regression") - best) > 1e-6 * best
 
 
 def test_early_stopping_ends_after_the_epochs_without_improvement():
