@@ -172,3 +172,21 @@ def _checked_split(parts: Sequence[Sequence[int]], n: int, source: str) -> Split
             raise UserError(f"{source}: {name} index {bad[0]!r} is not a row index in [0, {n}) (the data has {n} "
                             "valid molecules); regenerate the index file for this data")
     return Split(*(list(p) for p in parts))
+
+
+SIZED_SPLITS = ("random", "scaffold_balanced")  # the split types that cut data_path by --split_sizes
+
+
+def describe_split(split_type: str, val_path: str | None = None, test_path: str | None = None) -> str:
+    """The split a finetune ran, in words: ``split_type`` alone, or which parts came from separate files and what
+    became of data_path. (Upstream's summary line ``overall_<split_type>_test_<metric>`` names the split type
+    whatever the files, so run.json, the report and the service page say this instead.)"""
+    given = [(part, path) for part, path in (("val", val_path), ("test", test_path)) if path]
+    if not given:
+        return split_type
+    files = f"given file{'s' if len(given) > 1 else ''}: " + ", ".join(f"{part} {path}" for part, path in given)
+    if split_type not in SIZED_SPLITS:
+        return f"{files}; data_path: {split_type}, its {' and '.join(p for p, _ in given)} part unused"
+    if len(given) > 1:
+        return f"{files}; data_path: all for training"
+    return f"{files}; data_path: train/{'test' if val_path else 'val'} by {split_type}"

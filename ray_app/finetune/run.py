@@ -16,7 +16,7 @@ import numpy as np
 import ray
 
 from kermt.config import FinetuneModelConfig
-from kermt.data.splits import Split
+from kermt.data.splits import Split, describe_split
 from kermt.errors import Interrupted
 from kermt.inference.columns import ensemble_mean
 from kermt.metrics import nanmean, unscored_note
@@ -163,8 +163,10 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     std = float(np.nanstd(scores)) if not np.isnan(mean) else float("nan")
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
                f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
-    extra = {"summary": summary, "config_yaml": str(setup.layout.config), "calibration": calibrations,
-             "folds": folds}
+    # the split in words: the summary key keeps upstream's name, which says split_type whatever the separate files
+    split = describe_split(config.split_type, recorded.separate_val_path, recorded.separate_test_path)
+    extra = {"summary": summary, "split": split, "config_yaml": str(setup.layout.config),
+             "calibration": calibrations, "folds": folds}
     settings, setting_sources = _settings_with_checkpoint_values(setup)
     given, used = recorded.model_dump(mode="json"), config.model_dump(mode="json")
     settings.update({k: given[k] for k in given if given[k] != used[k]})  # the URIs, not their local copies

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from kermt.chem.validation import reason_kind
+from kermt.data.splits import describe_split
 from kermt.errors import UserError
 from kermt.metrics import task_scores
 from kermt.run_layout import (CALIBRATION_FILE, INVALID_SMILES_FILE, METRICS_FILE, TEST_SPREAD_FILE, RunLayout,
@@ -61,11 +62,21 @@ def _run_section(save_dir: Path, record: dict[str, Any], settings: dict[str, Any
              "not finished (interrupted, failed or still running): the report covers the members that finished"],
             ["data", fmt(settings.get("data_path"))], ["checkpoint", fmt(settings.get("checkpoint_path"))],
             ["dataset type", fmt(summary.get("dataset_type") or settings.get("dataset_type"))],
-            ["metric", fmt(summary.get("metric") or settings.get("metric"))]]
+            ["metric", fmt(summary.get("metric") or settings.get("metric"))], ["split", _split(record, settings)]]
+    # upstream's summary keys name split_type whatever the separate files: the split row says what it was
     rows += [[name, f"{fmt(value)} (std {fmt(summary.get('std'))})"] for name, value in overall.items()]
     rows += [["versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or NOT_RECORDED],
              ["git sha", fmt(record.get("git_sha"))], ["replay", fmt(record.get("replay"))]]
     return Section("Run", tables=[Table(["", "value"], rows)])
+
+
+def _split(record: dict[str, Any], settings: dict[str, Any]) -> str:
+    """run.json's split in words; for a run that has not written it, the same words from its settings."""
+    if record.get("split"):
+        return str(record["split"])
+    if not settings.get("split_type"):
+        return NOT_RECORDED
+    return describe_split(settings["split_type"], settings.get("separate_val_path"), settings.get("separate_test_path"))
 
 
 def settings_section(record: dict[str, Any], settings: dict[str, Any]) -> Section:

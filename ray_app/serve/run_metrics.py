@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from kermt.checkpoint import is_native_checkpoint
+from kermt.data.splits import describe_split
 from kermt.run_layout import IN_TRAINING_SPLIT_KEY, RUN_RECORD_FILE
 from kermt.uncertainty.calibration_file import read_json_file
 from ray_app.serve.schemas import TrainingMetrics
@@ -61,6 +62,13 @@ def _calibration(calibration: dict) -> tuple[Optional[str], Optional[dict[str, i
     return (methods.pop() if len(methods) == 1 else "mixed"), sizes or None, _calibration_source(folds)
 
 
+def _split(record: dict, split_type: Optional[str]) -> Optional[str]:
+    """run.json's split in words (a run recorded before it: the same words from its settings)."""
+    if record.get("split") or not split_type:
+        return record.get("split")
+    return describe_split(split_type, _setting(record, "separate_val_path"), _setting(record, "separate_test_path"))
+
+
 def training_metrics(source: str | Path) -> Optional[TrainingMetrics]:
     """The served run's recorded scores, or None when ``source`` is not a run directory holding run.json."""
     path = Path(source)
@@ -73,7 +81,7 @@ def training_metrics(source: str | Path) -> Optional[TrainingMetrics]:
     metric, split_type = summary.get("metric"), _setting(record, "split_type")
     method, sizes, on = _calibration(record.get("calibration") or {})
     return TrainingMetrics(
-        run_id=summary.get("run_id"), metric=metric, split_type=split_type,
+        run_id=summary.get("run_id"), metric=metric, split_type=split_type, split=_split(record, split_type),
         overall_test_score=summary.get(f"overall_{split_type}_test_{metric}"), overall_test_std=summary.get("std"),
         fold_test_scores=summary.get("fold_scores"), task_test_scores=_task_test_scores(record.get("folds") or {}),
         calibration_method=method, calibration_size=sizes, calibration_source=on)

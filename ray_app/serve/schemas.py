@@ -72,6 +72,8 @@ class TrainingMetrics(BaseModel):
     run_id: Optional[str] = None
     metric: Optional[str] = Field(None, description="the test metric (rmse, auc, ...)")
     split_type: Optional[str] = None
+    split: Optional[str] = Field(None, description="the split in words: split_type, or which parts came from "
+                                 "separate files (given files: val ..., test ...)")
     overall_test_score: Optional[float] = Field(None, description="the ensemble's test score, mean over folds")
     overall_test_std: Optional[float] = Field(None, description="its spread over folds")
     fold_test_scores: Optional[list[Optional[float]]] = None

@@ -84,7 +84,7 @@ function trainingRows(training) {
     ["test_score", "Test score (ensemble, over folds)", testScore(training)],
     ["task_test_scores", "Test " + metric + " per task (members' mean)",
      training.task_test_scores ? pairs(training.task_test_scores, formatNumber) : "not recorded"],
-    ["split_type", "Split", training.split_type || "not recorded"],
+    ["split", "Split", training.split || training.split_type || "not recorded"],
     ["run_id", "Run", training.run_id || "not recorded"],
   ];
 }

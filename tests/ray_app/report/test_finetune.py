@@ -14,7 +14,8 @@ from kermt.uncertainty import intervals, load_calibrations
 from ray_app.report import write_report
 from ray_app.report.finetune import finetune_report
 from ray_app.report.results import read_test_result
-from tests.ray_app.report.conftest import TASKS
+from tests.ray_app.finetune.tiny_runs import tiny_finetune
+from tests.ray_app.report.conftest import TASKS, demo_rows
 
 FIGURES_PER_TASK = 2  # regression: parity, residuals; classification: ROC + PR, confusion
 WORST = 8
@@ -122,3 +123,22 @@ def test_classification_report_has_roc_pr_and_confusion(classification_run):
                                                  "logp_high: confusion matrix at p >= 0.5"]
     assert task.tables[0].columns == ["auc", "prc-auc", "accuracy", "matthews_corrcoef"]
     assert report.image_count() == 1 + 2 * (FIGURES_PER_TASK + WORST)
+
+
+def test_a_run_on_separate_val_and_test_files_states_them_in_run_json_and_the_report(ray_cluster, tmp_path):
+    """Upstream's summary line names split_type (random, the default) whatever the files: kept as it is, while
+    run.json and the report say what the split was."""
+    header, *rows = demo_rows(90)
+    parts = {"data": rows[:60], "val": rows[60:75], "test": rows[75:]}
+    for name, part in parts.items():
+        with open(tmp_path / f"{name}.csv", "w", newline="") as f:
+            csv.writer(f).writerows([header, *part])
+    val, test = tmp_path / "val.csv", tmp_path / "test.csv"
+    summary, out = tiny_finetune(tmp_path / "run", tmp_path / "data.csv", "--separate_val_path", str(val),
+                                 "--separate_test_path", str(test))
+    assert "overall_random_test_rmse" in summary and "overall_random_test_rmse=" in out
+    split = f"given files: val {val}, test {test}; data_path: all for training"
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["split"] == split
+    run_rows = dict(finetune_report(tmp_path / "run").sections[0].tables[0].rows)
+    assert run_rows["split"] == split and "overall_random_test_rmse" in run_rows
+    assert split in (tmp_path / "run" / "report.html").read_text()

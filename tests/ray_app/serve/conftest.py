@@ -56,9 +56,13 @@ def class_calibrated_run(root: Path) -> Path:
     return run
 
 
-# the keys of run.json that GET /models reads, as ray_app/finetune/run.py writes them (a NaN: a task without labels)
+# the keys of run.json that GET /models reads, as ray_app/finetune/run.py writes them (a NaN: a task without labels),
+# of a run given separate val and test files (upstream's summary key still names the split type)
+SPLIT_FILES = {"separate_val_path": "/data/val.csv", "separate_test_path": "/data/test.csv"}
 RUN_RECORD = {
-    "settings": {"split_type": {"value": "scaffold_balanced", "source": "config"}},
+    "settings": {"split_type": {"value": "scaffold_balanced", "source": "config"},
+                 **{name: {"value": path, "source": "user"} for name, path in SPLIT_FILES.items()}},
+    "split": "given files: val /data/val.csv, test /data/test.csv; data_path: all for training",
     "summary": {"dataset_type": "regression", "metric": "rmse", "fold_scores": [0.25],
                 "overall_scaffold_balanced_test_rmse": 0.25, "std": 0.0, "run_id": "20261204-000000-abcdef"},
     "calibration": {"fold_0": {"file": "fold_0/calibration.json", "method": "normalised",

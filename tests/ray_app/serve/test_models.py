@@ -40,3 +40,18 @@ def test_the_training_record_says_what_the_calibration_was_fitted_on(tmp_path):
     metrics = training_metrics(run)
     assert metrics.calibration_source == "--calibration_path assay.csv (40 molecules)"
     assert (metrics.calibration_method, metrics.calibration_size) == ("normalised", {"t1": 30, "t2": 30})
+
+
+def test_the_training_record_states_the_split_of_separate_files(tmp_path):
+    """Upstream's summary key says scaffold_balanced; the record says the files (run.json's words, or for a run
+    recorded before them, the same words from its settings)."""
+    run = ensemble_dir(tmp_path / "run", "ckpt_ft_reg.pt")
+    (run / "run.json").write_text(json.dumps(RUN_RECORD))
+    metrics = training_metrics(run)
+    assert (metrics.split_type, metrics.overall_test_score) == ("scaffold_balanced", 0.25)
+    assert metrics.split == "given files: val /data/val.csv, test /data/test.csv; data_path: all for training"
+    (run / "run.json").write_text(json.dumps({k: v for k, v in RUN_RECORD.items() if k != "split"}))
+    assert training_metrics(run).split == metrics.split
+    settings = {"split_type": RUN_RECORD["settings"]["split_type"]}
+    (run / "run.json").write_text(json.dumps({**RUN_RECORD, "split": None, "settings": settings}))
+    assert training_metrics(run).split == "scaffold_balanced"

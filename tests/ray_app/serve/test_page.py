@@ -164,7 +164,7 @@ def test_the_about_panel_shows_get_models_record_of_the_picked_model(page, serve
     reg, about = models["reg"], _about(driver)
     training, text = reg["training"], {key: value[0] for key, value in about.items()}
     assert list(text) == ["dataset_type", "tasks", "members", "features", "test_score", "task_test_scores",
-                          "split_type", "run_id", "calibration", "domain"]
+                          "split", "run_id", "calibration", "domain"]
     assert (text["dataset_type"], text["tasks"], text["members"]) == (reg["dataset_type"], "t1, t2", "2")
     assert (reg["features_generator"], reg["features_scaling"]) == (["rdkit_2d_normalized"], False)
     assert text["features"] == "rdkit_2d_normalized, not scaled"
@@ -176,7 +176,8 @@ def test_the_about_panel_shows_get_models_record_of_the_picked_model(page, serve
     shown = _scores(text["task_test_scores"])
     assert shown == pytest.approx(training["task_test_scores"], rel=6e-4)  # 4 significant digits
     assert shown == pytest.approx({"t1": 0.3, "t2": 0.3})
-    assert (text["split_type"], text["run_id"]) == (training["split_type"], training["run_id"])
+    assert (text["split"], text["run_id"]) == (training["split"], training["run_id"])
+    assert text["split"] == "given files: val /data/val.csv, test /data/test.csv; data_path: all for training"
     assert text["calibration"] == "normalised, fitted on validation molecules: t1 30, t2 30"
     assert (training["calibration_method"], training["calibration_size"]) == ("normalised", {"t1": 30, "t2": 30})
     assert text["domain"] == "yes" and reg["domain"]

@@ -213,6 +213,7 @@ def test_healthz_and_models(served):
     assert models["cls"]["training"] is None  # no run.json
     assert models["reg"]["training"] == {
         "run_id": "20261204-000000-abcdef", "metric": "rmse", "split_type": "scaffold_balanced",
+        "split": "given files: val /data/val.csv, test /data/test.csv; data_path: all for training",
         "overall_test_score": 0.25, "overall_test_std": 0.0, "fold_test_scores": [0.25],
         "task_test_scores": {"t1": pytest.approx(0.3), "t2": 0.3},  # members' mean; t2's NaN member skipped
         "calibration_method": "normalised", "calibration_size": {"t1": 30, "t2": 30},
