@@ -21,10 +21,7 @@ import math
 import threading
 from typing import Mapping
 
-import ray
-
 from kermt.errors import UserError
-from ray_app.common.cluster import ClusterLayout
 
 # Memory one CPU training worker of the release model needs (weights, gradients, Adam state, activations of a
 # 32-molecule batch), rounded up; used only to avoid starting more runs than the free memory can hold.
@@ -45,6 +42,10 @@ def capacity(free: Mapping[str, float], num_workers: int, use_gpu: bool) -> int:
 def concurrent_runs(requested: int | None, num_workers: int, use_gpu: bool, runs: int) -> int:
     """The user's cap if given, else every run on a multi-node cluster and what the free resources allow on one
     machine; never more than there are runs."""
+    import ray  # here, not above: a dry run reads worker_demand without Ray
+
+    from ray_app.common.cluster import ClusterLayout
+
     if requested is not None:
         allowed = requested
     elif ClusterLayout.current().multi_node:
@@ -64,11 +65,14 @@ def shortfall(demand: Mapping[str, float], total: Mapping[str, float]) -> dict[s
     return {key: total.get(key, 0.0) for key, needed in demand.items() if total.get(key, 0.0) < needed}
 
 
-def check_workers_fit(num_workers: int, use_gpu: bool, flag: str = "--num_workers",
-                      dry_run: bool = False) -> threading.Thread | None:
+def check_workers_fit(num_workers: int, use_gpu: bool, flag: str = "--num_workers") -> threading.Thread | None:
     """A run of ``num_workers`` workers (MIN of a range) on a cluster that cannot hold them: a UserError on one
-    machine (a warning under ``--dry_run``); on a multi-node cluster a line now and every ``WAIT_NOTICE_S`` while
-    the cluster stays too small (the returned thread prints them)."""
+    machine; on a multi-node cluster a line now and every ``WAIT_NOTICE_S`` while the cluster stays too small (the
+    returned thread prints them)."""
+    import ray
+
+    from ray_app.common.cluster import ClusterLayout
+
     demand = worker_demand(num_workers, use_gpu)
     missing = shortfall(demand, ray.cluster_resources())
     if not missing:
@@ -81,10 +85,7 @@ def check_workers_fit(num_workers: int, use_gpu: bool, flag: str = "--num_worker
                f"{_resources(demand)}, but this one-machine Ray cluster has {_resources(missing)} and nothing will "
                f"add more, so it would wait forever. "
                + (f"Give {flag} {fits} or less, " if fits else "Give ") + "or attach to a larger cluster (--address)")
-    if not dry_run:
-        raise UserError(message)
-    print(f"warning: {message}", flush=True)
-    return None
+    raise UserError(message)
 
 
 def waiting_line(demand: Mapping[str, float], missing: Mapping[str, float]) -> str:
@@ -96,6 +97,8 @@ def repeat_waiting_line(demand: Mapping[str, float], interval_s: float = WAIT_NO
                         stop: threading.Event | None = None) -> threading.Thread:
     """A daemon thread that prints ``waiting_line`` every ``interval_s`` while the cluster cannot hold ``demand``,
     and one line when it can; it ends then, when Ray shuts down, or when ``stop`` is set."""
+    import ray
+
     stop = stop or threading.Event()
 
     def repeat() -> None:

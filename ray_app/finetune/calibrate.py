@@ -30,7 +30,6 @@ from kermt.uncertainty.calibration_file import save_class_calibrations
 from kermt.uncertainty.classification import class_calibration_record, fit_class_calibrations
 from ray_app.finetune.inputs import check_calibration_labels
 from kermt.inference.widths import WidthRule
-from ray_app.finetune.members import member_test_predictions_with_variance
 from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scaled_set
 from ray_app.finetune.run_setup import RunSetup
 
@@ -111,6 +110,8 @@ def calibration_predictions(model, splits: ScaledSplits, on: CalibrationSet, bat
     """(n, n_tasks) predictions of ``on``'s molecules in label units, made exactly as the test predictions are (on
     the driver, or a GPU task with ``use_gpu``; ``rule``: the run's width rule), and a variance head's predicted
     variances (None without one)."""
+    from ray_app.finetune.members import member_test_predictions_with_variance  # Ray: a dry run never gets here
+
     return member_test_predictions_with_variance(model, replace(splits, test=on.molecules), batch_size, use_gpu,
                                                  precision, rule)
 

@@ -159,7 +159,8 @@ class FinetuneConfig(DataParallelSettings):
     max_concurrent_trials: Optional[int] = Field(
         None, ge=1, description="training runs (members, folds, trials) at once (default: what free resources allow)"
     )
-    dry_run: bool = Field(False, description="validate and print the plan, do not train")
+    dry_run: bool = Field(False, description="read and check the inputs, print the settings and the plan; no Ray, no "
+                          "training (resources are checked when the run starts)")
 
     @model_validator(mode="after")
     def _check(self) -> "FinetuneConfig":

@@ -1,4 +1,5 @@
-"""Driver-side data preparation for a finetune run: read, validate, featurise (on the cluster), split, scale.
+"""Driver-side data preparation for a finetune run: read, validate, featurise (on the cluster; here, in this
+process, under --dry_run), split, scale.
 
 Every input file is featurised once per run. Invalid SMILES never stop a run silently: each one is listed with
 its file, row and reason (``invalid_smiles.csv``), and ``--on_invalid error`` turns them into an error.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from kermt.chem.validation import InvalidSmiles
 from kermt.data.dataset import MoleculeSet
 from kermt.data.feature_files import load_features
 from kermt.data.formats import row_place
-from kermt.data.featurize import FeaturizedMolecules
+from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.data.scalers import StandardScaler
 from kermt.data.splits import (
     Split,
@@ -30,11 +32,13 @@ from kermt.data.splits import (
     scaffold_balanced_split,
 )
 from kermt.errors import UserError
-from ray_app.common.featurize import featurize_on_cluster
+from ray_app.common.progress import Progress
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.inputs import read_labelled
 
 ALREADY_NORMALISED = ("rdkit_2d_normalized",)
+HERE_CHUNK_ROWS = 2048  # a dry run featurises this many rows between two progress checks
+Featurizer = Callable[..., FeaturizedMolecules]  # (smiles, features_generator, label=, prep=)
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,8 @@ def load_source(
     table, blinded = read_labelled(path, config, target_names, blinded_ok)
     if blinded:
         print(f"{path}: no label columns, so it is a blinded test set (predictions only, no test score)", flush=True)
-    featurized = featurize_on_cluster(table.smiles, config.features_generator or (), label=f"featurising {path}",
-                                      prep=MoleculePrep(config.standardize, config.max_heavy_atoms))
+    featurized = featurizer(config)(table.smiles, config.features_generator or (), label=f"featurising {path}",
+                                    prep=MoleculePrep(config.standardize, config.max_heavy_atoms))
     if features_paths:
         extra = [load_features(p, expected_rows=len(table))[0] for p in features_paths]
         featurized = dataclasses.replace(featurized, features=np.concatenate(extra, axis=1))
@@ -73,6 +77,27 @@ def load_source(
     if len(rows) == 0:
         raise UserError(f"{path}: none of its {len(table)} rows has a valid SMILES")
     return SourceData(path, table.target_names, rows, featurized.select(rows), table.targets[rows], invalid)
+
+
+def featurizer(config: FinetuneConfig) -> Featurizer:
+    """Ray Data tasks on the cluster; under --dry_run, which starts no cluster, :func:`featurize_here` (the
+    function each cluster task runs, so the same rows are found valid)."""
+    if config.dry_run:
+        return featurize_here
+    from ray_app.common.featurize import featurize_on_cluster  # imports Ray
+
+    return featurize_on_cluster
+
+
+def featurize_here(smiles: Sequence[str], features_generator: Sequence[str] = (), label: str = "featurising",
+                   prep: MoleculePrep = MoleculePrep()) -> FeaturizedMolecules:
+    """Featurise ``smiles`` in this process, in chunks, with progress lines headed ``label`` for a long file."""
+    progress, parts = Progress(label, total=len(smiles)), []
+    for start in range(0, len(smiles), HERE_CHUNK_ROWS):
+        parts.append(featurize_smiles(list(smiles[start:start + HERE_CHUNK_ROWS]), features_generator, prep=prep))
+        progress.advance(len(parts[-1]))
+    progress.finish()
+    return FeaturizedMolecules.concat(parts) if parts else featurize_smiles([], features_generator, prep=prep)
 
 
 def write_invalid(path: Path, sources: list[SourceData]) -> int:
@@ -109,10 +134,18 @@ def split_for_fold(config: FinetuneConfig, data: SourceData, fold: int, has_val:
                                    config.split_sizes, seed, n)
     if has_val and has_test:
         return Split(list(range(n)), [], [])
-    sizes = (0.8, 0.0, 0.2) if has_val else (0.8, 0.2, 0.0) if has_test else config.split_sizes
+    sizes = split_fractions(config, has_val, has_test)
     if config.split_type == "scaffold_balanced":
         return scaffold_balanced_split(list(data.featurized.smiles), sizes, seed)
     return random_split(n, sizes, seed)
+
+
+def split_fractions(config: FinetuneConfig, has_val: bool, has_test: bool) -> tuple[float, float, float]:
+    """The train/val/test fractions of ``data_path``: ``--split_sizes``, or 0.8/0.2 beside one separate file, all of
+    it for training beside both."""
+    if has_val and has_test:
+        return 1.0, 0.0, 0.0
+    return (0.8, 0.0, 0.2) if has_val else (0.8, 0.2, 0.0) if has_test else config.split_sizes
 
 
 def check_train_labels(config: FinetuneConfig, data: SourceData, train_targets: np.ndarray, fold: int,

@@ -40,7 +40,7 @@ def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, boo
     earlier run left there is moved to ``earlier_runs/<its id>/`` (``--overwrite``: deleted) before the new run
     is recorded, so none of its members can be taken for the new run's."""
     settings, state = _settings(config), read_run_state(save_dir, RESUMABLE_CHANGES)
-    if state is not None and state.get("settings") == settings and not config.overwrite:
+    if _resumes(config, settings, state):
         finished = finished_run_id(save_dir) == state["run_id"]
         print(f"the run in {save_dir} finished before with these settings: the models it saved are kept and "
               f"calibrated again (--overwrite trains anew)" if finished else resuming_line(save_dir), flush=True)
@@ -56,6 +56,23 @@ def start_finetune_run(save_dir: Path, config: FinetuneConfig) -> tuple[str, boo
         print(f"{save_dir} holds an earlier run with {why}: moved its outputs to {moved} (delete that when you no "
               f"longer need it; --overwrite deletes instead)", flush=True)
     return record_new_run(save_dir, settings), False
+
+
+def _resumes(config: FinetuneConfig, settings: dict[str, Any], state: dict[str, Any] | None) -> bool:
+    return state is not None and state.get("settings") == settings and not config.overwrite
+
+
+def save_dir_outlook(save_dir: Path, config: FinetuneConfig) -> str:
+    """What :func:`start_finetune_run` will do with ``save_dir``, said without doing it (``--dry_run``)."""
+    settings, state = _settings(config), read_run_state(save_dir, RESUMABLE_CHANGES)
+    if _resumes(config, settings, state):
+        return f"the run in {save_dir} has these settings: a run resumes it, keeping the models it finished"
+    if not _run_outputs(save_dir):
+        return f"a run starts anew in {save_dir}"
+    if config.overwrite:
+        return f"{save_dir} holds an earlier run: a run deletes its outputs first (--overwrite)"
+    return (f"{save_dir} holds an earlier run with other settings or no run record: a run moves its outputs to "
+            f"{RunLayout(save_dir).earlier_runs}/ first")
 
 
 def _run_outputs(save_dir: Path) -> list[Path]:

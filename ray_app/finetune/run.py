@@ -20,14 +20,12 @@ from kermt.data.splits import Split, describe_split
 from kermt.errors import Interrupted
 from kermt.inference.columns import ensemble_mean
 from kermt.metrics import nanmean, unscored_note
-from kermt.nn.finetune import KermtFinetuneModel
 from kermt.checkpoint.native import saved_spec
 from kermt.inference.widths import WidthRule, width_rule
 from kermt.run_layout import INVALID_SMILES_FILE, RunLayout, fold_name
 from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
-from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.remote_files import publish
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import is_uri
@@ -35,13 +33,14 @@ from ray_app.finetune.calibrate import calibrate_fold, calibration_predictions, 
     is_calibrated, load_calibration_file, overlap_line, validation_set
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.domain import write_fold_domain
+from ray_app.finetune.dry_run import dry_run_finetune
 from ray_app.finetune.ensemble import train_members
 from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, SourceData, fold_count, write_invalid
 from ray_app.finetune.resume import finished_member, start_finetune_run
 from ray_app.finetune.run_setup import ENCODER_KEYS, RunSetup, user_set, features_width, fold_splits, \
-    member_initial_state, model_config, resolve_setup
+    model_config, resolve_setup, task_line
 from ray_app.report import announce_report, start_line
 
 
@@ -130,19 +129,17 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     """The whole run; returns the summary (also written to run.json). ``recorded``: the settings as the user gave
     them, when ``config`` has local copies in place of URIs (config.yaml and run.json keep the URIs)."""
     recorded = recorded or config
+    if config.dry_run:  # the plan, without Ray
+        return dry_run_finetune(config, sources)
     resources = connect(config.address)
     setup = resolve_setup(config, sources)
     setup = replace(setup, calibration=load_calibration_file(setup))  # featurised like the data, before training
-    if not config.dry_run:
-        print(start_line(str(recorded.save_dir), of_file=False), flush=True)
-    print(f"dataset_type={setup.dataset_type}{' (inferred from the labels)' if config.dataset_type is None else ''} "
-          f"metric={setup.metric} tasks={setup.task_names}", flush=True)
+    print(start_line(str(recorded.save_dir), of_file=False), flush=True)
+    print(task_line(setup), flush=True)
     inputs = [s for s in (setup.data, setup.val, setup.test, setup.calibration) if s is not None]
     n_invalid = sum(len(s.invalid) for s in inputs)
     if n_invalid:
         print(f"skipping {n_invalid} invalid SMILES (listed in {INVALID_SMILES_FILE})", flush=True)
-    if config.dry_run:
-        return dry_run_report(setup, resources)
     fold_refs, fold_configs, split_record = put_folds(setup)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     setup = replace(setup, run_id=start_finetune_run(setup.save_dir, recorded)[0])
@@ -199,28 +196,3 @@ def _split_record(setup: RunSetup, split: Split) -> dict[str, list[int]]:
     record["test"] = "separate_test_path" if setup.test else to_rows(split.test)
     return record
 
-
-def dry_run_report(setup: RunSetup, resources: dict[str, Any]) -> dict[str, Any]:
-    """--dry_run: print the resolved settings (marking defaults), split sizes, model and cluster use; no training."""
-    c = setup.config
-    print("resolved configuration (* = default):")
-    for name, value in c.model_dump(mode="json").items():
-        print(f"  {'*' if setup.sources.get(name, 'default') == 'default' else ' '} {name}: {value}")
-    folds = {}
-    for fold in range(fold_count(c)):
-        split, splits = fold_splits(setup, fold)
-        folds[fold_name(fold)] = {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
-        model = KermtFinetuneModel(model_config(setup, features_width(splits)))
-        print(f"fold {fold}: train {len(splits.train)}, val {len(splits.val)}, test {len(splits.test)}; "
-              f"model parameters {sum(p.numel() for p in model.parameters()):,}")
-    if setup.checkpoint is not None:
-        _, load_summary = member_initial_state(setup, model.config, c.seed)
-        print(f"checkpoint {setup.checkpoint.path} ({setup.checkpoint.spec.kind}):\n  " +
-              load_summary.replace("\n", "\n  "))
-    wanted = {"CPU": c.max_workers, **({"GPU": c.max_workers} if c.use_gpu else {})}
-    runs = c.ensemble_size * len(folds)
-    at_once = concurrent_runs(c.max_concurrent_trials, c.min_workers, c.use_gpu, runs)
-    print(f"would train {c.ensemble_size} model(s) x {len(folds)} fold(s), {at_once} at a time, each with "
-          f"{c.num_workers} worker(s) ({wanted}) on a cluster with {resources}")
-    return {"dry_run": True, "folds": folds, "dataset_type": setup.dataset_type, "metric": setup.metric,
-            "resources_per_run": wanted, "concurrent_runs": at_once, "cluster_resources": resources}

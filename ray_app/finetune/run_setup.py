@@ -1,16 +1,17 @@
 """What every member of a finetune run shares: settings, checkpoint, featurised data, and the model each starts from.
 
-:func:`resolve_setup` reads and checks everything once on the driver; :func:`fold_splits` splits and scales one
-fold; :func:`model_config` / :func:`member_initial_state` give a member's architecture and starting weights. Tune
-trials use the same functions, so a trial and a finetune member with the same settings train the same model.
+:func:`resolve_setup` checks the cluster, then reads and checks everything once on the driver (:func:`read_setup`,
+all that a dry run does, without Ray); :func:`fold_splits` splits and scales one fold; :func:`model_config` /
+:func:`member_initial_state` give a member's architecture and starting weights. Tune trials use the same
+functions, so a trial and a finetune member with the same settings train the same model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import ray
 import torch
 
 from kermt.checkpoint import Checkpoint, load_into_model, merge_finetune_config, read_checkpoint
@@ -26,14 +27,14 @@ from kermt.run_layout import RunLayout
 from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.run_ids import new_run_id
 from ray_app.common.settings import Source
-from ray_app.common.shared_tensors import get_tensors, put_tensors
 from ray_app.common.storage import check_gpus, resolve_max_failures, resolve_storage
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.inputs import settle_task
 from ray_app.finetune.prepare import ScaledSplits, SourceData, check_train_labels, load_source, scale_splits, \
     split_for_fold, subset, wants_feature_scaling
 
-
+if TYPE_CHECKING:  # Ray is imported where the cluster is used: a dry run reads the setup without it
+    import ray
 ENCODER_KEYS = ENCODER_ARCHITECTURE_KEYS
 READOUT_KEYS = ("self_attention", "attn_hidden", "attn_out")
 HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size")
@@ -52,8 +53,9 @@ class RunSetup:
     data: SourceData
     val: SourceData | None
     test: SourceData | None
-    storage: str  # Ray Train storage: --storage_path, or save_dir/ray_results on a single-node cluster
-    max_failures: int  # --max_failures, or the cluster's default (storage.resolve_max_failures)
+    # Both read from the cluster by resolve_setup; a dry run (read_setup alone) leaves them unset
+    storage: str = ""  # Ray Train storage: --storage_path, or save_dir/ray_results on a single-node cluster
+    max_failures: int = 0  # --max_failures, or the cluster's default (storage.resolve_max_failures)
     # ``checkpoint``'s tensors, once shared (see with_shared_checkpoint)
     checkpoint_tensors: ray.ObjectRef | None = None
     calibration: SourceData | None = None  # --calibration_path, featurised (ray_app.finetune.calibrate)
@@ -72,6 +74,8 @@ class RunSetup:
         """This setup with the checkpoint's tensors put in the object store once: every member coordinator, trial
         and worker then carries a reference and reads one copy per node (``source_checkpoint``), instead of each
         unpickling its own copy of the source weights (25 members of the 70M release: 25 copies on the head)."""
+        from ray_app.common.shared_tensors import put_tensors
+
         ckpt = self.checkpoint
         if ckpt is None or self.checkpoint_tensors is not None:
             return self
@@ -85,6 +89,8 @@ class RunSetup:
         """The checkpoint with its tensors (read-only views of the shared copy once shared)."""
         if self.checkpoint is None or self.checkpoint_tensors is None:
             return self.checkpoint
+        from ray_app.common.shared_tensors import get_tensors
+
         parts: dict[str, dict[str, torch.Tensor]] = {"state_dict": {}, "passthrough": {}}
         for key, tensor in get_tensors(self.checkpoint_tensors).items():
             part, name = key.split("/", 1)
@@ -158,13 +164,21 @@ def member_seed(fold_seed: int, member: int) -> int:
 
 def resolve_setup(config: FinetuneConfig, sources: dict[str, Source],
                   workers_flag: str = "--num_workers") -> RunSetup:
-    """Check the storage, read the checkpoint and every data file (featurised on the cluster), settle dataset type
-    and metric. ``workers_flag``: how the command spells the workers of one run, for the message when they cannot
-    fit."""
-    save_dir = Path(config.save_dir).resolve()
-    storage = resolve_storage(config.storage_path, RunLayout(save_dir).storage)  # refused before any work starts
-    check_gpus(config.use_gpu)
-    check_workers_fit(config.min_workers, config.use_gpu, workers_flag, dry_run=config.dry_run)
+    """Check the storage and that the cluster can hold a run's workers, then :func:`read_setup` (the data
+    featurised on the cluster), with the checkpoint's tensors shared. ``workers_flag``: how the command spells the
+    workers of one run, for the message when they cannot fit."""
+    storage = resolve_storage(config.storage_path, RunLayout(Path(config.save_dir).resolve()).storage)
+    check_gpus(config.use_gpu)  # all three refused before any file is read
+    check_workers_fit(config.min_workers, config.use_gpu, workers_flag)
+    setup = read_setup(config, sources)
+    return replace(setup, storage=storage, max_failures=resolve_max_failures(config.max_failures)
+                   ).with_shared_checkpoint()
+
+
+def read_setup(config: FinetuneConfig, sources: dict[str, Source]) -> RunSetup:
+    """Read the checkpoint and every data file (featurised on the cluster, or here under --dry_run: see
+    ``prepare.load_source``), settle dataset type and metric. Needs no cluster; storage and max_failures are the
+    cluster's, left unset."""
     checkpoint = read_checkpoint(checkpoint_path(config), trust_pickle=config.trust_checkpoint,
                                  dataset_type=config.dataset_type) if (
         config.checkpoint_path or config.pretrained_release) else None
@@ -179,9 +193,14 @@ def resolve_setup(config: FinetuneConfig, sources: dict[str, Source],
     if config.loss == "mve" and dataset_type != "regression":
         raise UserError(f"--loss mve is for regression; {config.data_path} is {dataset_type} (drop --loss mve)")
     run_id = new_run_id()  # a fresh run; run_finetune reuses an interrupted run's id (ray_app/finetune/resume.py)
-    return RunSetup(config, sources, save_dir, run_id, dataset_type, metric, task_names,
-                    checkpoint, data, val, test, storage, resolve_max_failures(config.max_failures)
-                    ).with_shared_checkpoint()
+    return RunSetup(config, sources, Path(config.save_dir).resolve(), run_id, dataset_type, metric, task_names,
+                    checkpoint, data, val, test)
+
+
+def task_line(setup: RunSetup) -> str:
+    """``dataset_type=regression (inferred from the labels) metric=rmse tasks=['y']``: what the run trains."""
+    inferred = " (inferred from the labels)" if setup.config.dataset_type is None else ""
+    return f"dataset_type={setup.dataset_type}{inferred} metric={setup.metric} tasks={setup.task_names}"
 
 
 def checkpoint_path(config: FinetuneConfig) -> str:

@@ -106,22 +106,6 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     assert described["kind"] == "finetuned" and described["tasks"]["task_names"] == ["logp", "tpsa_100", "fsp3"]
 
 
-def test_dry_run_validates_and_plans_without_training(ray_cluster, demo_csv, tmp_path, capsys):
-    save_dir = tmp_path / "dry"
-    config, sources = resolve([
-        "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_hybrid.pt"),
-        "--save_dir", str(save_dir), "--num_workers", "2", "--dry_run",
-    ])
-    plan = run_finetune(config, sources)
-    out = capsys.readouterr().out
-    assert plan["dry_run"] and plan["dataset_type"] == "regression" and plan["metric"] == "rmse"
-    assert plan["folds"]["fold_0"] == {"train": 64, "val": 8, "test": 8}  # 80 valid rows, random 0.8/0.1/0.1
-    assert "dataset_type=regression (inferred from the labels)" in out
-    assert "* max_lr: 0.001" in out and "  num_workers: 2" in out
-    assert "(hybrid)" in out and "ignored" in out
-    assert not save_dir.exists()
-
-
 def test_bf16_finetune_stays_close_to_fp32(ray_cluster, demo_csv, tmp_path):
     """--precision bf16 end to end (training steps, validation, test predictions): a different computation whose
     test score stays within a few percent of the fp32 run's (docs/numerics.md)."""
@@ -134,16 +118,6 @@ def test_bf16_finetune_stays_close_to_fp32(ray_cluster, demo_csv, tmp_path):
         scores[precision] = run_finetune(config, sources)["overall_random_test_rmse"]
     assert scores["bf16"] != scores["fp32"]  # autocast really ran
     assert scores["bf16"] == pytest.approx(scores["fp32"], rel=0.05)
-
-
-def test_contradicting_architecture_flag_is_an_error(ray_cluster, demo_csv, tmp_path):
-    from kermt.checkpoint import ArchitectureConflictError
-
-    config, sources = resolve(["--data_path", str(demo_csv), "--checkpoint_path",
-                               str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--hidden_size", "32", "--dry_run"])
-    with pytest.raises(ArchitectureConflictError,
-                       match="hidden_size: you set 32 but the checkpoint was trained with 16"):
-        run_finetune(config, sources)
 
 
 def _ensemble_run(demo_csv, save_dir, concurrency: int) -> dict:
@@ -210,6 +184,35 @@ def test_ensemble_and_folds_in_parallel_equal_sequential(parallel_run, sequentia
         assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])
     splits = json.loads((parallel_dir / "splits.json").read_text())
     assert splits["fold_0"]["test"] != splits["fold_1"]["test"]  # fold k is split with seed + k
+    # every other output too: the same files, byte for byte, but for what names the run or the clock
+    assert _outputs(parallel_dir) == _outputs(sequential_dir)
+    records = [json.loads((run / "run.json").read_text()) for run in (parallel_dir, sequential_dir)]
+    for key in ("summary", "calibration", "folds"):  # what the report shows of the members
+        assert {**records[0][key], "run_id": None} == {**records[1][key], "run_id": None}
+
+
+# A run's files that name its run id, the clock or --max_concurrent_trials; metrics.csv's columns of seconds
+RUN_SPECIFIC_FILES = ("run.json", "run_state.json", "config.yaml", "report.html")
+TIME_COLUMNS = ("train_time_s", "val_time_s")
+
+
+def _outputs(run: Path) -> dict[str, object]:
+    """Each file a run wrote outside Ray Tune's folder: its bytes; a metrics.csv's rows less their seconds; a
+    member's model/config.json less its provenance (the run id)."""
+    found: dict[str, object] = {}
+    for path in sorted(p for p in run.rglob("*") if p.is_file() and "ray_results" not in p.parts):
+        name = path.relative_to(run).as_posix()
+        if name in RUN_SPECIFIC_FILES:
+            continue
+        if path.name == "metrics.csv":
+            found[name] = [{k: v for k, v in row.items() if k not in TIME_COLUMNS}
+                           for row in csv.DictReader(io.StringIO(path.read_text()))]
+        elif name.endswith("model/config.json"):
+            found[name] = {**json.loads(path.read_text()), "provenance": None}
+        else:
+            found[name] = path.read_bytes()
+    assert any(name.endswith("metrics.csv") for name in found) and "fold_1/test_result.csv" in found
+    return found
 
 
 def test_rerun_keeps_saved_members_and_takes_finished_ones_from_the_tune_run(sequential_run, demo_csv, capsys):
