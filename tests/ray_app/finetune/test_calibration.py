@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from kermt.uncertainty import load_calibrations
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.ray_app.finetune.tiny_runs import demo_head, tiny_finetune
 
 # A finetune of its own (the shared runs in test_finetune.py have validation splits of 8 molecules, too few to
@@ -86,7 +86,7 @@ def test_interval_bad_inputs_are_one_line_errors(calibrated_run, tmp_path, capsy
 
 
 def test_eval_scores_the_intervals_of_a_calibrated_model(calibrated_run, tmp_path, capsys):
-    from ray_app.screening.commands import main_eval
+    from tests.ray_app.screening.engines import main_eval
 
     save_dir, _, _, val_csv = calibrated_run
     out = tmp_path / "test_result.csv"

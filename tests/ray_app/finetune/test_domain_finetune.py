@@ -15,7 +15,7 @@ import pytest
 from kermt.checkpoint import load_finetune_model, read_checkpoint
 from kermt.data.featurize import featurize_smiles
 from kermt.uncertainty.domain import DOMAIN_ARRAYS_FILE, DOMAIN_FILE, DomainSearch, load_domain, model_embeddings
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.kermt.uncertainty.test_domain import OTHER_CHEMOTYPES
 from tests.ray_app.finetune.tiny_runs import demo_head, tiny_finetune
 

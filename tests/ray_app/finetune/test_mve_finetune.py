@@ -16,7 +16,7 @@ from kermt.checkpoint import read_checkpoint
 from kermt.data.featurize import featurize_smiles
 from kermt.inference import Ensemble, find_checkpoints, read_members
 from kermt.uncertainty import intervals, load_calibrations
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.ray_app.finetune.tiny_runs import demo_head, tiny_finetune
 
 pytestmark = pytest.mark.slow

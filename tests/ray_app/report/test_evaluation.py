@@ -6,11 +6,11 @@ import json
 
 from ray_app.report.evaluation import eval_report
 from ray_app.report.page import fmt
-from ray_app.screening.commands import main_eval
+from tests.ray_app.screening.engines import main_eval
 from tests.conftest import FIXTURE_DIR
 
 
-def test_eval_writes_its_report_beside_the_output(ray_cluster, tmp_path, capsys):
+def test_eval_writes_its_report_beside_the_output(tmp_path, capsys):
     out = tmp_path / "scored.csv"
     assert main_eval(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(out),
                       "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt")]) == 0
@@ -35,7 +35,7 @@ def test_eval_of_a_calibrated_run_shows_its_interval_scores(regression_run, tmp_
     assert f"report: {tmp_path / 'again_report.html'}" in capsys.readouterr().out.splitlines()
 
 
-def test_eval_to_a_uri_uploads_its_report_beside_the_output(ray_cluster, tmp_path, capsys):
+def test_eval_to_a_uri_uploads_its_report_beside_the_output(tmp_path, capsys):
     uri = f"file://{tmp_path}/remote/scored.csv"  # a URI pyarrow writes like any object store
     (tmp_path / "remote").mkdir()
     assert main_eval(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", uri,

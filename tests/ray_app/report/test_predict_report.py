@@ -20,7 +20,7 @@ import pytest
 
 from ray_app.cli import main
 from ray_app.report.library import library_stats
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.browser import console_errors, headless_chromium, keep_screenshot, rendered_images, requires_browser
 from tests.ray_app.report.conftest import demo_rows
 

@@ -18,7 +18,7 @@ from kermt.checkpoint import load_finetune_model, read_checkpoint
 from kermt.data.featurize import featurize_smiles
 from kermt.uncertainty.domain import (DOMAIN_FILE, DomainSearch, embedding_identity, fit_domain, model_embeddings,
                                       save_domain)
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.uncertainty.test_domain import DEMO, OTHER_CHEMOTYPES
 
@@ -51,7 +51,7 @@ def _predict(model_dir, query, output, *flags) -> pd.DataFrame:
     return pq.read_table(output).to_pandas()
 
 
-def test_predict_writes_the_library_distances_twice_the_same(ray_cluster, model_with_domain, tmp_path):
+def test_predict_writes_the_library_distances_twice_the_same(model_with_domain, tmp_path):
     model_dir, index, model, query = model_with_domain
     frame = _predict(model_dir, query, tmp_path / "a.parquet", "--applicability_domain")
     assert list(frame.columns) == ["smiles", *TASKS, "domain_distance", "in_domain", "valid", "error"]
@@ -89,9 +89,9 @@ def test_a_model_without_a_domain_or_another_models_is_refused(model_with_domain
     assert not (tmp_path / "p.csv").exists()
 
 
-def test_eval_reports_the_fraction_in_domain_and_the_error_inside_and_outside(ray_cluster, model_with_domain,
+def test_eval_reports_the_fraction_in_domain_and_the_error_inside_and_outside(model_with_domain,
                                                                             tmp_path, capsys):
-    from ray_app.screening.commands import main_eval
+    from tests.ray_app.screening.engines import main_eval
 
     model_dir, index, _, _ = model_with_domain
     demo = pd.read_csv(DEMO)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import mean_squared_error, roc_auc_score
 
-from ray_app.screening.commands import main_eval
+from tests.ray_app.screening.engines import main_eval
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import OUTPUTS, PARITY
 
@@ -16,7 +16,7 @@ def _printed(out: str, prefix: str) -> float:
     return float(next(line for line in out.splitlines() if line.startswith(prefix)).split("=")[-1])
 
 
-def test_regression_rmse_equals_sklearn_on_upstream_predictions(ray_cluster, tmp_path, capsys):
+def test_regression_rmse_equals_sklearn_on_upstream_predictions(tmp_path, capsys):
     data = pd.read_csv(FIXTURE_DIR / "smiles.csv")  # t2 has two missing labels: scored on its labelled rows only
     out = tmp_path / "test_result.csv"
     assert main_eval(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", str(out),
@@ -36,7 +36,7 @@ def test_regression_rmse_equals_sklearn_on_upstream_predictions(ray_cluster, tmp
     np.testing.assert_array_equal(result["targets"].to_numpy(), data[["t1", "t2"]].to_numpy())
 
 
-def test_classification_auc_with_renamed_labels_and_an_invalid_row(ray_cluster, tmp_path, capsys):
+def test_classification_auc_with_renamed_labels_and_an_invalid_row(tmp_path, capsys):
     data = pd.read_csv(FIXTURE_DIR / "smiles_cls.csv").rename(columns={"c1": "active_a", "c2": "active_b"})
     with_invalid = pd.concat([data, pd.DataFrame({"smiles": ["not_a_smiles"], "active_a": [1], "active_b": [0]})])
     with_invalid.to_csv(tmp_path / "labelled.csv", index=False)

@@ -14,7 +14,7 @@ from sklearn.metrics import brier_score_loss
 
 from kermt.uncertainty import fit_class_calibration, save_class_calibrations
 from kermt.uncertainty.metrics import expected_calibration_error, set_report
-from ray_app.screening.commands import main_eval
+from tests.ray_app.screening.engines import main_eval
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import OUTPUTS
 
@@ -26,7 +26,7 @@ def _printed(out: str, task: str) -> dict[str, float]:
     return {k: float(v) for k, v in (part.split(" = ") for part in line.split(": ", 1)[1].split(", "))}
 
 
-def test_eval_scores_probabilities_then_calibrated_ones_and_sets(ray_cluster, tmp_path, capsys):
+def test_eval_scores_probabilities_then_calibrated_ones_and_sets(tmp_path, capsys):
     data = pd.read_csv(FIXTURE_DIR / "smiles_cls.csv")
     upstream = OUTPUTS["ft_cls_final_prediction"]  # the model's probabilities of these 26 molecules
     common = ["--data_path", str(FIXTURE_DIR / "smiles_cls.csv"), "--output_path", str(tmp_path / "r.csv"),

@@ -14,7 +14,7 @@ from kermt.data.featurize import featurize_smiles
 from kermt.inference import Ensemble, plan_features, read_members
 from kermt.uncertainty import fit_calibration, fit_class_calibration, save_calibrations, save_class_calibrations
 from kermt.uncertainty.domain import embedding_identity, fit_domain, model_embeddings, save_domain
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import OUTPUTS, SMILES, ensemble_dir
 from tests.kermt.uncertainty.test_domain import DEMO
@@ -59,7 +59,7 @@ def _assert_same(ours: pd.DataFrame, theirs: pd.DataFrame) -> None:
             assert [None if pd.isna(x) else x for x in a] == [None if pd.isna(x) else x for x in b], name
 
 
-def test_a_calibrated_ensemble_with_a_domain_predicts_as_kermt_predict(ray_cluster, tmp_path):
+def test_a_calibrated_ensemble_with_a_domain_predicts_as_kermt_predict(tmp_path):
     run = tmp_path / "run"
     _calibrated_ensemble(run)
     theirs = _predicted(run, tmp_path, "--interval", "0.9", "--uncertainty", "--applicability_domain")
@@ -70,7 +70,7 @@ def test_a_calibrated_ensemble_with_a_domain_predicts_as_kermt_predict(ray_clust
     _assert_same(kermt.load_run(run).predict(QUERY), _predicted(run, tmp_path))
 
 
-def test_a_calibrated_classifier_predicts_as_kermt_predict(ray_cluster, tmp_path):
+def test_a_calibrated_classifier_predicts_as_kermt_predict(tmp_path):
     run = tmp_path / "cls_run"
     run.mkdir()
     shutil.copy(FIXTURE_DIR / "ckpt_ft_cls.pt", run / "model.pt")

@@ -13,7 +13,7 @@ import pytest
 
 from kermt.uncertainty import fit_calibration, fit_class_calibration, intervals, save_class_calibrations
 from kermt.uncertainty.metrics import set_report
-from ray_app.screening.commands import main_eval, main_predict
+from tests.ray_app.screening.engines import main_eval, main_predict
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference import OUTPUTS, PARITY, ensemble_dir
 
@@ -43,7 +43,7 @@ def calibrated_cls_dir(tmp_path):
     return model_dir, calibrations
 
 
-def test_classification_run_writes_calibrated_probabilities_and_sets(ray_cluster, calibrated_cls_dir, tmp_path,
+def test_classification_run_writes_calibrated_probabilities_and_sets(calibrated_cls_dir, tmp_path,
                                                                      capsys):
     model_dir, calibrations = calibrated_cls_dir
     data, out = _with_invalid_rows(CLS_DATA, tmp_path / "data.csv", 1), tmp_path / "p.parquet"
@@ -67,7 +67,7 @@ def test_classification_run_writes_calibrated_probabilities_and_sets(ray_cluster
         assert frame.loc[~valid, [f"{task}_calibrated", f"{task}_set"]].isna().all().all()
 
 
-def test_uncalibrated_classification_predicts_as_before_and_refuses_sets(ray_cluster, tmp_path, capsys):
+def test_uncalibrated_classification_predicts_as_before_and_refuses_sets(tmp_path, capsys):
     common = ["--data_path", str(CLS_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_cls.pt"),
               "--upstream_batching"]  # upstream's batch of 26: its outputs are the oracle
     assert main_predict([*common, "--output_path", str(tmp_path / "p.csv"), "--interval", "0.9"]) == 2
@@ -82,7 +82,7 @@ def test_uncalibrated_classification_predicts_as_before_and_refuses_sets(ray_clu
                                atol=PARITY)
 
 
-def test_calibration_path_recalibrates_classification(ray_cluster, calibrated_cls_dir, tmp_path, capsys):
+def test_calibration_path_recalibrates_classification(calibrated_cls_dir, tmp_path, capsys):
     """The file's fit replaces the run's: here a file whose c1 labels are flipped, so its Platt slope changes sign."""
     model_dir, _ = calibrated_cls_dir
     assay = pd.read_csv(CLS_DATA)
@@ -111,7 +111,7 @@ def test_calibration_path_recalibrates_classification(ray_cluster, calibrated_cl
         "set_coverage"])
 
 
-def test_calibration_path_gives_the_intervals_of_fit_calibration_on_its_predictions(ray_cluster, tmp_path, capsys):
+def test_calibration_path_gives_the_intervals_of_fit_calibration_on_its_predictions(tmp_path, capsys):
     run = ensemble_dir(tmp_path / "run")  # two regression members that disagree: a spread, no calibration.json
     assay = _with_invalid_rows(REG_DATA, tmp_path / "assay.csv")
     common = ["--data_path", str(REG_DATA), "--checkpoint_dir", str(run), "--drop_extra_columns"]
@@ -135,7 +135,7 @@ def test_calibration_path_gives_the_intervals_of_fit_calibration_on_its_predicti
         assert np.ptp(upper - lower) > 0  # normalised: the width follows each molecule's spread
 
 
-def test_calibration_path_sees_the_mc_dropout_spread_it_serves(ray_cluster, tmp_path, capsys):
+def test_calibration_path_sees_the_mc_dropout_spread_it_serves(tmp_path, capsys):
     """--dropout_samples with --interval is refused with the run's calibration (fitted without MC dropout) but not
     with --calibration_path, whose predictions have the same dropout passes: normalised on their spread."""
     from tests.kermt.test_inference_estimators import _member
@@ -155,7 +155,7 @@ def test_calibration_path_sees_the_mc_dropout_spread_it_serves(ray_cluster, tmp_
                                    rtol=0, atol=1e-9)
 
 
-def test_calibration_path_on_one_model_is_plain_conformal_and_eval_scores_it(ray_cluster, tmp_path, capsys):
+def test_calibration_path_on_one_model_is_plain_conformal_and_eval_scores_it(tmp_path, capsys):
     common = ["--data_path", str(REG_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"),
               "--calibration_path", str(REG_DATA), "--upstream_batching"]  # upstream's outputs are the oracle
     assert main_eval([*common, "--output_path", str(tmp_path / "test_result.csv")]) == 0
@@ -181,7 +181,7 @@ def _feature_file(path, smiles, rows=None):
     return path
 
 
-def test_a_model_given_feature_files_calibrates_with_the_file_s_own(ray_cluster, tmp_path, capsys):
+def test_a_model_given_feature_files_calibrates_with_the_file_s_own(tmp_path, capsys):
     features = _feature_file(tmp_path / "f.npz", pd.read_csv(REG_DATA)["smiles"])
     common = ["--data_path", str(REG_DATA), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"),
               "--features_path", str(features), "--calibration_path", str(REG_DATA), "--interval", "0.9"]
@@ -226,7 +226,7 @@ def test_calibration_file_errors_before_ray_starts(tmp_path, capsys):
     assert not (tmp_path / "p.csv").exists()
 
 
-def test_calibration_file_too_few_labels_or_one_class_is_a_one_line_error(ray_cluster, tmp_path, capsys):
+def test_calibration_file_too_few_labels_or_one_class_is_a_one_line_error(tmp_path, capsys):
     few = pd.read_csv(REG_DATA)
     few.loc[10:, "t2"] = np.nan
     few.to_csv(tmp_path / "few.csv", index=False)

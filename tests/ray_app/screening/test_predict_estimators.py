@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from kermt.inference import Ensemble, read_members
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.test_inference_estimators import _member, _molecules
 
@@ -25,7 +25,7 @@ def _library(path, molecules, dropout_samples: int) -> tuple[np.ndarray, np.ndar
     return prediction.mean, prediction.std
 
 
-def test_predict_uncertainty_of_an_mve_model_equals_the_library(ray_cluster, tmp_path, capsys):
+def test_predict_uncertainty_of_an_mve_model_equals_the_library(tmp_path, capsys):
     model = _member(tmp_path / "mve", seed=0, variance=True, dropout=0.2)
     molecules = _molecules()
     common = ["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--checkpoint_path", str(model), "--uncertainty"]
@@ -53,11 +53,11 @@ def test_mc_dropout_flags_are_checked_before_ray(tmp_path, capsys):
     assert not (tmp_path / "p.csv").exists()
 
 
-def test_eval_of_a_calibrated_run_with_mc_dropout_scores_without_intervals(ray_cluster, tmp_path, capsys):
+def test_eval_of_a_calibrated_run_with_mc_dropout_scores_without_intervals(tmp_path, capsys):
     """A calibrated run is scored at 0.9 by default, but not with --dropout_samples: the calibration was fitted on
     the spread without MC dropout (asking for both is refused, above)."""
     from kermt.uncertainty import fit_calibration, save_calibrations
-    from ray_app.screening.commands import main_eval
+    from tests.ray_app.screening.engines import main_eval
 
     _member(tmp_path / "run" / "fold_0" / "model_0", seed=0, variance=False, dropout=0.2)
     rng = np.random.default_rng(0)

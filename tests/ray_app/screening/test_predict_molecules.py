@@ -9,13 +9,13 @@ import pandas as pd
 import kermt
 
 from kermt.inference.columns import MODEL_SMILES_COLUMN
-from ray_app.screening.commands import main_predict
+from tests.ray_app.screening.engines import main_predict
 from tests.kermt.chem.test_standardize import standardizing_checkpoint
 
 ROWS = ["CC(=O)[O-].[Na+]", "CC(=O)O", "C" * 5000, "CC(C", "O=C([O-])c1ccccc1.[K+]", "O=C(O)c1ccccc1", "CCO"]
 
 
-def test_a_salt_gets_its_parent_acids_number_and_a_huge_molecule_is_its_own_row(ray_cluster, tmp_path):
+def test_a_salt_gets_its_parent_acids_number_and_a_huge_molecule_is_its_own_row(tmp_path):
     model = standardizing_checkpoint(tmp_path / "model")
     pd.DataFrame({"smiles": ROWS}).to_csv(tmp_path / "in.csv", index=False)
     assert main_predict(["--data_path", str(tmp_path / "in.csv"), "--output_path", str(tmp_path / "out.csv"),
