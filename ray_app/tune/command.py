@@ -27,6 +27,11 @@ def _sweep(config: TuneConfig, sources: dict[str, Source]) -> int:
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
         check_finetune_inputs(local)  # the same input checks as finetune, before Ray starts
         claim_sweep_dir(local)  # the same sweep resumes; anything else there is moved aside
+        if local.dry_run:  # the settings, the data checks and the plan, without Ray
+            from ray_app.tune.dry_run import dry_run_tune
+
+            dry_run_tune(local, sources, space)
+            return 0
         from ray_app.tune.driver import run_tune  # Ray is imported only once the input is known to be good
 
         print(start_line(str(config.save_dir), of_file=False), flush=True)

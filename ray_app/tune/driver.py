@@ -24,8 +24,9 @@ from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.settings import Source
 from kermt.train.objective import Objective
-from ray_app.finetune.run_setup import RunSetup, features_width, fold_splits, model_config, resolve_setup
+from ray_app.finetune.run_setup import RunSetup, features_width, fold_splits, model_config, resolve_setup, task_line
 from ray_app.finetune.trainable import train_member, trial_actor_resources
+from ray_app.tune.dry_run import dry_run_tune, sweep_header
 from ray_app.tune.config import EXPERIMENT, SWEEP_FILE, SweepFailedError, TuneConfig, finetune_sources, sweep_record
 from ray_app.tune.search_space import SearchSpace
 from ray_app.tune.results import (
@@ -66,20 +67,15 @@ class TrialLines(tune.Callback):
 
 def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace) -> dict[str, Any]:
     """Run (or resume) the sweep; write its outputs; returns the summary (also in sweep.json)."""
+    if config.dry_run:  # the plan, without Ray
+        return dry_run_tune(config, sources, space)
     connect(config.address)
     base = config.finetune_base()
     workers_flag = "--num_workers_per_trial" if config.num_workers_per_trial else "--num_workers"
     setup = resolve_setup(base, finetune_sources(config, sources), workers_flag)
     objective = Objective.of(setup.metric, setup.config.select_by_loss)
     concurrency = concurrent_runs(config.max_concurrent_trials, base.min_workers, base.use_gpu, config.n_trials)
-    print(f"dataset_type={setup.dataset_type} metric={setup.metric} objective={objective.key} ({objective.mode})\n"
-          f"search space ({config.search_space or 'hpo_mode ' + (config.hpo_mode or 'all')}):\n  "
-          + space.describe().replace("\n", "\n  "), flush=True)
-    if config.dry_run:
-        print(f"would run {config.n_trials} trials ({config.search} search, {config.scheduler} scheduler), at most "
-              f"{concurrency} at once, {base.num_workers} worker(s) each; nothing written", flush=True)
-        return {"dry_run": True, "objective": objective.key, "parameters": space.names,
-                "max_concurrent_trials": concurrency}
+    print(task_line(setup) + "\n" + sweep_header(config, space, objective), flush=True)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     # Every trial trains on fold 0's split: put in the object store once, its reference shared by every trial; the

@@ -143,12 +143,3 @@ def test_interrupted_sweep_resumes_only_the_remaining_trials(ray_cluster, inputs
     for trial_id, stamps in before.items():  # the finished trials were neither re-run nor re-saved
         result = save_dir / "trials" / trial_id / "result.json"
         assert (result.stat().st_mtime_ns, (result.parent / "model.pt").stat().st_mtime_ns) == stamps
-
-
-def test_dry_run_prints_the_plan_and_writes_nothing(ray_cluster, inputs, tmp_path, capsys):
-    assert main([*sweep_argv(inputs, tmp_path / "tune", n_trials=3, concurrent=2), "--dry_run"]) == 0
-    out = capsys.readouterr().out
-    assert "objective=val_rmse (min)" in out and "attn_out: choice [4, 8] when self_attention=True" in out
-    assert "init_lr_factor: 10 (init_lr = max_lr / init_lr_factor)" in out
-    assert "would run 3 trials (optuna search, asha scheduler), at most 2 at once, 1 worker(s) each" in out
-    assert not (tmp_path / "tune").exists()
