@@ -7,6 +7,7 @@ from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
 from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.inputs import check_finetune_inputs
+from ray_app.finetune.model_size import oversized_model_line
 
 
 def main(argv: list[str]) -> int:
@@ -17,7 +18,10 @@ def main(argv: list[str]) -> int:
 
 def _finetune(config: FinetuneConfig, sources: dict[str, Source]) -> None:
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
-        check_finetune_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
+        data = check_finetune_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
+        oversized = oversized_model_line(local, sources, data)
+        if oversized:
+            print(oversized, flush=True)
         if local.dry_run:  # the settings, the data checks and the plan, without Ray
             from ray_app.finetune.dry_run import dry_run_finetune
 

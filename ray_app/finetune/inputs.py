@@ -59,11 +59,12 @@ def settle_task(config: FinetuneConfig, train_targets: np.ndarray, labelled: lis
     return dataset_type, metric
 
 
-def check_finetune_inputs(config: FinetuneConfig) -> None:
+def check_finetune_inputs(config: FinetuneConfig) -> MoleculeTable:
     """What can be checked before Ray starts, so a mistake costs a second, not a cluster start: every data file is
     readable with its columns and numeric labels (read once here and again by the run; reading is cheap next to
     featurisation), the dataset type (given or inferred from the labels) fits the metric and every file's labels,
-    the calibration file can calibrate every task, other files exist, the checkpoint is one. Raises UserError."""
+    the calibration file can calibrate every task, other files exist, the checkpoint is one. Raises UserError;
+    returns the training file's table."""
     data, _ = read_labelled(config.data_path, config, None)
     _check_every_task_is_labelled(data)
     tables = [data]
@@ -88,6 +89,7 @@ def check_finetune_inputs(config: FinetuneConfig) -> None:
             kind = read_checkpoint(config.checkpoint_path, trust_pickle=config.trust_checkpoint,
                                    dataset_type=config.dataset_type).spec.kind
     check_model_settings(config, data.target_names, kind)
+    return data
 
 
 def _check_every_task_is_labelled(data: MoleculeTable) -> None:

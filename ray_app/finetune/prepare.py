@@ -134,10 +134,18 @@ def split_for_fold(config: FinetuneConfig, data: SourceData, fold: int, has_val:
                                    config.split_sizes, seed, n)
     if has_val and has_test:
         return Split(list(range(n)), [], [])
-    sizes = (0.8, 0.0, 0.2) if has_val else (0.8, 0.2, 0.0) if has_test else config.split_sizes
+    sizes = split_fractions(config, has_val, has_test)
     if config.split_type == "scaffold_balanced":
         return scaffold_balanced_split(list(data.featurized.smiles), sizes, seed)
     return random_split(n, sizes, seed)
+
+
+def split_fractions(config: FinetuneConfig, has_val: bool, has_test: bool) -> tuple[float, float, float]:
+    """The train/val/test fractions of ``data_path``: ``--split_sizes``, or 0.8/0.2 beside one separate file, all of
+    it for training beside both."""
+    if has_val and has_test:
+        return 1.0, 0.0, 0.0
+    return (0.8, 0.0, 0.2) if has_val else (0.8, 0.2, 0.0) if has_test else config.split_sizes
 
 
 def check_train_labels(config: FinetuneConfig, data: SourceData, train_targets: np.ndarray, fold: int,
