@@ -47,10 +47,12 @@ FEATURE_GENERATORS: tuple[str, ...] = get_args(FeatureGenerator)
 # Conformal calibration methods of regression intervals. Implementations: kermt.uncertainty.conformal.
 CalibrationMethod = Literal["normalised", "plain", "mondrian", "zscaling"]
 CALIBRATION_METHODS: tuple[str, ...] = get_args(CalibrationMethod)
+DEFAULT_CALIBRATION_METHOD: CalibrationMethod = "normalised"  # here, not in the implementation: settings read it
 
 # Recalibration methods of classification probabilities. Implementations: kermt.uncertainty.classification.
 ClassCalibrationMethod = Literal["platt", "isotonic"]
 CLASS_CALIBRATION_METHODS: tuple[str, ...] = get_args(ClassCalibrationMethod)
+DEFAULT_CLASS_CALIBRATION_METHOD: ClassCalibrationMethod = "platt"
 
 # Finetune training losses (kermt.train.losses, chosen by the model's head: HeadConfig.variance). "mse" is upstream's
 # (squared error for regression, BCE for classification); "mve" (regression only) gives the head a variance per task

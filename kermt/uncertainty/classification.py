@@ -28,13 +28,13 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 from kermt.errors import UserError
-from kermt.registry import CLASS_CALIBRATION_METHODS
+from kermt.registry import CLASS_CALIBRATION_METHODS, DEFAULT_CLASS_CALIBRATION_METHOD
 from kermt.uncertainty.conformal import conformal_quantile, labelled_rows
 from kermt.uncertainty.metrics import probability_report, set_report
 
 CLASSIFICATION_METHODS = CLASS_CALIBRATION_METHODS  # the names, once, in kermt.registry
 PLATT, ISOTONIC = CLASSIFICATION_METHODS
-DEFAULT_CLASSIFICATION_METHOD = PLATT
+DEFAULT_CLASSIFICATION_METHOD = DEFAULT_CLASS_CALIBRATION_METHOD
 PROBABILITY_CLIP = 1e-6  # logit(0) is -inf: probabilities are clipped to [1e-6, 1 - 1e-6] before the Platt fit
 
 

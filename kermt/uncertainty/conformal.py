@@ -32,11 +32,11 @@ import numpy as np
 from scipy.stats import norm
 
 from kermt.errors import UserError
-from kermt.registry import CALIBRATION_METHODS
+from kermt.registry import CALIBRATION_METHODS, DEFAULT_CALIBRATION_METHOD
 
 METHODS = CALIBRATION_METHODS
 NORMALISED, PLAIN, MONDRIAN, ZSCALING = METHODS
-DEFAULT_METHOD = NORMALISED
+DEFAULT_METHOD = DEFAULT_CALIBRATION_METHOD
 MIN_CALIBRATION_ROWS = 20  # below this the conformal quantile of a 90 % interval is the largest score or undefined
 SIGMA_FLOOR_FRACTION = 0.01  # of the median calibration spread: a floor that only exact ties ever reach
 MONDRIAN_BINS = 3

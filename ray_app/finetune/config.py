@@ -27,6 +27,8 @@ from kermt.registry import (
     Activation,
     CalibrationMethod,
     ClassCalibrationMethod,
+    DEFAULT_CALIBRATION_METHOD,
+    DEFAULT_CLASS_CALIBRATION_METHOD,
     DatasetType,
     DropoutDraws,
     FinetuneLoss,
@@ -36,8 +38,6 @@ from kermt.registry import (
     SplitType,
     Standardization,
 )
-from kermt.uncertainty.classification import DEFAULT_CLASSIFICATION_METHOD
-from kermt.uncertainty.conformal import DEFAULT_METHOD
 from ray_app.common import settings
 from ray_app.common.data_parallel import DataParallelSettings
 from ray_app.common.molecule_flags import max_heavy_atoms_field
@@ -102,12 +102,12 @@ class FinetuneConfig(DataParallelSettings):
     show_individual_scores: bool = Field(False, description="log per-task scores")
     select_by_loss: bool = Field(False, description="select the best epoch by validation loss")
     calibration_method: CalibrationMethod = Field(
-        DEFAULT_METHOD, description="how each fold's regression intervals are calibrated (on its validation split, "
-        "or --calibration_path): normalised (adapt per molecule), mondrian (normalised, coverage within sigma bins), "
-        "plain (one width), zscaling (Gaussian, for NLL; no guarantee); one model per fold always uses plain "
-        "(unless --loss mve)")
+        DEFAULT_CALIBRATION_METHOD, description="how each fold's regression intervals are calibrated (on its "
+        "validation split, or --calibration_path): normalised (adapt per molecule), mondrian (normalised, coverage "
+        "within sigma bins), plain (one width), zscaling (Gaussian, for NLL; no guarantee); one model per fold "
+        "always uses plain (unless --loss mve)")
     class_calibration_method: ClassCalibrationMethod = Field(
-        DEFAULT_CLASSIFICATION_METHOD, description="how each fold's classification probabilities are recalibrated: "
+        DEFAULT_CLASS_CALIBRATION_METHOD, description="how each fold's classification probabilities are recalibrated: "
         "platt (two numbers, needs few molecules) or isotonic (a monotone step function, a few hundred molecules or "
         "more); the conformal sets are the same either way")
     calibration_path: Optional[str] = Field(

@@ -9,10 +9,7 @@ from kermt.run_layout import RunLayout
 from ray_app.common.command import run_command
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
-from ray_app.finetune.inputs import check_finetune_inputs
-from ray_app.report import announce_report, start_line
 from ray_app.tune.config import SweepFailedError, TuneConfig
-from ray_app.tune.resume import claim_sweep_dir
 
 
 def main(argv: list[str]) -> int:
@@ -23,6 +20,11 @@ def main(argv: list[str]) -> int:
 
 
 def _sweep(config: TuneConfig, sources: dict[str, Source]) -> int:
+    # imported here, not above: `kermt tune --help` loads the settings only (not pandas, pyarrow or numpy)
+    from ray_app.finetune.inputs import check_finetune_inputs
+    from ray_app.report import announce_report, start_line
+    from ray_app.tune.resume import claim_sweep_dir
+
     space = config.space()
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
         check_finetune_inputs(local)  # the same input checks as finetune, before Ray starts
