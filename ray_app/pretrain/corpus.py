@@ -241,11 +241,4 @@ def _duplicates_note(manifest) -> str:
     return f"{manifest.n_duplicates} duplicate molecule(s) dropped"
 
 
-def main(argv: list[str]) -> int:
-    from ray_app.common.command import run_command
-
-    return run_command("kermt corpus", CorpusConfig, argv, lambda config, _: run_corpus(config))
-
-
-__all__ = ["build_corpus", "clean_block", "count_block", "featurize_block", "main", "run_corpus", "stage_shard",
-           "sum_counts"]
+__all__ = ["build_corpus", "clean_block", "count_block", "featurize_block", "run_corpus", "stage_shard", "sum_counts"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kermt.data.corpus_prep import VocabSettings
+if TYPE_CHECKING:  # kermt.data.corpus_prep imports RDKit: `kermt corpus --help` reads these settings only
+    from kermt.data.corpus_prep import VocabSettings
 
 
 class CorpusConfig(BaseModel):
@@ -44,6 +45,8 @@ class CorpusConfig(BaseModel):
 
     @property
     def vocab_settings(self) -> VocabSettings:
+        from kermt.data.corpus_prep import VocabSettings
+
         return VocabSettings(min_freq=self.vocab_min_freq, max_size=self.vocab_max_size,
                              smiles_min_freq=self.smiles_vocab_min_freq, smiles_max_size=self.smiles_vocab_max_size,
                              canonicalize=self.canonicalize, deduplicate=not self.keep_duplicates)

@@ -30,18 +30,17 @@ from kermt.run_layout import RunLayout
 from kermt.random_streams import Stream, stream_rng
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
-from ray_app.common.command import run_command
 from ray_app.common.concurrency import check_workers_fit
 from ray_app.common.elastic import ElasticTorchTrainer
 from ray_app.common.interrupt import stopping_on_ctrl_c
-from ray_app.common.remote_files import local_files, publish
+from ray_app.common.remote_files import publish
 from ray_app.common.run_ids import claim_run_id
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, resolve_storage
 from ray_app.common.worker_loop import STATE_FILE
 from ray_app.pretrain.config import PretrainConfig
 from ray_app.pretrain.corpus_read import read_remote_args
-from ray_app.pretrain.inputs import PretrainInputs, check_pretrain_inputs
+from ray_app.pretrain.inputs import PretrainInputs
 from ray_app.pretrain.train_loop import MODEL_DIR, PretrainPlan, train_loop_per_worker
 from ray_app.report import announce_report, start_line
 
@@ -239,16 +238,4 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     return progress
 
 
-def main(argv: list[str]) -> int:
-    return run_command("kermt pretrain", PretrainConfig, argv, _pretrain, replayable=True)
-
-
-def _pretrain(config: PretrainConfig, sources: dict[str, Source]) -> None:
-    # URIs: --continue_from and vocab files downloaded, --save_dir mirrored (ray_app/common/remote_files); the
-    # corpus is read from its URI by the corpus task itself.
-    with local_files(config, keep_remote=("data_path",)) as local:
-        inputs = check_pretrain_inputs(local)  # corpus, vocabularies, checkpoint: before Ray starts
-        run_pretrain(local, sources, inputs, recorded=config)
-
-
-__all__ = ["main", "make_plan", "model_configs", "run_pretrain", "split_rows"]
+__all__ = ["make_plan", "model_configs", "run_pretrain", "split_rows"]

@@ -8,15 +8,17 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kermt.errors import UserError
 from ray_app.common.remote_files import fetch_input
 from ray_app.common.command import run_command
 from ray_app.common.ray_internals import (SERVE_HAPROXY_VARIABLE, SERVE_THROUGHPUT_VARIABLE,
                                           running_serve_http_options)
-from ray_app.serve.auth import exposure_warning, read_api_key
 from ray_app.serve.config import ServeConfig
-from ray_app.serve.models import ServedModel, load_served_model
+
+if TYPE_CHECKING:  # torch, RDKit, FastAPI: imported when the command runs, not for `kermt serve --help`
+    from ray_app.serve.models import ServedModel
 
 PROG = "kermt serve"
 STOP_STEP_S = 60.0  # the longest one stop step may take (Serve drains a replica in seconds)
@@ -28,6 +30,8 @@ def log(message: str) -> None:
 
 def load_models(config: ServeConfig) -> list[ServedModel]:
     """Every model, read and checked on the driver (URIs fetched first), the default first."""
+    from ray_app.serve.models import load_served_model
+
     return [load_served_model(name, fetch_input(source, f"model {name!r}"), default=i == 0,
                               trust_checkpoint=config.trust_checkpoint)
             for i, (name, source) in enumerate(config.model_sources())]
@@ -146,6 +150,8 @@ def wait_for_stop_signal() -> int:
 
 
 def run_serve(config: ServeConfig) -> int:
+    from ray_app.serve.auth import exposure_warning, read_api_key
+
     warning = exposure_warning(config.host, config.api_key_env)
     if warning:
         log(warning)
