@@ -58,8 +58,8 @@ def test_version_is_the_installed_package_metadata(capsys):
     assert capsys.readouterr().out.strip() == f"kermt {metadata.version('kermt-ray')} (kermt-ray)"
 
 
-@pytest.mark.parametrize("command", ["predict", "eval", "fingerprint", "embed", "reconstruct", "tune", "corpus",
-                                     "pretrain", "serve"])
+@pytest.mark.parametrize("command", ["predict", "eval", "fingerprint", "embed", "reconstruct", "finetune", "tune",
+                                     "corpus", "pretrain", "serve"])
 def test_a_commands_help_imports_no_heavy_library(command):
     """`kermt predict --help` in well under a second: the help path imports the settings, not the runners."""
     code = ("import sys, io, contextlib\nfrom ray_app.cli import main\n"

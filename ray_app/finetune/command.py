@@ -6,8 +6,6 @@ from ray_app.common.command import run_command
 from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.inputs import check_finetune_inputs
-from ray_app.finetune.model_size import oversized_model_line
 
 
 def main(argv: list[str]) -> int:
@@ -17,6 +15,10 @@ def main(argv: list[str]) -> int:
 
 
 def _finetune(config: FinetuneConfig, sources: dict[str, Source]) -> None:
+    # imported here, not above: `kermt finetune --help` loads the settings only (not pandas or pyarrow)
+    from ray_app.finetune.inputs import check_finetune_inputs
+    from ray_app.finetune.model_size import oversized_model_line
+
     with local_files(config) as local:  # URIs: inputs downloaded, --save_dir mirrored (ray_app/common/remote_files)
         data = check_finetune_inputs(local)  # data files, labels, columns, checkpoint: before Ray starts
         oversized = oversized_model_line(local, sources, data)
