@@ -177,7 +177,7 @@ def _checked_split(parts: Sequence[Sequence[int]], n: int, source: str) -> Split
 SIZED_SPLITS = ("random", "scaffold_balanced")  # the split types that cut data_path by --split_sizes
 
 
-def describe_split(split_type: str, val_path: str | None = None, test_path: str | None = None) -> str:
+def split_description(split_type: str, val_path: str | None = None, test_path: str | None = None) -> str:
     """The split a finetune ran, in words: ``split_type`` alone, or which parts came from separate files and what
     became of data_path. (Upstream's summary line ``overall_<split_type>_test_<metric>`` names the split type
     whatever the files, so run.json, the report and the service page say this instead.)"""

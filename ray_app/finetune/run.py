@@ -16,7 +16,7 @@ import numpy as np
 import ray
 
 from kermt.config import FinetuneModelConfig
-from kermt.data.splits import Split, describe_split
+from kermt.data.splits import Split, split_description
 from kermt.errors import Interrupted
 from kermt.inference.columns import ensemble_mean
 from kermt.metrics import nanmean, unscored_note
@@ -161,7 +161,7 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     summary = {"dataset_type": setup.dataset_type, "metric": setup.metric, "fold_scores": scores,
                f"overall_{config.split_type}_test_{setup.metric}": mean, "std": std, "run_id": setup.run_id}
     # the split in words: the summary key keeps upstream's name, which says split_type whatever the separate files
-    split = describe_split(config.split_type, recorded.separate_val_path, recorded.separate_test_path)
+    split = split_description(config.split_type, recorded.separate_val_path, recorded.separate_test_path)
     extra = {"summary": summary, "split": split, "config_yaml": str(setup.layout.config),
              "calibration": calibrations, "folds": folds}
     settings, setting_sources = _settings_with_checkpoint_values(setup)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kermt.chem.validation import reason_kind
-from kermt.data.splits import describe_split
+from kermt.data.splits import split_description
 from kermt.errors import UserError
 from kermt.metrics import task_scores
 from kermt.run_layout import (CALIBRATION_FILE, INVALID_SMILES_FILE, METRICS_FILE, TEST_SPREAD_FILE, RunLayout,
@@ -76,7 +76,8 @@ def _split(record: dict[str, Any], settings: dict[str, Any]) -> str:
         return str(record["split"])
     if not settings.get("split_type"):
         return NOT_RECORDED
-    return describe_split(settings["split_type"], settings.get("separate_val_path"), settings.get("separate_test_path"))
+    return split_description(settings["split_type"], settings.get("separate_val_path"),
+                             settings.get("separate_test_path"))
 
 
 def settings_section(record: dict[str, Any], settings: dict[str, Any]) -> Section:

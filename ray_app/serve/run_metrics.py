@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from kermt.checkpoint import is_native_checkpoint
-from kermt.data.splits import describe_split
+from kermt.data.splits import split_description
 from kermt.run_layout import IN_TRAINING_SPLIT_KEY, RUN_RECORD_FILE
 from kermt.uncertainty.calibration_file import read_json_file
 from ray_app.serve.schemas import TrainingMetrics
@@ -66,7 +66,7 @@ def _split(record: dict, split_type: Optional[str]) -> Optional[str]:
     """run.json's split in words (a run recorded before it: the same words from its settings)."""
     if record.get("split") or not split_type:
         return record.get("split")
-    return describe_split(split_type, _setting(record, "separate_val_path"), _setting(record, "separate_test_path"))
+    return split_description(split_type, _setting(record, "separate_val_path"), _setting(record, "separate_test_path"))
 
 
 def training_metrics(source: str | Path) -> Optional[TrainingMetrics]:

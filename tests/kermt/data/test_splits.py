@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kermt.data.splits import (
-    describe_split,
+    split_description,
     index_predetermined_split,
     load_index_file,
     predetermined_split,
@@ -80,12 +80,12 @@ def test_pickled_index_files_are_refused(tmp_path):
 
 def test_the_split_in_words_says_which_parts_came_from_separate_files():
     """Upstream's summary key says split_type whatever the files; run.json, the report and the service page say this."""
-    assert describe_split("scaffold_balanced") == "scaffold_balanced"
-    assert describe_split("random", "/d/val.csv", "/d/test.csv") == (
+    assert split_description("scaffold_balanced") == "scaffold_balanced"
+    assert split_description("random", "/d/val.csv", "/d/test.csv") == (
         "given files: val /d/val.csv, test /d/test.csv; data_path: all for training")
-    assert describe_split("scaffold_balanced", "/d/val.csv") == (
+    assert split_description("scaffold_balanced", "/d/val.csv") == (
         "given file: val /d/val.csv; data_path: train/test by scaffold_balanced")
-    assert describe_split("random", None, "/d/test.csv") == (
+    assert split_description("random", None, "/d/test.csv") == (
         "given file: test /d/test.csv; data_path: train/val by random")
-    assert describe_split("predetermined", None, "/d/test.csv") == (
+    assert split_description("predetermined", None, "/d/test.csv") == (
         "given file: test /d/test.csv; data_path: predetermined, its test part unused")
