@@ -1,5 +1,8 @@
 """Distributed math equals single-process math: 2 workers x batch b == 1 worker x batch 2b (same parameters), with
-dropout and bond dropout on (drawn per molecule: dropout_draws="per_molecule", the runners' default)."""
+dropout and bond dropout on (drawn per molecule: dropout_draws="per_molecule", the runners' default).
+
+The default suite's 1-worker side is the member loop in this process (kermt.train.loop.fit, the loop every Ray Train
+worker runs; tests/kermt/train/test_loop.py): what a 1-worker Ray Train run computes, without starting one."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import torch
 from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from kermt.train.loop import MemberPlan
+from kermt.train.loop import MemberPlan, fit
 from ray_app.common.worker_loop import STATE_FILE
 from ray_app.finetune.train_loop import train_loop_per_worker
 from tests.kermt.train.member_plans import assert_only_shift_invariant_noise, assert_same_training, member_plan
@@ -63,7 +66,7 @@ def test_a_worker_with_no_molecules_in_the_last_batch(ray_cluster, tmp_path):
     # Upstream's padding: each worker's share is collated as wide as its global batch, so its sums are the same.
     plan = member_plan(8, "upstream", use_mtl_loss=True, n_train=41, features_generator=("rdkit_2d_normalized",))
     assert_only_shift_invariant_noise(plan)
-    single, double = _fit(plan, 1, tmp_path, "single"), _fit(plan, 2, tmp_path, "double")
+    single, double = fit(plan).checkpoint(), _fit(plan, 2, tmp_path, "double")
     assert single["progress"]["global_step"] == double["progress"]["global_step"] == 12
     assert_same_training(single, double)
 
@@ -123,9 +126,9 @@ def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
 def test_run_resumed_on_fewer_workers_changes_no_result(ray_cluster, tmp_path):
     """What an elastic run (``--num_workers 1-2``) does when a node goes: the group restarts smaller from the last
     checkpoint. The global batch is part of the plan and the dropout masks are drawn per molecule, so 1 worker
-    continues exactly where 2 left off."""
+    continues exactly where 2 left off: the run ends as the uninterrupted one (computed in this process)."""
     plan = member_plan(8, "zero", epochs=4)
-    reference = _fit(plan, 2, tmp_path, "uninterrupted")
+    reference = fit(plan).checkpoint()
 
     with killing_a_worker_after_first_checkpoint(tmp_path, "shrunk") as killed:
         # no retries left: the 2-worker run stops at the kill
