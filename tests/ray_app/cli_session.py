@@ -4,12 +4,18 @@ Tests whose Ray workers must see environment variables the test sets (S3 credent
 inherit the environment of the process that started Ray, not the driver's later changes) run their commands here:
 ``python -m tests.ray_app.cli_session '[["finetune", ...], ["tune", ...]]'``. Each command's exit status is
 printed as ``EXIT <n>``; the session stops at the first failing command.
+
+A step ``["pause"]`` prints ``PAUSED`` and waits for a line on stdin: a test checks and changes what the commands
+before it left (and then lets the same session re-run them) without starting a second Ray session (~10-20 s).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+PAUSE = ["pause"]
+PAUSED = "PAUSED"
 
 
 def main(commands: list[list[str]]) -> int:
@@ -18,6 +24,10 @@ def main(commands: list[list[str]]) -> int:
 
     connect(num_cpus=4, object_store_mb=256)  # as tests/ray_app/conftest.py: 4 logical CPUs on a 2-core machine
     for argv in commands:
+        if argv == PAUSE:
+            print(PAUSED, flush=True)
+            sys.stdin.readline()
+            continue
         status = cli_main(argv)
         print(f"EXIT {status}", flush=True)
         if status:

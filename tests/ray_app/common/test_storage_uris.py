@@ -4,15 +4,18 @@ the form for MinIO, Ceph and other S3-compatible stores), and plain ones whose e
 
 The commands run in a Ray session of their own (tests/ray_app/cli_session.py), started with the credentials (and,
 for the plain form, the endpoint) in its environment: Tune trials and Train workers write the storage themselves.
+The re-runs happen in the same session, after a pause (each session costs a Ray start).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ import yaml
 
 from kermt.data import atomic_files
 from tests.conftest import DATA_DIR, FIXTURE_DIR
+from tests.ray_app.cli_session import PAUSE, PAUSED
 from tests.s3_server import BUCKET, MotoS3
 
 ROOT = DATA_DIR.parents[1]
@@ -59,15 +63,42 @@ def _uri(s3: MotoS3, prefix: str, endpoint_in: str) -> str:
     return f"{uri}?endpoint_override=127.0.0.1:{s3.port}&scheme=http" if endpoint_in == "query" else uri
 
 
-def _session(s3: MotoS3, endpoint_in: str, tmp_path: Path, commands: list[list[str]]) -> str:
+@contextlib.contextmanager
+def _session(s3: MotoS3, endpoint_in: str, tmp_path: Path, commands: list[list[str]]) -> Iterator[subprocess.Popen]:
+    """The commands running in a session of their own (stdin and stdout are pipes; stderr goes to a file)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(CREDENTIALS, KERMT_CACHE=str(tmp_path / "cache"))
     if endpoint_in == "env":
         env["AWS_ENDPOINT_URL"] = s3.endpoint
-    done = subprocess.run([sys.executable, "-m", "tests.ray_app.cli_session", json.dumps(commands)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
-    return done.stdout
+    with open(tmp_path / "session.err", "w") as stderr:
+        session = subprocess.Popen([sys.executable, "-m", "tests.ray_app.cli_session", json.dumps(commands)],
+                                   cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                   text=True)
+        try:
+            yield session
+        finally:
+            if session.poll() is None:  # a failed check while it waits at its pause
+                session.kill()
+                session.wait()
+
+
+def _wait_for_the_pause(session: subprocess.Popen, tmp_path: Path) -> None:
+    lines = []
+    for line in session.stdout:
+        if line.rstrip("\n") == PAUSED:
+            return
+        lines.append(line)
+    session.wait()
+    pytest.fail(f"the session ended (exit {session.returncode}) before its pause:\n{''.join(lines)[-4000:]}\n"
+                f"{(tmp_path / 'session.err').read_text()[-6000:]}")
+
+
+def _printed_after_the_pause(session: subprocess.Popen, tmp_path: Path) -> str:
+    session.stdin.write("\n")
+    session.stdin.close()
+    out = session.stdout.read()
+    assert session.wait() == 0, f"{out[-4000:]}\n{(tmp_path / 'session.err').read_text()[-6000:]}"
+    return out
 
 
 def _finetune_args(inputs: Path, save_dir: str, storage: str) -> list[str]:
@@ -92,23 +123,23 @@ def _read(s3: MotoS3, key: str) -> bytes:
 # the endpoint named in the environment is the same flow a second time (100 s): slow; the query form runs by default
 @pytest.mark.parametrize("endpoint_in", ["query", pytest.param("env", marks=pytest.mark.slow)])
 def test_ensemble_and_sweep_run_and_resume_in_object_storage(s3, inputs, tmp_path, endpoint_in):
-    """First session: an ensemble (--save_dir and --storage_path in the bucket) and a sweep. Then one member's
-    metrics.csv is removed from the bucket, and the second session re-runs both commands: the ensemble restores its
-    Tune run from the storage URI and brings the member back from its checkpoint; the sweep resumes, trains nothing."""
+    """An ensemble (--save_dir and --storage_path in the bucket) and a sweep. Then one member's metrics.csv is
+    removed from the bucket, and the same commands run again: the ensemble restores its Tune run from the storage URI
+    and brings the member back from its checkpoint; the sweep resumes, trains nothing."""
     save, storage = _uri(s3, f"{endpoint_in}/ft", endpoint_in), _uri(s3, f"{endpoint_in}/ray", endpoint_in)
     finetune = _finetune_args(inputs, save, storage)
     tune = _tune_args(inputs, tmp_path / "sweep", _uri(s3, f"{endpoint_in}/sweep", endpoint_in))
-    _session(s3, endpoint_in, tmp_path, [finetune, tune])
+    with _session(s3, endpoint_in, tmp_path, [finetune, tune, PAUSE, finetune, tune]) as session:
+        _wait_for_the_pause(session, tmp_path)
+        run_id = json.loads(_read(s3, f"{endpoint_in}/ft/run_state.json"))["run_id"]
+        experiment = s3.listing(f"{BUCKET}/{endpoint_in}/ray/{run_id}-members")
+        assert any(key.endswith("tuner.pkl") for key in experiment), experiment
+        result = _read(s3, f"{endpoint_in}/ft/fold_0/test_result.csv")
+        assert s3.listing(f"{BUCKET}/{endpoint_in}/sweep/tune"), "the sweep's Tune state is in the bucket"
+        assert len(list(csv.DictReader(open(tmp_path / "sweep" / "all_trials.csv")))) == 2
 
-    run_id = json.loads(_read(s3, f"{endpoint_in}/ft/run_state.json"))["run_id"]
-    experiment = s3.listing(f"{BUCKET}/{endpoint_in}/ray/{run_id}-members")
-    assert any(key.endswith("tuner.pkl") for key in experiment), experiment
-    result = _read(s3, f"{endpoint_in}/ft/fold_0/test_result.csv")
-    assert s3.listing(f"{BUCKET}/{endpoint_in}/sweep/tune"), "the sweep's Tune state is in the bucket"
-    assert len(list(csv.DictReader(open(tmp_path / "sweep" / "all_trials.csv")))) == 2
-
-    s3.filesystem().delete_file(f"{BUCKET}/{endpoint_in}/ft/fold_0/model_1/metrics.csv")
-    out = _session(s3, endpoint_in, tmp_path, [finetune, tune])
+        s3.filesystem().delete_file(f"{BUCKET}/{endpoint_in}/ft/fold_0/model_1/metrics.csv")
+        out = _printed_after_the_pause(session, tmp_path)
     assert "kept 1 of 2 model(s)" in out
     assert f"resuming the Tune run in {atomic_files.join(storage, run_id + '-members')}" in out
     assert f"resuming the sweep in {atomic_files.join(tune[tune.index('--storage_path') + 1], 'tune')}" in out
