@@ -106,18 +106,15 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     assert described["kind"] == "finetuned" and described["tasks"]["task_names"] == ["logp", "tpsa_100", "fsp3"]
 
 
-def test_bf16_finetune_stays_close_to_fp32(ray_cluster, demo_csv, tmp_path):
+def test_bf16_finetune_stays_close_to_fp32(run_after_the_ensemble, demo_csv, tmp_path):
     """--precision bf16 end to end (training steps, validation, test predictions): a different computation whose
-    test score stays within a few percent of the fp32 run's (docs/numerics.md)."""
-    scores = {}
-    for precision in ("fp32", "bf16"):
-        config, sources = resolve([
-            "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-            "--save_dir", str(tmp_path / precision), "--epochs", "2", "--batch_size", "16",
-            "--ffn_hidden_size", "8", "--precision", precision])
-        scores[precision] = run_finetune(config, sources)["overall_random_test_rmse"]
-    assert scores["bf16"] != scores["fp32"]  # autocast really ran
-    assert scores["bf16"] == pytest.approx(scores["fp32"], rel=0.05)
+    test score stays within a few percent of the fp32 run's (docs/numerics.md). The fp32 run is the same command's
+    that the new-run test below checks."""
+    fp32 = run_after_the_ensemble[1]["overall_random_test_rmse"]
+    config, sources = resolve([*_one_member_args(demo_csv, tmp_path / "bf16"), "--precision", "bf16"])
+    bf16 = run_finetune(config, sources)["overall_random_test_rmse"]
+    assert bf16 != fp32  # autocast really ran
+    assert bf16 == pytest.approx(fp32, rel=0.05)
 
 
 def _ensemble_run(demo_csv, save_dir, concurrency: int) -> dict:
@@ -218,22 +215,33 @@ def test_a_runs_members_are_its_own_fold_models_not_tunes_copies(sequential_run,
     assert members == [f"fold_{f}/model_{m}/model" for f in (0, 1) for m in (0, 1)]
 
 
-def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members(sequential_run, demo_csv,
-                                                                                    tmp_path, capsys):
+def _one_member_args(demo_csv: Path, save_dir: Path) -> list[str]:
+    """One member of one fold, one epoch."""
+    return ["--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
+            "--save_dir", str(save_dir), "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8"]
+
+
+@pytest.fixture(scope="module")
+def run_after_the_ensemble(sequential_run, demo_csv, tmp_path_factory) -> tuple[Path, dict, str]:
+    """One member (fp32) run in a copy of the sequential run's save_dir: (save_dir, summary, the run's output). The
+    new-run test checks what it did with the earlier run; the bf16 test compares its score with this one's (what a
+    save_dir held before changes no number of the run)."""
+    save_dir = _copy_run(sequential_run[0], tmp_path_factory.mktemp("after_ensemble") / "run")
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        summary = run_finetune(*resolve(_one_member_args(demo_csv, save_dir)))
+    return save_dir, summary, out.getvalue()
+
+
+def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members(sequential_run,
+                                                                                    run_after_the_ensemble):
     """--ensemble_size 1 --num_folds 1 after 2 x 2 in the same save_dir: the earlier run's files go to
     earlier_runs/<its id>/ (a run of its own there), the new run holds one member, and a stale member put back by
     hand is refused by name instead of being averaged in."""
     from kermt.errors import UserError
     from kermt.inference import find_checkpoints
 
-    earlier_dir, earlier = sequential_run
-    save_dir = _copy_run(earlier_dir, tmp_path / "run")
-    config, sources = resolve(["--data_path", str(demo_csv), "--checkpoint_path",
-                               str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--save_dir", str(save_dir),
-                               "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8"])
-    capsys.readouterr()
-    summary = run_finetune(config, sources)
-    out = capsys.readouterr().out
+    earlier = sequential_run[1]
+    save_dir, summary, out = run_after_the_ensemble
     moved = save_dir / "earlier_runs" / earlier["run_id"]
     assert f"moved its outputs to {moved}" in out
     assert "other settings (ensemble_size, epochs, num_folds, save_dir)" in out
