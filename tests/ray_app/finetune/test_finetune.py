@@ -181,6 +181,35 @@ def test_ensemble_and_folds_in_parallel_equal_sequential(parallel_run, sequentia
         assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])
     splits = json.loads((parallel_dir / "splits.json").read_text())
     assert splits["fold_0"]["test"] != splits["fold_1"]["test"]  # fold k is split with seed + k
+    # every other output too: the same files, byte for byte, but for what names the run or the clock
+    assert _outputs(parallel_dir) == _outputs(sequential_dir)
+    records = [json.loads((run / "run.json").read_text()) for run in (parallel_dir, sequential_dir)]
+    for key in ("summary", "calibration", "folds"):  # what the report shows of the members
+        assert {**records[0][key], "run_id": None} == {**records[1][key], "run_id": None}
+
+
+# A run's files that name its run id, the clock or --max_concurrent_trials; metrics.csv's columns of seconds
+RUN_SPECIFIC_FILES = ("run.json", "run_state.json", "config.yaml", "report.html")
+TIME_COLUMNS = ("train_time_s", "val_time_s")
+
+
+def _outputs(run: Path) -> dict[str, object]:
+    """Each file a run wrote outside Ray Tune's folder: its bytes; a metrics.csv's rows less their seconds; a
+    member's model/config.json less its provenance (the run id)."""
+    found: dict[str, object] = {}
+    for path in sorted(p for p in run.rglob("*") if p.is_file() and "ray_results" not in p.parts):
+        name = path.relative_to(run).as_posix()
+        if name in RUN_SPECIFIC_FILES:
+            continue
+        if path.name == "metrics.csv":
+            found[name] = [{k: v for k, v in row.items() if k not in TIME_COLUMNS}
+                           for row in csv.DictReader(io.StringIO(path.read_text()))]
+        elif name.endswith("model/config.json"):
+            found[name] = {**json.loads(path.read_text()), "provenance": None}
+        else:
+            found[name] = path.read_bytes()
+    assert any(name.endswith("metrics.csv") for name in found) and "fold_1/test_result.csv" in found
+    return found
 
 
 def test_rerun_keeps_saved_members_and_takes_finished_ones_from_the_tune_run(sequential_run, demo_csv, capsys):
