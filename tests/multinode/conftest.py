@@ -1,4 +1,6 @@
-"""The multi-node lane's cluster (``pytest -m multinode``): one per test module, stopped by process tree."""
+"""The multi-node lane's cluster (``pytest -m multinode``): one for the lane's modules (starting one takes ~20-40 s),
+stopped by process tree. A test that loses a node adds a replacement on a new address, so the tests after it see
+two worker nodes again (``cluster.nodes`` names them)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_NODES = {"127.0.0.3": 1, "127.0.0.4": 1}  # one training worker per node, like one GPU per node
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster():
     if shutil.which("unshare") is None:
         pytest.skip("the multi-node lane needs util-linux `unshare` (private per-node filesystems)")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.multinode.conftest import ROOT, WORKER_NODES, run_driver, s3
+from tests.multinode.conftest import ROOT, run_driver, s3
 from tests.multinode.loopback import BIN
 
 # A small finetune of the demo: 300 molecules, 6 epochs (enough left to interrupt after the first checkpoint),
@@ -65,7 +65,7 @@ def test_worker_nodes_cannot_see_the_heads_disk(cluster, head_inputs):
     done = subprocess.run([sys.executable, "-c", probe], env=cluster.driver_env(), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == str([(ip, False) for ip in sorted(WORKER_NODES)])
+    assert done.stdout.strip().splitlines()[-1] == str([(ip, False) for ip in sorted(cluster.nodes)])
 
 
 def test_a_local_storage_path_is_refused_before_any_work(cluster, head_inputs):

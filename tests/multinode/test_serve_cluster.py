@@ -54,12 +54,14 @@ def test_kermt_serve_from_s3_puts_replicas_on_workers_and_equals_kermt_predict(c
     with open(predicted) as f:
         expected = list(csv.DictReader(f))
     predict_s = time.monotonic() - started
-    placed = serve_and_check(cluster, model, expected, ["--num_replicas", str(len(WORKER_NODES))])
+    workers = sorted(cluster.nodes)  # the worker nodes now (a node lost by an earlier test has a replacement)
+    assert len(workers) == len(WORKER_NODES)
+    placed = serve_and_check(cluster, model, expected, ["--num_replicas", str(len(workers))])
     print(f"\nkermt predict from S3 {predict_s:.0f} s")
-    assert placed["model-cls"] == sorted(WORKER_NODES)  # one per worker node, none on the 0-CPU head
+    assert placed["model-cls"] == workers  # one per worker node, none on the 0-CPU head
     # featurised by a deployment of its own: it takes the other worker's CPU, the numbers stay kermt predict's
     placed = serve_and_check(cluster, model, expected, ["--num_replicas", "1", "--num_featurizers", "1"])
-    assert sorted(placed["model-cls"] + placed[FEATURIZER_DEPLOYMENT]) == sorted(WORKER_NODES)
+    assert sorted(placed["model-cls"] + placed[FEATURIZER_DEPLOYMENT]) == workers
 
 
 def settled_placement(cluster, replicas: int, timeout_s: float = 60) -> dict[str, list[str]]:
