@@ -13,6 +13,7 @@ no calibration, no domain). Checkpoints are read as data (no pickle) unless ``tr
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kermt.checkpoint import Checkpoint, is_native_checkpoint
-from kermt.data.featurize import featurize_smiles
+from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.errors import UserError, user_input
+from kermt.inference.attributions import Attributions, Attributor, unavailable_reason
 from kermt.inference.columns import (ERROR_COLUMN, IN_DOMAIN_COLUMN, MODEL_SMILES_COLUMN, SMILES_COLUMN,
                                      VALID_COLUMN, OutputPlan, prediction_columns)
 from kermt.inference.ensemble import Ensemble
@@ -60,22 +62,27 @@ class TrainedRun:
         return self.ensemble.dataset_type == "regression"
 
     def predict(self, smiles: Sequence[str] | str, interval: float | None = None, domain: bool = False,
-                uncertainty: bool = False) -> "pd.DataFrame":
+                uncertainty: bool = False, attributions: bool = False) -> "pd.DataFrame":
         """One row per SMILES, in order: ``smiles``, each task, then as asked ``<task>_std`` (``uncertainty``),
         the calibrated columns at level ``interval`` (a regression's bounds; a classifier's calibrated probability
-        is there whenever the run is calibrated, its sets with ``interval``), ``domain_distance``/``in_domain``
-        (``domain``), then ``valid``, ``error`` (RDKit's reason) and, for a model that standardises its molecules,
-        ``model_smiles`` (the SMILES it saw, "" where that is the input). Invalid rows hold nulls."""
+        is there whenever the run is calibrated, its sets with ``interval``), ``<task>_atoms``/``<task>_baseline``
+        (and ``<task>_descriptors`` for a model with descriptors; ``attributions``, as `kermt predict
+        --attributions`: :mod:`kermt.inference.attributions`), ``domain_distance``/``in_domain`` (``domain``), then
+        ``valid``, ``error`` (RDKit's reason) and, for a model that standardises its molecules, ``model_smiles``
+        (the SMILES it saw, "" where that is the input). Invalid rows hold nulls; so do the attribution columns of
+        a molecule over the attributions' budget, and of every molecule where the model's mode cannot give them
+        (a warning says why)."""
         import pandas as pd
 
         smiles = [smiles] if isinstance(smiles, str) else list(smiles)
-        outputs = self._outputs(uncertainty, interval, domain)
+        outputs = self._outputs(uncertainty, interval, domain, attributions)
         prep = self.features.prep(self.max_heavy_atoms)
         molecules = featurize_smiles(smiles, self.features.generator, prep=prep)
         prediction = self.ensemble.predict(molecules, self.batch_size)
         scored = self._domain_scorer()(molecules, self.batch_size) if domain else None
         valid = np.asarray(molecules.valid, dtype=bool)
-        columns = prediction_columns(outputs, prediction.mean, prediction.std, valid, scored)
+        explained = self._attributions(molecules) if attributions else None
+        columns = prediction_columns(outputs, prediction.mean, prediction.std, valid, scored, explained)
         frame = pd.DataFrame({SMILES_COLUMN: smiles, **columns})
         if domain:  # null where invalid, as kermt predict writes it
             frame[IN_DOMAIN_COLUMN] = pd.array(np.where(valid, columns[IN_DOMAIN_COLUMN], None), dtype="boolean")
@@ -85,7 +92,14 @@ class TrainedRun:
             frame[MODEL_SMILES_COLUMN] = list(molecules.model_smiles)
         return frame
 
-    def _outputs(self, uncertainty: bool, interval: float | None, domain: bool) -> OutputPlan:
+    def _attributions(self, molecules: FeaturizedMolecules) -> Attributions | None:
+        why_not = unavailable_reason(self.ensemble.specs, self.ensemble.rule.upstream_batching)
+        if why_not:
+            warnings.warn(f"the attribution columns stay empty: {why_not}", stacklevel=3)
+            return None
+        return Attributor(self.ensemble).attribute(molecules)
+
+    def _outputs(self, uncertainty: bool, interval: float | None, domain: bool, attributions: bool) -> OutputPlan:
         """The columns asked for, checked against what the run has (a one-line UserError, as kermt predict's)."""
         if interval is not None and not 0 < level_not_percentage(interval, "interval=") < 1:
             raise UserError(f"interval={interval:g}: a level is a fraction in (0, 1), e.g. 0.9")
@@ -99,7 +113,8 @@ class TrainedRun:
             self._domain_scorer()  # no domain: the error names the run, before any molecule is featurised
         return OutputPlan(self.tasks, self.regression, uncertainty=uncertainty, interval=interval,
                           calibrations=self.calibrations if self.regression else None,
-                          class_calibrations=None if self.regression else self.calibrations, domain=domain)
+                          class_calibrations=None if self.regression else self.calibrations, domain=domain,
+                          attributions=attributions, descriptors=self.features.width > 0)
 
     def _domain_scorer(self) -> DomainScorer:
         """The applicability domain of the run's first fold, loaded and checked on first use."""

@@ -144,6 +144,11 @@ class ModelScreeningConfig(EngineFlag, WidthFlags, FeatureFlags, ScreeningConfig
 class PredictConfig(ModelScreeningConfig):
     drop_extra_columns: bool = Field(False, description="write only the SMILES, predictions, valid and error "
                                      "(and --id_columns); by default every other input column is carried too")
+    attributions: bool = Field(False, description="add <task>_atoms (a JSON list: each heavy atom's share of the "
+                               "prediction, in the atom order of the SMILES the model saw), <task>_baseline (the "
+                               "value the shares start from) and, for a model with molecule descriptors, "
+                               "<task>_descriptors; a classifier's shares explain its logit "
+                               "(docs/attributions.md)")
 
 
 class EvalConfig(ModelScreeningConfig):

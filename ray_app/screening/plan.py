@@ -14,6 +14,7 @@ from kermt.checkpoint import Checkpoint
 from kermt.data.feature_files import load_features_files
 from kermt.errors import UserError, user_input
 from kermt.inference import FeaturePlan, find_checkpoints, plan_features, read_members, task_names
+from kermt.inference.attributions import unavailable_reason
 from kermt.inference.columns import ERROR_COLUMN, MODEL_SMILES_COLUMN, SMILES_COLUMN, VALID_COLUMN, OutputPlan
 from kermt.inference.mc_dropout import check_dropout
 from kermt.inference.widths import upstream_batching_note, width_rule
@@ -99,7 +100,25 @@ def output_plan(config: ModelScreeningConfig, members: list[Checkpoint], calibra
     spec = members[0].spec
     return OutputPlan(task_names(spec), spec.head.dataset_type == "regression", uncertainty=config.uncertainty,
                       interval=config.interval, calibrations=calibrations, class_calibrations=class_calibrations,
-                      domain=domain, calibrated=calibrated)
+                      domain=domain, calibrated=calibrated, attributions=_attributions(config),
+                      descriptors=spec.head.features_size > 0)
+
+
+def _attributions(config: ModelScreeningConfig) -> bool:
+    return bool(getattr(config, "attributions", False))  # a kermt predict flag (eval has none yet)
+
+
+def note_attributions(config: ModelScreeningConfig, members: list[Checkpoint]) -> None:
+    """--attributions: a one-line note where this model or mode cannot give them (the columns stay empty) or where
+    they explain another number than the prediction column."""
+    if not _attributions(config):
+        return
+    why_not = unavailable_reason([m.spec for m in members], config.upstream_batching)
+    if why_not:
+        log(f"note: the attribution columns stay empty: {why_not}")
+    elif config.dropout_samples:
+        log(f"note: --dropout_samples {config.dropout_samples}: the attributions explain the members' prediction "
+            "without dropout, which <task>_baseline plus the shares add up to, not the MC-dropout mean")
 
 
 def _check_members(config: ModelScreeningConfig, members: list[Checkpoint]) -> None:
@@ -135,6 +154,7 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
         members = _members(config)
         _check_members(config, members)
         note_widths(config, [m.spec for m in members])
+        note_attributions(config, members)
         classes = plan_class_calibration(config, members)  # first: it refuses a class file beside regression
         calibrations = plan_intervals(config, members)
         names = task_names(members[0].spec)

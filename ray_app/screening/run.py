@@ -12,7 +12,10 @@ import pyarrow as pa
 from kermt.checkpoint import Checkpoint, read_checkpoint
 from kermt.chem.standardize import MoleculePrep
 from kermt.errors import UserError, user_input
+from kermt.data.formats import row_place
 from kermt.inference import Embedder
+from kermt.inference.attributions import MAX_HEAVY_ATOMS, unavailable_reason
+from kermt.inference.columns import ATOMS_SUFFIX
 from kermt.inputs import check_checkpoint_file
 from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
 from ray_app.screening.files import (ArraySpool, JsonListSpool, TableWriter, write_metadata_json, write_npy,
@@ -43,12 +46,42 @@ def run_predict(config: PredictConfig) -> int:
     writer = TableWriter(config.output_path)
     checked = calibrated_on_file(config, checked)
     ds = predict_stream(config, checked)
+    outputs = checked.outputs(config)
+    explained = outputs.attributions and not unavailable_reason([m.spec for m in checked.members],
+                                                                config.upstream_batching)
+    unattributed = UnattributedRows(config.data_path, outputs.tasks[0] + ATOMS_SUFFIX if explained else None)
 
     def write(block: pa.Table) -> None:
+        unattributed.add(block)
         writer.write(block.rename_columns([checked.source.smiles_column, *block.column_names[1:]]))
 
     stats = drain(ds, write, input_progress(config.data_path, "predicting"))
+    unattributed.note()
     return _finish(stats, config, started, writer.commit, writer.abort)
+
+
+class UnattributedRows:
+    """--attributions: the valid rows whose attribution cells came back empty (more heavy atoms than the budget),
+    counted as the blocks are written, for one note at the end. ``column``: the first task's atoms column (None:
+    no attributions are computed, and there is nothing to count)."""
+
+    def __init__(self, data_path: str, column: str | None) -> None:
+        self.data_path, self.column = data_path, column
+        self.rows: list[int] = []
+        self.seen = 0
+
+    def add(self, block: pa.Table) -> None:
+        if self.column is not None:
+            empty = block.column(self.column).is_null().to_numpy(zero_copy_only=False)
+            valid = block.column("valid").to_numpy(zero_copy_only=False).astype(bool)
+            self.rows += (self.seen + np.flatnonzero(empty & valid)).tolist()
+        self.seen += block.num_rows
+
+    def note(self) -> None:
+        if self.rows:
+            log(f"note: {len(self.rows)} molecule(s) of {self.data_path} have empty attribution cells: more than "
+                f"{MAX_HEAVY_ATOMS} heavy atoms, the attributions' budget (e.g. "
+                f"{row_place(self.data_path, self.rows[0])}); their predictions are written")
 
 
 # ------------------------------------------------------------------------------------------ fingerprint / embed

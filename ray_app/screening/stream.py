@@ -39,7 +39,8 @@ from kermt.chem.validation import reason_kind
 from kermt.data.featurize import FeaturizedMolecules
 from kermt.errors import UserError, find_cause
 from kermt.inference import Embedder, Ensemble
-from kermt.inference.columns import MODEL_SMILES_COLUMN, OutputPlan, prediction_columns
+from kermt.inference.attributions import Attributor, unavailable_reason
+from kermt.inference.columns import MODEL_SMILES_COLUMN, OutputPlan, filled_rows, prediction_columns
 from kermt.uncertainty.domain import DomainIndex, DomainScorer
 from kermt.data.arrow_molecules import FeaturizeBatch, molecules_from_table
 from ray_app.common.progress import Progress
@@ -149,7 +150,8 @@ class PredictStage:
     (:mod:`kermt.inference.columns`: upstream's task columns first), then the carried ones.
 
     ``domain`` (--applicability_domain): fold 0's index, fitted here once per actor, read through member 0's
-    embedding (:class:`kermt.uncertainty.domain.DomainScorer`)."""
+    embedding (:class:`kermt.uncertainty.domain.DomainScorer`). ``outputs.attributions`` (--attributions): per-atom
+    attributions of every block (:mod:`kermt.inference.attributions`), empty where the mode cannot give them."""
 
     def __init__(self, members: list[Checkpoint], batch_size: int, use_gpu: bool, outputs: OutputPlan,
                  domain: DomainIndex | None = None, dropout_samples: int = 0, upstream_batching: bool = False,
@@ -159,14 +161,19 @@ class PredictStage:
         self.batch_size, self.outputs = batch_size, outputs
         self.domain = (DomainScorer(domain, self.ensemble.models[0], self.ensemble.device, self.ensemble.rule)
                        if domain else None)
+        explains = outputs.attributions and unavailable_reason(self.ensemble.specs, upstream_batching) is None
+        self.attributor = Attributor(self.ensemble) if explains else None
 
     def __call__(self, table: pa.Table) -> pa.Table:
         molecules = molecules_from_table(table)
         prediction = self.ensemble.predict(molecules, self.batch_size)
         domain = self.domain(molecules, self.batch_size) if self.domain is not None else None
-        values = prediction_columns(self.outputs, prediction.mean, prediction.std, molecules.valid, domain)
+        attributions = self.attributor.attribute(molecules) if self.attributor is not None else None
+        values = prediction_columns(self.outputs, prediction.mean, prediction.std, molecules.valid, domain,
+                                    attributions)
         columns = {"smiles": table.column("smiles")}
-        columns.update({name: arrow_column(column, molecules.valid) for name, column in values.items()})
+        columns.update({name: arrow_column(column, filled_rows(self.outputs, name, column, molecules.valid))
+                        for name, column in values.items()})
         return pa.table({**columns, **carried_columns(table, molecules)})
 
 
