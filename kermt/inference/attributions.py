@@ -19,10 +19,12 @@ forward). bench/attributions.py chose the baseline and the steps by measurement 
 sum (docs/attributions.md).
 
 Batched: the ``steps + 1`` copies of many molecules are one graph, one forward and one backward per task, of at most
-``atoms_per_forward`` atom rows. Each molecule is collated at its reference width (:mod:`kermt.inference.widths`;
-any width for a zero-padding model), so its values depend on the molecule and the model only, never on its
-batch-mates. Atom order: the graph's, which is RDKit's parse order of the SMILES the model saw (``model_smiles``
-where standardisation changed the input). Members run in eval mode: MC dropout does not enter.
+``atoms_per_forward`` atom rows (by default fewer the wider the encoder). Each molecule is collated at its reference
+width (:mod:`kermt.inference.widths`; any width for a zero-padding model), so its values depend on the molecule and
+the model only, never on its batch-mates. Atom order: the graph's, which is RDKit's parse order of the SMILES the
+model saw (``model_smiles`` where standardisation changed the input). Members run in eval mode: MC dropout does not
+enter. Cost: the preset 800-wide encoder gave 0.2 molecules/s on one CPU thread (a 64-wide one 35): a screen wants
+GPUs.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ from kermt.inference.widths import WidthRule
 
 DEFAULT_STEPS = 16  # path intervals: bench/attributions.py, docs/attributions.md
 MAX_HEAVY_ATOMS = 100  # the budget: a larger molecule gets no attributions (its prediction is kept)
-ATOMS_PER_FORWARD = 16_384  # atom rows (copies on the path included) per forward and backward
+# atom rows (path copies included) x hidden size x attention heads per forward and backward: 2,048 rows of the
+# 800-wide, 4-head preset held ~3 GB of activations on the CPU (25,600 rows of a 64-wide 2-head model)
+FORWARD_BUDGET = 2_048 * 800 * 4
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,13 @@ class Attributor:
     """Integrated gradients of an :class:`Ensemble`'s members (module docstring)."""
 
     def __init__(self, ensemble: Ensemble, path: PathRule | None = None, *, max_heavy_atoms: int = MAX_HEAVY_ATOMS,
-                 atoms_per_forward: int = ATOMS_PER_FORWARD, baseline: Baseline | None = None) -> None:
+                 atoms_per_forward: int | None = None, baseline: Baseline | None = None) -> None:
+        """``atoms_per_forward``: atom rows per forward (path copies included; a molecule's copies are never
+        split); default: :data:`FORWARD_BUDGET` over the encoder's width."""
         self.ensemble, self.path = ensemble, path or PathRule.integrated_gradients()
-        self.max_heavy_atoms, self.atoms_per_forward = max_heavy_atoms, atoms_per_forward
+        encoder = ensemble.specs[0].encoder
+        self.max_heavy_atoms = max_heavy_atoms
+        self.atoms_per_forward = atoms_per_forward or FORWARD_BUDGET // (encoder.hidden_size * encoder.num_attn_head)
         self.baseline = baseline or Baseline.reference()
         # the batch-independent rule whatever the ensemble predicts with (unavailable_reason refuses the one case
         # where that differs from its numbers)
@@ -252,5 +260,5 @@ def _integral(products: torch.Tensor, weights: torch.Tensor, rows: int) -> torch
     return weights @ products.sum(dim=1).double().view(len(weights), rows)
 
 
-__all__ = ["ATOMS_PER_FORWARD", "Attributions", "Attributor", "Baseline", "DEFAULT_STEPS", "MAX_HEAVY_ATOMS",
-           "PathRule", "unavailable_reason"]
+__all__ = ["Attributions", "Attributor", "Baseline", "DEFAULT_STEPS", "FORWARD_BUDGET", "MAX_HEAVY_ATOMS", "PathRule",
+           "unavailable_reason"]
