@@ -132,6 +132,12 @@ class Source:
     id_columns: tuple[str, ...]
 
 
+def malformed_csv(path: str) -> UserError:
+    """A CSV that pyarrow (here or in a Ray read task) could not split into the header's fields."""
+    return UserError(f"{path}: malformed CSV: a row has more or fewer fields than the header, or a quote is not "
+                     "closed; fix the file")
+
+
 def pick_columns(names: Sequence[str], smiles_column: str | None, id_columns: Sequence[str]) -> str:
     """The SMILES column (default: the first one, as upstream); every named column must exist."""
     smiles = smiles_column or names[0]
@@ -298,6 +304,7 @@ def write_metadata_json(path: Path, header: dict, lists: dict[str, JsonListSpool
 
 __all__ = [
     "ArraySpool", "InputTable", "JsonListSpool", "Source", "TableWriter", "csv_options", "filesystem_of",
+    "malformed_csv",
     "pick_columns", "read_table_lazily", "row_estimate", "split_smi_lines", "write_metadata_json", "write_npy",
     "write_npz",
 ]

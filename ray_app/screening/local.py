@@ -1,4 +1,4 @@
-"""Which engine streams a screening command, and the input read in this process for ``--engine local``.
+"""The screening stream in this process, without Ray (``--engine local``; :mod:`ray_app.screening.engines` decides).
 
 Most predictions are small (a few to a few thousand molecules), where starting a local Ray cluster costs far more
 than the work (docs/screening.md#engines). This path runs the very stages of the Ray stream
@@ -12,75 +12,49 @@ Nothing here imports Ray: a small prediction costs the imports, the model load a
 
 from __future__ import annotations
 
-import os
-import sys
+import contextlib
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
+import torch
 
-from kermt.errors import UserError
-from ray_app.common.storage import is_uri
-from ray_app.screening.config import LOCAL_MAX_ROWS, EmbedConfig, FingerprintConfig, ModelScreeningConfig, log
-from ray_app.screening.files import InputTable, csv_options, filesystem_of, row_estimate, split_smi_lines
+from ray_app.screening.files import InputTable, csv_options, filesystem_of, malformed_csv, split_smi_lines
+from ray_app.screening.stream import InputSpec, featurize_block, file_feature_columns, rows_per_block
 
-StreamedConfig = ModelScreeningConfig | FingerprintConfig | EmbedConfig
-# a compressed file's row count is not known without reading it: assume a row per this many compressed bytes (a
-# compressed SMILES line is rarely shorter), so the guess errs towards Ray
-COMPRESSED_BYTES_PER_ROW = 10
 READ_BLOCK_BYTES = 1 << 20
 
 
-def resolve_engine(config: StreamedConfig, paths: Sequence[str | None] = ()) -> StreamedConfig:
-    """``config`` with ``engine`` "local" or "ray": the flag as given, or for ``auto`` the in-process path when no
-    cluster is named or running, every input is a local file and the data has at most LOCAL_MAX_ROWS rows.
-    ``paths``: other inputs the command streams (``--calibration_path``)."""
-    if config.engine == "local":
-        _check_local(config)
-        return config
-    if config.engine == "ray":
-        return config
-    why_ray = _why_ray(config, [config.data_path, *paths])
-    engine = "ray" if why_ray else "local"
-    log(f"engine: {engine} ({why_ray or 'a small local input, no cluster named or running'}; --engine "
-        f"{'local' if why_ray else 'ray'} to choose the other)")
-    return config.model_copy(update={"engine": engine})
+def local_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: type, stage_kwargs: dict,
+                 file_features: tuple[np.ndarray, np.ndarray] | None = None, threads: int = 1) -> Iterator[pa.Table]:
+    """build_stream's blocks, computed in this process: the same stages on the same blocks of rows (module
+    docstring of :mod:`ray_app.screening.local`), the model on ``threads`` threads as an actor of that many CPUs.
+
+    Why not torch's default (every core): OpenMP's threads spin while they wait, so on a busy machine two of them
+    made a 2,000-molecule prediction 2-7x slower than one (bench/predict.py, docs/screening.md#engines)."""
+    with torch_threads(threads):
+        model = stage(**stage_kwargs)
+        start = 0
+        for block in read_blocks(table, spec.read_columns, rows_per_block(batch_size)):
+            if file_features is not None:
+                rows = slice(start, start + block.num_rows)
+                for name, column in file_feature_columns(file_features[0][rows], file_features[1][rows]).items():
+                    block = block.append_column(name, column)
+            start += block.num_rows
+            yield model(featurize_block(block, spec))
 
 
-def _check_local(config: StreamedConfig) -> None:
-    for flag, value in (("--address", config.address), ("--concurrency", config.concurrency)):
-        if value is not None:
-            raise UserError(f"{flag} {value} is for --engine ray; --engine local computes in this process")
-
-
-def _why_ray(config: StreamedConfig, paths: Sequence[str | None]) -> str | None:
-    """Why ``auto`` streams on Ray (None: it runs in-process)."""
-    if config.address or os.environ.get("RAY_ADDRESS"):
-        return f"a cluster is named ({config.address or 'RAY_ADDRESS'})"
-    if _ray_is_running_here():
-        return "this process is connected to a Ray cluster"
-    if config.concurrency is not None:
-        return f"--concurrency {config.concurrency} asks for model actors"
-    remote = [p for p in paths if p is not None and is_uri(p)]
-    if remote:
-        return f"{remote[0]} is read where it is, by Ray Data"
-    rows = _rows_at_most(config.data_path)
-    if rows > LOCAL_MAX_ROWS:
-        return f"{config.data_path} has more than {LOCAL_MAX_ROWS:,} rows"
-    return None
-
-
-def _ray_is_running_here() -> bool:
-    ray = sys.modules.get("ray")  # never imported for this: a process that has not imported Ray runs no cluster
-    return ray is not None and ray.is_initialized()
-
-
-def _rows_at_most(path: str) -> int:
-    rows = row_estimate(path)
-    if rows is not None:
-        return rows
-    return os.path.getsize(path) // COMPRESSED_BYTES_PER_ROW
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` for the block, as they were after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def read_blocks(table: InputTable, columns: Sequence[str], block_rows: int) -> Iterator[pa.Table]:
@@ -120,13 +94,8 @@ def _pieces(table: InputTable, columns: Sequence[str]) -> Iterator[pa.Table]:
             raise malformed_csv(table.path) from error
 
 
-def malformed_csv(path: str) -> UserError:
-    return UserError(f"{path}: malformed CSV: a row has more or fewer fields than the header, or a quote is not "
-                     "closed; fix the file")
-
-
 def count_rows(table: InputTable, column: str) -> int:
     return sum(block.num_rows for block in _pieces(table, [column]))
 
 
-__all__ = ["count_rows", "malformed_csv", "read_blocks", "resolve_engine"]
+__all__ = ["count_rows", "local_stream", "read_blocks", "torch_threads"]

@@ -20,10 +20,9 @@ from kermt.inputs import check_checkpoint_file
 from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
 from ray_app.screening.files import (ArraySpool, JsonListSpool, TableWriter, write_metadata_json, write_npy,
                                      write_npz)
-from ray_app.screening.local import resolve_engine
+from ray_app.screening.engines import predict_stream, resolve_engine, start_stream
 from ray_app.screening.plan import file_features, note_widths, plan_predict, source_columns
-from ray_app.screening.stream import (EmbedStage, InputSpec, StreamStats, drain, input_progress, predict_stream,
-                                      start_stream)
+from ray_app.screening.stream import EmbedStage, InputSpec, StreamStats, drain, input_progress
 from ray_app.screening.uncertainty import calibrated_on_file
 
 

@@ -29,9 +29,9 @@ from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.files import Source, pick_columns
 from ray_app.screening.labelled import LabelledRows
-from ray_app.screening.local import resolve_engine
+from ray_app.screening.engines import predict_stream, resolve_engine
 from ray_app.screening.plan import PredictPlan, plan_predict
-from ray_app.screening.stream import drain, input_progress, predict_stream
+from ray_app.screening.stream import drain, input_progress
 from ray_app.screening.uncertainty import calibrated_on_file
 from ray_app.screening.uncertainty_scores import DEFAULT_EVAL_LEVEL, ClassificationScores, DomainRows, IntervalRows
 

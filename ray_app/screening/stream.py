@@ -44,12 +44,11 @@ from kermt.inference.columns import MODEL_SMILES_COLUMN, OutputPlan, filled_rows
 from kermt.uncertainty.domain import DomainIndex, DomainScorer
 from kermt.data.arrow_molecules import FeaturizeBatch, molecules_from_table
 from ray_app.common.progress import Progress
-from ray_app.screening.config import ModelScreeningConfig, ScreeningConfig
-from ray_app.screening.local import StreamedConfig, count_rows, malformed_csv, read_blocks
+from ray_app.screening.config import ScreeningConfig
+from ray_app.screening.files import malformed_csv
 
 if TYPE_CHECKING:
     from ray_app.screening.files import InputTable
-    from ray_app.screening.plan import PredictPlan
 
 ID_PREFIX = "id::"  # id columns travel under a prefix so they can never collide with our own columns
 LABEL_PREFIX = "label::"  # label columns (kermt eval) keep theirs in the output, for the scorer to take
@@ -289,59 +288,9 @@ def connect_actors(config: ScreeningConfig) -> int:
     return 1
 
 
-def start_stream(config: StreamedConfig, table: InputTable, spec: InputSpec, stage: type, kwargs: dict,
-                 file_features: tuple[np.ndarray, np.ndarray] | None = None) -> Iterator[pa.Table]:
-    """The output blocks of ``stage`` over ``table``, in input order: computed in this process (``--engine
-    local``) or streamed on Ray (which this connects to). ``config.engine`` is resolved (not "auto")."""
-    kwargs = {**kwargs, "batch_size": config.batch_size, "use_gpu": config.use_gpu}
-    if config.engine == "local":
-        if file_features is not None:
-            _check_row_count(table, count_rows(table, spec.smiles_column), len(file_features[0]))
-        return local_stream(table, spec, config.batch_size, stage, kwargs, file_features)
-    concurrency = connect_actors(config)
-    if file_features is not None:
-        from ray_app.screening.files import read_table_lazily
-
-        _check_row_count(table, read_table_lazily(table, [spec.smiles_column]).count(), len(file_features[0]))
-    ds = build_stream(table, spec, config.batch_size, stage, kwargs, concurrency,
-                      config.cpus_per_actor, config.num_gpus_per_actor if config.use_gpu else 0, file_features)
-    return blocks_of(ds)
-
-
-def local_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: type, stage_kwargs: dict,
-                 file_features: tuple[np.ndarray, np.ndarray] | None = None) -> Iterator[pa.Table]:
-    """build_stream's blocks, computed in this process: the same stages on the same blocks of rows (module
-    docstring of :mod:`ray_app.screening.local`)."""
-    model = stage(**stage_kwargs)
-    start = 0
-    for block in read_blocks(table, spec.read_columns, rows_per_block(batch_size)):
-        if file_features is not None:
-            rows = slice(start, start + block.num_rows)
-            for name, column in file_feature_columns(file_features[0][rows], file_features[1][rows]).items():
-                block = block.append_column(name, column)
-        start += block.num_rows
-        yield model(featurize_block(block, spec))
-
-
 def blocks_of(ds) -> Iterator[pa.Table]:
     """A Ray Dataset's blocks on the driver, in input order."""
     yield from ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1)
-
-
-def _check_row_count(table: InputTable, rows: int, feature_rows: int) -> None:
-    if rows != feature_rows:
-        raise UserError(f"--features_path has {feature_rows} rows but {table.path} has {rows}; feature files need "
-                        "one row per data row")
-
-
-def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_columns: tuple[str, ...] = ()):
-    """The prediction blocks (:func:`start_stream`); ``label_columns`` travel along as ``label::<name>``."""
-    plan, source = checked.features, checked.source
-    spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
-                     label_columns=label_columns, prep=plan.prep(config.max_heavy_atoms))
-    stage_kwargs = {"members": checked.members, "outputs": checked.outputs(config), "domain": checked.domain,
-                    "dropout_samples": config.dropout_samples, **config.width_kwargs()}
-    return start_stream(config, source.table, spec, PredictStage, stage_kwargs, checked.file_features)
 
 
 def input_progress(data_path: str, verb: str) -> Progress:
@@ -398,6 +347,5 @@ def _malformed_csv(error: BaseException) -> UserError | None:
 
 __all__ = [
     "EmbedStage", "InputSpec", "PredictStage", "StreamStats", "arrow_column", "blocks_of", "build_stream",
-    "connect_actors", "drain", "featurize_block", "file_feature_columns", "input_progress", "local_stream",
-    "predict_stream", "rows_per_block", "start_stream",
+    "connect_actors", "drain", "featurize_block", "file_feature_columns", "input_progress", "rows_per_block",
 ]

@@ -53,7 +53,8 @@ from kermt.uncertainty.run_calibration import (HOW_TO_CALIBRATE, calibration_fil
 from ray_app.screening.config import ModelScreeningConfig, log
 from ray_app.screening.files import InputTable, Source
 from ray_app.screening.labelled import LabelledRows
-from ray_app.screening.stream import drain, predict_stream
+from ray_app.screening.engines import predict_stream
+from ray_app.screening.stream import drain
 
 if TYPE_CHECKING:
     from ray_app.screening.plan import PredictPlan

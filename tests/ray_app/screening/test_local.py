@@ -94,7 +94,7 @@ AUTO_SCRIPT = """
 import json, os, sys
 from pathlib import Path
 from ray_app.screening.config import LOCAL_MAX_ROWS, PredictConfig
-from ray_app.screening.local import resolve_engine
+from ray_app.screening.engines import resolve_engine
 from ray_app.screening.commands import main_predict
 
 tmp, checkpoint = Path(sys.argv[1]), sys.argv[2]

@@ -117,12 +117,14 @@ def test_vocab_mode_checkpoint_is_refused_before_ray_starts(tmp_path, capsys):
 
 
 def test_an_input_without_valid_molecules_writes_nothing(ray_cluster, tmp_path, capsys):
+    # a file with no SMILES RDKit reads is refused before the stream (kermt.data.sniff); molecules it reads that the
+    # run refuses (here: over --max_heavy_atoms) reach the stream's own message
     cases = {"empty.csv": ("smiles,id\n", "has no data rows"),
-             "bad.csv": ("smiles,id\nnot_a_smiles,1\n,2\n", "none of the 2 rows of")}
+             "bad.csv": ("smiles,id\nCCO,1\n,2\n", "none of the 2 rows of")}
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)
         out = tmp_path / f"{name}.parquet"
         code = main_reconstruct(["--data_path", str(tmp_path / name), "--output_path", str(out),
-                                 "--checkpoint_path", str(CHECKPOINT)])
+                                 "--checkpoint_path", str(CHECKPOINT), "--max_heavy_atoms", "1"])
         assert code == 2 and message in capsys.readouterr().err
         assert not out.exists() and not list(tmp_path.glob(f".{out.name}*"))
