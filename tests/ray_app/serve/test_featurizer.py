@@ -31,7 +31,7 @@ def _close(value, expected) -> bool:
 @pytest.fixture(scope="module")
 def featurized_url(served):
     # the package's regression model (molecule features, calibration, domain) once more, its requests featurised
-    # apart: 1 model replica and 1 featurizer beside the package's 2 replicas, on the session's 4 CPUs
+    # apart: 1 model replica and 1 featurizer beside the package's 2 replicas, within 4 of the session's CPUs
     config = ServeConfig(checkpoint_dir=served.reg_dir, name="reg", app_name=APP, num_featurizers=1)
     serving = Serving(config).start(load_models(config))
     try:
