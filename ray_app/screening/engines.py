@@ -18,7 +18,7 @@ import pyarrow as pa
 from kermt.errors import UserError
 from ray_app.common.storage import is_uri
 from ray_app.screening.config import (LOCAL_MAX_ROWS, EmbedConfig, FingerprintConfig, ModelScreeningConfig, log)
-from ray_app.screening.files import InputTable, row_estimate
+from ray_app.screening.files import InputTable, filesystem_of, row_estimate
 from ray_app.screening.local import count_rows, local_stream
 from ray_app.screening.stream import InputSpec, PredictStage, blocks_of, build_stream, connect_actors
 
@@ -76,10 +76,11 @@ def _ray_is_running_here() -> bool:
 
 
 def _rows_at_most(path: str) -> int:
+    filesystem, inner = filesystem_of(path)  # a missing file is the input check's one-line error, here too
     rows = row_estimate(path)
     if rows is not None:
         return rows
-    return os.path.getsize(path) // COMPRESSED_BYTES_PER_ROW
+    return filesystem.get_file_info(inner).size // COMPRESSED_BYTES_PER_ROW
 
 
 def start_stream(config: StreamedConfig, table: InputTable, spec: InputSpec, stage: type, kwargs: dict,

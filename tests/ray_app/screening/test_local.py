@@ -138,4 +138,7 @@ def test_local_engine_refuses_ray_flags_and_names_a_malformed_row(tmp_path, caps
     assert "--address auto is for --engine ray" in capsys.readouterr().err
     assert main_predict(["--data_path", str(tmp_path / "bad.csv"), *common]) == 2
     assert f"{tmp_path / 'bad.csv'}: malformed CSV" in capsys.readouterr().err
+    missing = ["--data_path", str(tmp_path / "missing.csv.gz"), *common[:4]]  # auto sizes a compressed file
+    assert main_predict(missing) == 2
+    assert f"data_path {tmp_path / 'missing.csv.gz'} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "p.csv").exists()
