@@ -37,6 +37,7 @@ class Stream(IntEnum):
     FINETUNE_TORCH = 24  # sequential: torch's RNG per (epoch, worker) in finetuning (dropout_draws "torch")
     PRETRAIN_TORCH = 25  # sequential: torch's RNG per (step, worker) in pretraining
     VALIDATION_ROWS = 26  # sequential: the corpus rows held out for pretraining validation
+    EXPLORE_ROUND = 27  # sequential: a `kermt explore` round's draws (its random batch, thompson's samples)
 
 
 def stream_rng(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -91,6 +91,14 @@ UNRECORDED_STANDARDIZATION: Standardization = "none"  # a checkpoint that record
 # cannot stall a batch or a serve replica. Here, not in kermt.chem, so that settings load without RDKit.
 DEFAULT_MAX_HEAVY_ATOMS = 200
 
+# How `kermt explore` picks the next batch of a library (kermt.explore.acquisition.ACQUISITION_FUNCTIONS): the
+# surrogate's mean (greedy), mean plus --beta standard deviations (ucb), expected or probable improvement over the
+# best score found (ei, pi), one draw from each molecule's predictive distribution (thompson), or none (random).
+Acquisition = Literal["greedy", "ucb", "ei", "pi", "thompson", "random"]
+ACQUISITIONS: tuple[str, ...] = get_args(Acquisition)
+# the acquisitions that read the surrogate's uncertainty: refused before any work with a surrogate that has none
+UNCERTAIN_ACQUISITIONS: frozenset[str] = frozenset({"ucb", "ei", "pi", "thompson"})
+
 # Which encoder output families are built / pooled into a fingerprint (keys of
 # kermt.nn.encoder.BRANCHES_BY_OUTPUT_TYPE); a fingerprint's --fingerprint_source takes the same names.
 EmbeddingOutputType = Literal["atom", "bond", "both"]
@@ -114,14 +122,16 @@ CHECKPOINT_KINDS: tuple[str, ...] = get_args(CheckpointKind)
 PRETRAIN_KINDS: tuple[str, ...] = ("grover_base", *PRETRAIN_MODES)
 
 __all__ = [
-    "ACTIVATIONS", "CALIBRATION_METHODS", "CHECKPOINT_KINDS", "CLASS_CALIBRATION_METHODS", "DATASET_TYPES",
+    "ACQUISITIONS", "ACTIVATIONS", "CALIBRATION_METHODS", "CHECKPOINT_KINDS", "CLASS_CALIBRATION_METHODS",
+    "DATASET_TYPES",
     "DEFAULT_MAX_HEAVY_ATOMS", "DEFAULT_METRIC", "DEFAULT_PRETRAIN_MODE", "DROPOUT_DRAWS", "FINETUNE_STANDARDIZATION",
     "UNRECORDED_STANDARDIZATION",
     "EMBEDDING_OUTPUT_TYPES", "FEATURE_GENERATORS", "FINETUNE_LOSSES", "LOWER_IS_BETTER", "METRICS_FOR",
     "METRIC_NAMES", "METRIC_TABLE",
     "PADDING_MODES", "POSITIONAL_ENCODINGS", "PRECISIONS", "PRETRAIN_KINDS", "PRETRAIN_MODES", "SPLIT_TYPES",
-    "STANDARDIZATIONS",
-    "Activation", "CalibrationMethod", "CheckpointKind", "ClassCalibrationMethod", "DatasetType", "DropoutDraws",
+    "STANDARDIZATIONS", "UNCERTAIN_ACQUISITIONS",
+    "Acquisition", "Activation", "CalibrationMethod", "CheckpointKind", "ClassCalibrationMethod", "DatasetType",
+    "DropoutDraws",
     "EmbeddingOutputType", "FeatureGenerator",
     "FinetuneLoss", "FingerprintSource", "Metric", "MetricDirection", "PaddingMode", "PositionalEncoding", "Precision",
     "PretrainMode", "SplitType", "Standardization",

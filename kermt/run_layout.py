@@ -61,6 +61,14 @@ BEST_MODEL_DIR = "best_model"  # the best trial's model (native)
 BEST_REPLAY_DIR = "best_replay"  # best_config.yaml's --save_dir: where replaying the best trial writes
 TUNE_EXPERIMENT_DIR = "tune"  # a sweep's Ray Tune experiment, in its save_dir unless --storage_path names another root
 
+# A `kermt explore` save_dir: its settings (to resume only with the same ones), the molecules it scored and each
+# round's surrogate, a finetune run of its own (round_k/, with the file it trained on and its library predictions)
+EXPLORE_SETTINGS_FILE = "explore_config.yaml"
+EXPLORED_FILE = "explored.csv"  # every acquired molecule, its score and round (kermt.explore.explored)
+ROUND_PREFIX = "round"  # round_k/: the surrogate trained before acquiring round k's batch
+ROUND_TRAINING_FILE = "scored.csv"  # round_k/: smiles,score of everything scored before round k
+ROUND_PREDICTIONS_FILE = "library_predictions.parquet"  # round_k/: the surrogate's mean and std per library row
+
 # Beside a pretrained model: the release's file names (ray_app/common/release.py); our SMILES vocab is JSON where
 # the release's is a pickle.
 MODEL_VOCAB_FILES = {"atom": "pretrain_atom_vocab.json", "bond": "pretrain_bond_vocab.json",
@@ -187,6 +195,24 @@ class RunLayout:
     def best_replay(self) -> Path:
         return self.root / BEST_REPLAY_DIR
 
+    @property
+    def explore_settings(self) -> Path:
+        return self.root / EXPLORE_SETTINGS_FILE
+
+    @property
+    def explored(self) -> Path:
+        return self.root / EXPLORED_FILE
+
+    def round(self, round_index: int) -> Path:
+        """``round_k/``: the save_dir of the surrogate finetuned to acquire round k's batch."""
+        return self.root / f"{ROUND_PREFIX}_{round_index}"
+
+    def round_training(self, round_index: int) -> Path:
+        return self.round(round_index) / ROUND_TRAINING_FILE
+
+    def round_predictions(self, round_index: int) -> Path:
+        return self.round(round_index) / ROUND_PREDICTIONS_FILE
+
     def trial(self, trial_id: str) -> Path:
         """``trials/<trial id>/``: one sweep trial's config.yaml and metrics.csv."""
         return self.root / TRIALS_DIR / trial_id
@@ -221,9 +247,11 @@ def fold_directory(root: Path, first_member: Path) -> Path | None:
 __all__ = [
     "ALL_TRIALS_FILE", "BEST_CONFIG_FILE", "BEST_MODEL_DIR", "BEST_REPLAY_DIR", "CALIBRATION_FILE",
     "CHECKPOINT_STATE_FILE", "CLASS_CALIBRATION_FILE", "COMPLETE_MEMBER_FILE", "CORPUS_RECORD_FILE",
-    "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "EARLIER_RUNS_DIR", "FOLD_PREFIX", "INVALID_SMILES_FILE",
+    "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "EARLIER_RUNS_DIR", "EXPLORED_FILE",
+    "EXPLORE_SETTINGS_FILE", "FOLD_PREFIX", "INVALID_SMILES_FILE",
     "IN_TRAINING_SPLIT_KEY", "MEMBER_PREFIX", "METRICS_FILE", "MODEL_DIR", "MODEL_VOCAB_FILES", "REPORT_FILE",
-    "RUN_CONFIG_FILE", "RUN_RECORD_FILE", "RUN_STATE_FILE", "RunLayout", "SPLITS_FILE", "STORAGE_DIR", "SWEEP_FILE",
+    "ROUND_PREDICTIONS_FILE", "ROUND_PREFIX", "ROUND_TRAINING_FILE", "RUN_CONFIG_FILE", "RUN_RECORD_FILE",
+    "RUN_STATE_FILE", "RunLayout", "SPLITS_FILE", "STORAGE_DIR", "SWEEP_FILE",
     "SWEEP_RECORD_FILE", "TEST_RESULT_FILE", "TEST_SPREAD_FILE", "TRIALS_DIR", "UPSTREAM_MODEL_FILE",
     "fold_directory", "fold_name", "member_directories", "numbered"
 ]
