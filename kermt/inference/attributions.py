@@ -47,6 +47,7 @@ from kermt.inference.widths import WidthRule
 
 DEFAULT_STEPS = 16  # path intervals: bench/attributions.py, docs/attributions.md
 MAX_HEAVY_ATOMS = 100  # the budget: a larger molecule gets no attributions (its prediction is kept)
+OVER_BUDGET = f"more than {MAX_HEAVY_ATOMS} heavy atoms, the attributions' budget"  # why such a molecule has none
 # atom rows (path copies included) x hidden size x attention heads per forward and backward: 2,048 rows of the
 # 800-wide, 4-head preset held ~3 GB of activations on the CPU (25,600 rows of a 64-wide 2-head model)
 FORWARD_BUDGET = 2_048 * 800 * 4
@@ -260,5 +261,5 @@ def _integral(products: torch.Tensor, weights: torch.Tensor, rows: int) -> torch
     return weights @ products.sum(dim=1).double().view(len(weights), rows)
 
 
-__all__ = ["Attributions", "Attributor", "Baseline", "DEFAULT_STEPS", "FORWARD_BUDGET", "MAX_HEAVY_ATOMS", "PathRule",
-           "unavailable_reason"]
+__all__ = ["Attributions", "Attributor", "Baseline", "DEFAULT_STEPS", "FORWARD_BUDGET", "MAX_HEAVY_ATOMS",
+           "OVER_BUDGET", "PathRule", "unavailable_reason"]

@@ -14,7 +14,7 @@ from kermt.chem.standardize import MoleculePrep
 from kermt.errors import UserError, user_input
 from kermt.data.formats import row_place
 from kermt.inference import Embedder
-from kermt.inference.attributions import MAX_HEAVY_ATOMS, unavailable_reason
+from kermt.inference.attributions import OVER_BUDGET, unavailable_reason
 from kermt.inference.columns import ATOMS_SUFFIX
 from kermt.inputs import check_checkpoint_file
 from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
@@ -78,9 +78,8 @@ class UnattributedRows:
 
     def note(self) -> None:
         if self.rows:
-            log(f"note: {len(self.rows)} molecule(s) of {self.data_path} have empty attribution cells: more than "
-                f"{MAX_HEAVY_ATOMS} heavy atoms, the attributions' budget (e.g. "
-                f"{row_place(self.data_path, self.rows[0])}); their predictions are written")
+            log(f"note: {len(self.rows)} molecule(s) of {self.data_path} have empty attribution cells: "
+                f"{OVER_BUDGET} (e.g. {row_place(self.data_path, self.rows[0])}); their predictions are written")
 
 
 # ------------------------------------------------------------------------------------------ fingerprint / embed

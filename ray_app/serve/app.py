@@ -27,7 +27,7 @@ from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
 from kermt.uncertainty import Calibration, ClassCalibration
 from ray_app.serve.auth import check_bearer
 from ray_app.serve.coalesce import Coalescer
-from ray_app.serve.depict import depict_svg
+from ray_app.serve.depict import depictions
 from ray_app.serve.page import asset_response, page_response
 from ray_app.serve.schemas import ModelInfo, ModelsResponse, PredictJob, PredictRequest, PredictResponse
 
@@ -42,8 +42,8 @@ class Gateway:
 
     def __init__(self, models: dict[str, DeploymentHandle], infos: list[ModelInfo], max_request_molecules: int,
                  calibrations: Optional[dict[str, dict[str, Union[Calibration, ClassCalibration]]]] = None,
-                 api_key_sha256: Optional[str] = None, max_embed_molecules: int = 100,
-                 featurizer: Optional[DeploymentHandle] = None, *, calls_per_model: int,
+                 api_key_sha256: Optional[str] = None, featurizer: Optional[DeploymentHandle] = None, *,
+                 max_embed_molecules: int, max_attribution_molecules: int, calls_per_model: int,
                  max_requests_per_call: int):
         self.models, self.infos = models, {info.name: info for info in infos}
         # one handle call carries every request that waited while the model's calls were busy
@@ -51,7 +51,10 @@ class Gateway:
                                            max_items=max_requests_per_call) for name in models}
         self.featurizer = featurizer  # None: each model replica featurises its own requests
         self.default = next(info.name for info in infos if info.default)
-        self.max_request_molecules, self.max_embed_molecules = max_request_molecules, max_embed_molecules
+        self.max_request_molecules = max_request_molecules
+        # the extras that cost a request more than its predictions, each with its own cap (its ServeConfig flag)
+        self.caps = {"embed": (max_embed_molecules, "--max_embed_molecules"),
+                     "attributions": (max_attribution_molecules, "--max_attribution_molecules")}
         self.calibrations = calibrations or {}
         self.api_key_sha256 = api_key_sha256  # the key itself never leaves the driver
 
@@ -92,20 +95,19 @@ class Gateway:
                                 f"{self.max_request_molecules} (--max_request_molecules); split the request")
         self._check_interval(name, request.interval)
         self._check_domain(name, request.domain)
-        if request.embed and len(request.smiles) > self.max_embed_molecules:
-            raise HTTPException(413, f"embed: {len(request.smiles)} molecules with embeddings in one request, at "
-                                f"most {self.max_embed_molecules} (--max_embed_molecules); split the request")
+        self._check_caps(request)
         if not request.smiles:
             return PredictResponse(model=name, predictions=[])
         job = PredictJob(tuple(request.smiles), request.uncertainty, request.interval, request.domain,
-                         request.embed)
+                         request.embed, request.attributions)
         try:
             entries = await self.coalescers[name].submit(job)
         except (RayActorError, ActorUnavailableError):  # the replica died with the request (Serve starts another)
             raise HTTPException(503, f"model {name!r}: the replica predicting this request stopped (Serve is "
                                 "replacing it); send the request again", headers={"Retry-After": "1"}) from None
         if request.depict:
-            entries = await asyncio.to_thread(self._with_depictions, entries)
+            entries = await asyncio.to_thread(self._with_depictions, entries,
+                                              self.infos[name].tasks if request.attributions else ())
         return PredictResponse(model=name, predictions=entries)
 
     async def _call_model(self, name: str, jobs: Sequence[PredictJob]) -> list[list[dict]]:
@@ -116,6 +118,13 @@ class Gateway:
                                                       self.infos[name].standardize)
                      if self.featurizer is not None else None)
         return await self.models[name].predict.remote(list(jobs), molecules)
+
+    def _check_caps(self, request: PredictRequest) -> None:
+        """A 413 for a request asking an extra (``embed``, ``attributions``) for more molecules than its cap."""
+        for field, (cap, flag) in self.caps.items():
+            if getattr(request, field) and len(request.smiles) > cap:
+                raise HTTPException(413, f"{field}: {len(request.smiles)} molecules in one request with \"{field}\": "
+                                    f"true, at most {cap} ({flag}); split the request")
 
     def _check_interval(self, name: str, level: Optional[float]) -> None:
         """A 400 naming the field before the request reaches a model batch (an error there would fail the batch)."""
@@ -138,10 +147,11 @@ class Gateway:
                                 "drop domain")
 
     @staticmethod
-    def _with_depictions(entries: list[dict]) -> list[dict]:
-        """Each entry with ``svg``: its molecule drawn (sanitised), null when RDKit cannot read it. A method, not a
-        module function: Serve ships the ingress class by value, and a module-level helper did not travel."""
-        return [{**entry, "svg": depict_svg(entry["smiles"]) if entry["valid"] else None} for entry in entries]
+    def _with_depictions(entries: list[dict], attributed_tasks: Sequence[str]) -> list[dict]:
+        """Each entry with ``svg``: its molecule drawn (sanitised), null when RDKit cannot read it; with
+        ``attributed_tasks`` also ``attribution_svg``: per task, its atoms coloured by their shares. A method, not
+        a module function: Serve ships the ingress class by value, and a module-level helper did not travel."""
+        return [{**entry, **depictions(entry, attributed_tasks)} for entry in entries]
 
 
 __all__ = ["Gateway"]

@@ -79,7 +79,8 @@ def build_app(config: ServeConfig, models: list[ServedModel], api_key_sha256: st
                            ray_actor_options={"num_cpus": 0}).bind(
         handles, [m.info for m in models], config.max_request_molecules,
         {m.name: m.calibrations for m in models if m.calibrations}, api_key_sha256,
-        max_embed_molecules=config.max_embed_molecules, featurizer=featurizer,
+        max_embed_molecules=config.max_embed_molecules, max_attribution_molecules=config.max_attribution_molecules,
+        featurizer=featurizer,
         calls_per_model=_calls_per_model(config), max_requests_per_call=config.max_batch_size)
 
 

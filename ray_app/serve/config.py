@@ -76,6 +76,9 @@ class ServeConfig(BaseModel):
     max_embed_molecules: int = Field(100, ge=1, description="SMILES one request with \"embed\": true may hold "
                                      "(each embedding is 2 x the hidden size floats: 1,600 for hidden size 800, ~35 kB "
                                      "of JSON; more: HTTP 413)")
+    max_attribution_molecules: int = Field(20, ge=1, description="SMILES one request with \"attributions\": true may "
+                                           "hold (they cost about 40 predictions each: 0.2 molecules/s for the "
+                                           "800-wide preset on one CPU thread; more: HTTP 413)")
     api_key_env: Optional[str] = Field(None, description="require 'Authorization: Bearer KEY' on the API, KEY read "
                                        "from this environment variable (/healthz and the page stay open)")
     trust_checkpoint: bool = Field(False, description="allow full unpickling of checkpoints (runs their code)")

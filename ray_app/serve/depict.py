@@ -1,4 +1,5 @@
-"""Molecule drawings for the page: RDKit's SVG, rebuilt from an allow-list so that nothing from a SMILES can run.
+"""Molecule drawings for the page: RDKit's SVG, rebuilt from an allow-list so that nothing from a SMILES can run;
+with attributions, the atoms coloured by their shares (red raises the prediction, blue lowers it).
 
 A SMILES carries text that RDKit may draw (CXSMILES atom labels such as ``|$<script>...$|``). RDKit draws labels as
 paths today, but the page must not depend on that: the SVG is parsed and rebuilt keeping only drawing elements
@@ -12,11 +13,18 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from collections.abc import Sequence
+
 from rdkit import Chem, RDLogger
 from rdkit.Chem.Draw import rdMolDraw2D
 
+from kermt.inference.columns import ATOMS_SUFFIX, MODEL_SMILES_COLUMN
+
+SVG_KEY, ATTRIBUTION_SVG_KEY = "svg", "attribution_svg"  # a response entry's drawings ("depict": true)
 SVG_NS = "http://www.w3.org/2000/svg"
 DRAWING_SIZE = (200, 140)  # pixels: a table cell's molecule
+HIGHLIGHT_RADIUS = 0.4  # an atom's disc, in bond lengths (RDKit's default 0.3 leaves small discs on a 200 px drawing)
+MAX_DEPTH = 0.85  # the largest atom's colour: 85 % of the way from white to pure red or blue (the atom stays legible)
 ALLOWED_ELEMENTS = {"svg", "g", "rect", "path", "line", "polyline", "polygon", "circle", "ellipse", "text", "tspan"}
 ALLOWED_ATTRIBUTES = {
     "width", "height", "viewBox", "x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "rx", "ry", "d", "points",
@@ -61,19 +69,62 @@ def sanitize_svg(svg: str) -> str:
     return ET.tostring(cleaned, encoding="unicode")
 
 
-def depict_svg(smiles: str, size: tuple[int, int] = DRAWING_SIZE) -> str | None:
-    """The molecule drawn as a sanitised SVG string, or None when RDKit cannot read ``smiles``."""
+def _molecule(smiles: str) -> Chem.Mol | None:
     RDLogger.DisableLog("rdApp.*")  # an invalid SMILES is reported by the prediction's error, not on stderr
     try:
         molecule = Chem.MolFromSmiles(smiles)
     finally:
         RDLogger.EnableLog("rdApp.*")
-    if molecule is None or molecule.GetNumAtoms() == 0:
-        return None
+    return None if molecule is None or molecule.GetNumAtoms() == 0 else molecule
+
+
+def _drawn(molecule: Chem.Mol, size: tuple[int, int], **highlights) -> str:
     drawer = rdMolDraw2D.MolDraw2DSVG(*size)
-    rdMolDraw2D.PrepareAndDrawMolecule(drawer, molecule)
+    if highlights:  # the element letters in black: an oxygen's red or a nitrogen's blue is no attribution
+        drawer.drawOptions().useBWAtomPalette()
+        drawer.drawOptions().highlightRadius = HIGHLIGHT_RADIUS
+    rdMolDraw2D.PrepareAndDrawMolecule(drawer, molecule, **highlights)
     drawer.FinishDrawing()
     return sanitize_svg(drawer.GetDrawingText())
 
 
-__all__ = ["depict_svg", "sanitize_svg"]
+def depict_svg(smiles: str, size: tuple[int, int] = DRAWING_SIZE) -> str | None:
+    """The molecule drawn as a sanitised SVG string, or None when RDKit cannot read ``smiles``."""
+    molecule = _molecule(smiles)
+    return None if molecule is None else _drawn(molecule, size)
+
+
+def share_colour(share: float) -> tuple[float, float, float]:
+    """RGB of an atom whose value is ``share`` of its molecule's largest absolute value (-1..1): red where it
+    raises the prediction, blue where it lowers it, white at 0 (so an atom that hardly counts looks undrawn)."""
+    depth = MAX_DEPTH * min(abs(share), 1.0)
+    return (1.0, 1.0 - depth, 1.0 - depth) if share > 0 else (1.0 - depth, 1.0 - depth, 1.0)
+
+
+def depict_attributions(smiles: str, values: Sequence[float], size: tuple[int, int] = DRAWING_SIZE) -> str | None:
+    """The molecule drawn with a disc behind each atom coloured by its attribution (:func:`share_colour`, scaled
+    to the molecule's largest absolute value), as a sanitised SVG string; None when
+    RDKit cannot read ``smiles`` or the values are not one per heavy atom of it (``values[i]`` is atom ``i`` of
+    RDKit's parse of ``smiles``: the SMILES the model saw)."""
+    molecule = _molecule(smiles)
+    if molecule is None or molecule.GetNumAtoms() != len(values):
+        return None
+    scale = max(abs(v) for v in values) or 1.0
+    atoms = {i: share_colour(v / scale) for i, v in enumerate(values)}
+    return _drawn(molecule, size, highlightAtoms=list(atoms), highlightAtomColors=atoms, highlightBonds=[])
+
+
+def depictions(entry: dict, attributed_tasks: Sequence[str]) -> dict:
+    """A response entry's drawings: ``svg`` (the input molecule; null when invalid) and, for each of
+    ``attributed_tasks``, ``attribution_svg[task]``: the molecule the model saw (``model_smiles`` where its
+    standardisation changed the input) coloured by ``<task>_atoms``, null where the entry has none."""
+    out: dict = {SVG_KEY: depict_svg(entry["smiles"]) if entry["valid"] else None}
+    if attributed_tasks:
+        seen = entry.get(MODEL_SMILES_COLUMN) or entry["smiles"]
+        out[ATTRIBUTION_SVG_KEY] = {task: depict_attributions(seen, entry[task + ATOMS_SUFFIX])
+                                    if entry.get(task + ATOMS_SUFFIX) else None for task in attributed_tasks}
+    return out
+
+
+__all__ = ["ATTRIBUTION_SVG_KEY", "SVG_KEY", "depict_attributions", "depict_svg", "depictions", "sanitize_svg",
+           "share_colour"]

@@ -17,7 +17,9 @@ Each entry holds `kermt predict`'s columns for the molecule, computed by the sam
 (:mod:`kermt.inference.columns`). ``"domain": true`` adds ``domain_distance``/``in_domain`` from the index fitted
 once, in the replica's constructor (:class:`kermt.uncertainty.domain.DomainScorer`, as `kermt predict`'s actors);
 ``"embed": true`` adds ``embedding``, member 0's readout (:mod:`ray_app.serve.embedding`). Both are computed per
-request that asks (their forwards are not shared).
+request that asks (their forwards are not shared). ``"attributions": true`` adds the per-atom attribution columns
+and ``attributions_note`` (:mod:`ray_app.serve.attributions`); the molecules of every request that asks share the
+attributor's forwards, each at its reference width, so they too depend on the molecule and the model only.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from ray import serve
 from kermt.chem.standardize import DEFAULT_MAX_HEAVY_ATOMS, MoleculePrep
 from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
 from kermt.inference import Ensemble, EnsemblePrediction
+from kermt.inference.attributions import Attributions
 from kermt.inference.columns import MODEL_SMILES_COLUMN, OutputPlan, prediction_columns
 from kermt.inference.shared import predict_blocks
 from kermt.uncertainty.domain import DomainScorer
+from ray_app.serve.attributions import ATTRIBUTIONS_NOTE, ServedAttributions, atom_lists
 from ray_app.serve.embedding import EMBEDDING_COLUMN, MemberEmbedding
 from ray_app.serve.models import ServedModel
 from ray_app.serve.schemas import PredictJob
@@ -48,24 +52,26 @@ def _value(x):
 
 
 def _requested_columns(job: PredictJob) -> tuple[str, ...]:
-    """The per-molecule extras ``job`` asked for that are not prediction columns (computed per request)."""
-    return (EMBEDDING_COLUMN,) * job.embed
+    """The per-molecule extras ``job`` asked for that are not prediction columns."""
+    return (EMBEDDING_COLUMN,) * job.embed + (ATTRIBUTIONS_NOTE,) * job.attributions
 
 
 def _job_outputs(base: OutputPlan, job: PredictJob, has_domain: bool) -> OutputPlan:
     """The prediction columns of one request: the model's calibration at the level it asked, its std and domain
     when it asked for them (:mod:`kermt.inference.columns`, as `kermt predict` writes them; the ingress refuses a
-    level or a domain the model has not)."""
-    return replace(base, uncertainty=job.uncertainty, interval=job.interval, domain=job.domain and has_domain)
+    level or a domain the model has not), its attributions when it asked."""
+    return replace(base, uncertainty=job.uncertainty, interval=job.interval, domain=job.domain and has_domain,
+                   attributions=job.attributions)
 
 
 def _entries(outputs: OutputPlan, job: PredictJob, molecules: FeaturizedMolecules, prediction: EnsemblePrediction,
-             domain: tuple[np.ndarray, np.ndarray] | None, extras: dict[str, list], standardizes: bool) -> list[dict]:
+             domain: tuple[np.ndarray, np.ndarray] | None, extras: dict[str, list], standardizes: bool,
+             attributions: Attributions | None = None) -> list[dict]:
     """One JSON-ready dict per molecule of ``job``: smiles, valid, error, then `kermt predict`'s columns (the tasks,
-    their std, interval or calibrated probability and set, the domain), then the extras (its embedding); for a model
-    that standardises, model_smiles after error."""
+    their std, interval or calibrated probability and set, attributions, the domain), then the extras (its
+    embedding, its attributions' note); for a model that standardises, model_smiles after error."""
     valid = np.asarray(molecules.valid, dtype=bool)
-    columns = prediction_columns(outputs, prediction.mean, prediction.std, valid, domain)
+    columns = prediction_columns(outputs, prediction.mean, prediction.std, valid, domain, attributions)
     out = []
     for i, smiles in enumerate(job.smiles):
         entry = {"smiles": smiles, "valid": bool(valid[i]), "error": molecules.reasons[i]}
@@ -73,6 +79,7 @@ def _entries(outputs: OutputPlan, job: PredictJob, molecules: FeaturizedMolecule
             entry[MODEL_SMILES_COLUMN] = molecules.model_smiles[i]
         entry.update({name: _value(values[i]) if valid[i] else None for name, values in columns.items()})
         entry.update({name: extras[name][i] for name in _requested_columns(job)})
+        atom_lists(outputs.tasks, entry)
         out.append(entry)
     return out
 
@@ -88,13 +95,15 @@ class Predictor:
         regression = self.ensemble.dataset_type == "regression"
         self.outputs = OutputPlan(self.ensemble.task_names, regression,
                                   calibrations=model.calibrations if regression else None,
-                                  class_calibrations=None if regression else model.calibrations)
+                                  class_calibrations=None if regression else model.calibrations,
+                                  descriptors=self.ensemble.specs[0].head.features_size > 0)
         self.batch_size, self.max_batch_atoms = batch_size, max_batch_atoms
         # the k-NN index is fitted here, once per replica (member 0's embedding, as kermt predict's actors)
         self.domain = (DomainScorer(model.domain, self.ensemble.models[0], self.ensemble.device, self.ensemble.rule)
                        if model.domain is not None else None)
         # its encoder loaded on the first "embed"
         self.embedding = MemberEmbedding(model.members[0], device, self.ensemble.rule.reference_width)
+        self.attributions = ServedAttributions(self.ensemble)
 
     def featurize(self, jobs: Sequence[PredictJob]) -> list[FeaturizedMolecules]:
         """Each job's molecules featurised."""
@@ -103,13 +112,17 @@ class Predictor:
     def predict(self, jobs: Sequence[PredictJob], blocks: Sequence[FeaturizedMolecules]) -> list[list[dict]]:
         """Every job's entries, in input order; ``blocks``: each job's featurised molecules."""
         predictions = predict_blocks(self.ensemble, blocks, self.batch_size, self.max_batch_atoms)
+        explained = self.attributions(jobs, blocks)
         out = []
-        for job, molecules, prediction in zip(jobs, blocks, predictions):
+        for job, molecules, prediction, attributions in zip(jobs, blocks, predictions, explained):
             # the domain and the embedding are computed per request that asks (their forwards are not shared)
             domain = self.domain(molecules, self.batch_size) if self.domain is not None and job.domain else None
             extras = self.embedding(molecules, self.batch_size) if job.embed else {}
+            if job.attributions:
+                extras[ATTRIBUTIONS_NOTE] = self.attributions.notes(molecules.valid, attributions)
             outputs = _job_outputs(self.outputs, job, self.domain is not None)
-            out.append(_entries(outputs, job, molecules, prediction, domain, extras, self.prep.standardizes))
+            out.append(_entries(outputs, job, molecules, prediction, domain, extras, self.prep.standardizes,
+                                attributions))
         return out
 
     def predict_smiles(self, jobs: Sequence[PredictJob]) -> list[list[dict]]:

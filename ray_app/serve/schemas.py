@@ -30,8 +30,14 @@ class PredictRequest(BaseModel):
     embed: StrictBool = Field(False, description="add embedding: the molecule's readout embedding (member 0's "
                               "atom_from_atom then atom_from_bond mean readouts, as `kermt embed` writes them; "
                               "embedding_size floats, GET /models); at most --max_embed_molecules per request")
+    attributions: StrictBool = Field(False, description="add per task <task>_atoms (each heavy atom's share of "
+                                     "the prediction, in the atom order of the SMILES the model saw), <task>_baseline "
+                                     "and, for a model with molecule descriptors, <task>_descriptors, as `kermt "
+                                     "predict --attributions`, and attributions_note (why an entry has none); at "
+                                     "most --max_attribution_molecules per request")
     depict: StrictBool = Field(False, description="add svg: the molecule drawn by RDKit (sanitised SVG; null for "
-                               "an invalid SMILES)")
+                               "an invalid SMILES); with attributions also attribution_svg: per task, the molecule "
+                               "the model saw with its atoms coloured by their shares")
 
 
 class Prediction(BaseModel):
@@ -59,6 +65,7 @@ class PredictJob:
     interval: Optional[float] = None
     domain: bool = False
     embed: bool = False
+    attributions: bool = False
 
 
 class MemberInfo(BaseModel):

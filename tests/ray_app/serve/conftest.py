@@ -27,6 +27,7 @@ from tests.kermt.uncertainty.test_domain import DEMO
 
 MAX_MOLECULES = 12
 MAX_EMBED_MOLECULES = 10
+MAX_ATTRIBUTION_MOLECULES = 11
 API_KEY_ENV = "KERMT_TEST_SERVE_KEY"
 API_KEY = "test-key-0123456789abcdef"
 
@@ -97,7 +98,8 @@ def served(ray_cluster, tmp_path_factory):
     config = ServeConfig(checkpoint_dir=str(class_calibrated_run(root / "cls_run")), name="cls",
                          model=[f"reg={calibrated_run(root / 'reg_run')}"], port=free_port(),
                          max_request_molecules=MAX_MOLECULES,
-                         max_embed_molecules=MAX_EMBED_MOLECULES, app_name="kermt-test", api_key_env=API_KEY_ENV)
+                         max_embed_molecules=MAX_EMBED_MOLECULES, max_attribution_molecules=MAX_ATTRIBUTION_MOLECULES,
+                         app_name="kermt-test", api_key_env=API_KEY_ENV)
     os.environ[API_KEY_ENV] = API_KEY
     try:
         serving = Serving(config).start(load_models(config))
