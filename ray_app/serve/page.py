@@ -15,7 +15,8 @@ from importlib import resources
 from fastapi import HTTPException
 from fastapi.responses import Response
 
-ASSETS = {"page.js": "text/javascript; charset=utf-8", "page.css": "text/css; charset=utf-8"}
+ASSETS = {"page.js": "text/javascript; charset=utf-8", "attributions.js": "text/javascript; charset=utf-8",
+          "page.css": "text/css; charset=utf-8"}
 ROOT_MARK = "__ROOT__"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

@@ -6,6 +6,10 @@
 const ROOT = document.querySelector('meta[name="kermt-root"]').content;
 const SHOWN_DIGITS = 4;  // significant digits in the table; the CSV keeps the full values
 const state = {models: [], auth: false, results: null, downloadUrl: null};
+// the per-task columns of a result, in the order of each task's group: the table shows all but the atom lists,
+// which the CSV keeps (as kermt predict --attributions writes them)
+const TASK_SUFFIXES = ["", "_std", "_lower", "_upper", "_calibrated", "_set", "_atoms", "_baseline", "_descriptors"];
+const CSV_ONLY_SUFFIXES = ["_atoms"];
 
 const $ = (id) => document.getElementById(id);
 
@@ -188,14 +192,15 @@ function readCsvFile(file) {
   reader.readAsText(file);
 }
 
-// The columns of the result, in the order `kermt predict` writes them: each task, its _std, its interval (a
-// regression) or its calibrated probability and prediction set (a classifier), then the applicability domain.
-function valueColumns(model, predictions) {
+// The columns of the result: each task, its _std, its interval (a regression) or its calibrated probability and
+// prediction set (a classifier), its attributions (with the atom lists only when ``withAtoms``: the CSV), then the
+// applicability domain.
+function valueColumns(model, predictions, withAtoms) {
   const keys = new Set(predictions.flatMap((p) => Object.keys(p)));
   const columns = [];
   for (const task of model.tasks) {
-    for (const suffix of ["", "_std", "_lower", "_upper", "_calibrated", "_set"]) {
-      if (keys.has(task + suffix)) columns.push(task + suffix);
+    for (const suffix of TASK_SUFFIXES) {
+      if (keys.has(task + suffix) && (withAtoms || !CSV_ONLY_SUFFIXES.includes(suffix))) columns.push(task + suffix);
     }
   }
   for (const column of ["domain_distance", "in_domain"]) {
@@ -219,12 +224,17 @@ function cell(row, text, className) {
   return td;
 }
 
-function moleculeCell(row, prediction) {
+// The drawing of a molecule: coloured by its attributions for the task the legend picks, when it has them.
+function moleculeCell(row, prediction, task) {
   const td = cell(row, "", "molecule");
-  if (!prediction.svg) { td.textContent = "\u2014"; return; }
+  const coloured = task && prediction.attribution_svg ? prediction.attribution_svg[task] : null;
+  const svg = coloured || prediction.svg;
+  if (!svg) { td.textContent = "\u2014"; return; }
   const img = document.createElement("img");
-  img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(prediction.svg);
+  img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svg);
   img.alt = prediction.smiles;
+  img.dataset.coloured = coloured ? task : "";
+  if (coloured) img.title = attributionTitle(prediction, task);
   td.appendChild(img);
 }
 
@@ -238,20 +248,22 @@ function renderTable(result) {
     head.appendChild(th);
   }
   $("results-table").tHead.replaceChildren(head);
+  showLegend(result);
+  const task = attributionTask();
   const rows = predictions.map((p, i) => {
     const row = document.createElement("tr");
     row.className = p.valid ? "valid" : "invalid";
     row.dataset.index = String(i);
     cell(row, String(i + 1));
     if (withNames) cell(row, molecules[i].name, "name");
-    moleculeCell(row, p);
+    moleculeCell(row, p, task);
     cell(row, p.smiles, "smiles");
     for (const column of columns) {
       const td = cell(row, formatNumber(p[column]), "number");
       td.dataset.column = column;
       td.title = p[column] === null ? "" : String(p[column]);
     }
-    cell(row, p.valid ? "ok" : p.error, "status" + (p.valid ? "" : " invalid"));
+    cell(row, statusText(p), "status" + (p.valid ? "" : " invalid"));
     return row;
   });
   $("results-table").tBodies[0].replaceChildren(...rows);
@@ -276,6 +288,7 @@ async function predict(event) {
     body.interval = Number($("interval-input").value);
   }
   if (model && !$("domain-box").hidden && $("domain-input").checked) body.domain = true;
+  if ($("attributions-input").checked) body.attributions = true;
   const path = model && !model.default ? "/models/" + encodeURIComponent(model.name) + "/predict" : "/predict";
   $("submit-button").disabled = true;
   showMessage("Predicting " + molecules.length + " molecule(s)\u2026", false);
@@ -285,7 +298,8 @@ async function predict(event) {
     const answer = await response.json();
     const served = state.models.find((m) => m.name === answer.model) || {tasks: []};
     state.results = {model: answer.model, molecules, predictions: answer.predictions,
-                     columns: valueColumns(served, answer.predictions)};
+                     columns: valueColumns(served, answer.predictions, false),
+                     csvColumns: valueColumns(served, answer.predictions, true)};
     renderTable(state.results);
     showMessage("", false);
   } catch (error) {
@@ -299,18 +313,18 @@ async function predict(event) {
 // (=, +, @) gets a leading apostrophe.
 function csvField(value) {
   if (value === null || value === undefined) return "";
-  let text = String(value);
+  let text = Array.isArray(value) ? JSON.stringify(value) : String(value);  // <task>_atoms: a JSON list
   if (typeof value === "string" && /^[=+@\t\r]/.test(text)) text = "'" + text;
   return /[",\r\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
 }
 
 function resultCsv(result) {
   const withNames = result.molecules.some((m) => m.name);
-  const header = [...(withNames ? ["name"] : []), "smiles", ...result.columns, "valid", "error"];
+  const header = [...(withNames ? ["name"] : []), "smiles", ...result.csvColumns, "valid", "error"];
   const lines = [header.map(csvField).join(",")];
   result.predictions.forEach((p, i) => {
     const values = [...(withNames ? [result.molecules[i].name] : []), p.smiles,
-                    ...result.columns.map((c) => p[c]), p.valid, p.error];
+                    ...result.csvColumns.map((c) => p[c]), p.valid, p.error];
     lines.push(values.map(csvField).join(","));
   });
   return lines.join("\r\n") + "\r\n";
@@ -329,6 +343,7 @@ async function start() {
   $("predict-form").addEventListener("submit", predict);
   $("download-button").addEventListener("click", download);
   $("model-select").addEventListener("change", showModelOptions);
+  $("attribution-task").addEventListener("change", () => { if (state.results) renderTable(state.results); });
   $("api-key-input").addEventListener("change", loadModels);
   $("csv-input").addEventListener("change", (e) => { if (e.target.files[0]) readCsvFile(e.target.files[0]); });
   try {

@@ -1,11 +1,12 @@
 """The page for chemists in a real headless Chromium, against the package's running `kermt serve` (with its API
 key): the table it renders holds what the JSON API returns, the drawings render, the CSV download is the table's
-data, the "About this model" panel shows GET /models' record of the picked model. A screenshot is kept as
-test-artifacts/serve_page.png."""
+data, the "About this model" panel shows GET /models' record of the picked model, the attributions toggle colours
+the drawings with a legend. Screenshots are kept as test-artifacts/serve_page.png and serve_page_attributions.png."""
 
 from __future__ import annotations
 
 import io
+import json
 import urllib.parse
 
 import pandas as pd
@@ -194,4 +195,52 @@ def test_a_csv_file_fills_the_list(page, tmp_path):
     wait.until(lambda d: d.find_element("id", "smiles-input").get_property("value"))
     assert driver.find_element("id", "smiles-input").get_property("value") == "CCO ethanol, dry\nc1ccccc1 benzene"
     assert "Read 2 molecule(s)" in driver.find_element("id", "message").text
+    assert console_errors(driver) == []
+
+
+def test_the_attributions_toggle_colours_each_drawn_molecule_with_a_legend(page, served):
+    from selenium.webdriver.support.ui import Select
+
+    driver, wait = page
+    _enter_key(driver, wait)
+    Select(driver.find_element("id", "model-select")).select_by_value("reg")
+    toggle = driver.find_element("id", "attributions-input")
+    if not toggle.is_selected():
+        toggle.click()
+    typed = driver.find_element("id", "smiles-input")
+    typed.clear()
+    typed.send_keys("\n".join(TYPED))
+    driver.find_element("id", "submit-button").click()
+    wait.until(lambda d: d.find_element("id", "legend-box").is_displayed())
+    wait.until(lambda d: d.find_element("id", "summary").text.startswith("Model reg"))
+
+    api = served.client.post("/models/reg/predict", json={"smiles": SMILES, "attributions": True,
+                                                          "depict": True}).json()["predictions"]
+    drawn = driver.execute_script("""return [...document.querySelectorAll('#results-table tbody tr')].map((tr) => {
+        const img = tr.querySelector('td.molecule img');
+        return img ? [img.dataset.coloured, decodeURIComponent(img.src.split(',')[1]), img.title] : null;});""")
+    assert drawn[1] is None  # the invalid SMILES: nothing to colour
+    for row, expected in zip((drawn[0], drawn[2]), (api[0], api[2])):
+        assert row[:2] == ["t1", expected["attribution_svg"]["t1"]]  # the first task's coloured drawing
+        assert row[2].startswith(f"t1 {expected['t1']:.4g} = baseline ") and "+ descriptors" in row[2]
+    legend = driver.find_element("id", "legend-box").text
+    assert "red: the atom raises the predicted t1" in legend and "blue: it lowers it" in legend
+    assert "relative to the molecule's largest" in legend
+    shown = dict(_cells(driver)[0]["values"])  # the table shows the baseline and descriptor share, not the lists
+    assert shown["t1_baseline"] == f"{api[0]['t1_baseline']:.4g}" and "t1_descriptors" in shown
+    assert "t1_atoms" not in shown
+    assert keep_screenshot(driver, "serve_page_attributions").stat().st_size > 10_000
+
+    Select(driver.find_element("id", "attribution-task")).select_by_value("t2")  # the legend picks the task
+    wait.until(lambda d: "predicted t2" in d.find_element("id", "legend-box").text)
+    coloured = driver.execute_script(
+        "return [...document.querySelectorAll('td.molecule img')].map((img) => img.dataset.coloured);")
+    assert coloured == ["t2", "t2"]
+    driver.find_element("id", "download-button").click()
+    csv_text = driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch(document.getElementById('download-link').href).then((r) => r.text()).then(done);""")
+    table = pd.read_csv(io.StringIO(csv_text), keep_default_na=False, na_values=[""])
+    assert [json.loads(cell) for cell in table["t2_atoms"][0::2]] == [api[0]["t2_atoms"], api[2]["t2_atoms"]]
+    toggle.click()  # off again, for the other tests of the module
     assert console_errors(driver) == []

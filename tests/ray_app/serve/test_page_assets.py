@@ -25,7 +25,8 @@ def test_only_the_listed_assets_are_served_and_none_reaches_another_host():
     for name in [*ASSETS, "index.html"]:
         text = static.joinpath(name).read_text()
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, re.IGNORECASE), name  # no CDN, no fonts
-    assert ".innerHTML" not in static.joinpath("page.js").read_text()  # text goes in as text
+    for script in ("page.js", "attributions.js"):
+        assert ".innerHTML" not in static.joinpath(script).read_text()  # text goes in as text
     with pytest.raises(HTTPException) as error:
         asset_response("../app.py")
     assert error.value.status_code == 404
