@@ -68,6 +68,7 @@ EXPLORED_FILE = "explored.csv"  # every acquired molecule, its score and round (
 ROUND_PREFIX = "round"  # round_k/: the surrogate trained before acquiring round k's batch
 ROUND_TRAINING_FILE = "scored.csv"  # round_k/: smiles,score of everything scored before round k
 ROUND_PREDICTIONS_FILE = "library_predictions.parquet"  # round_k/: the surrogate's mean and std per library row
+ROUND_LOGS = {"finetune": "finetune.log", "predict": "predict.log"}  # round_k/: what each step printed
 
 # Beside a pretrained model: the release's file names (ray_app/common/release.py); our SMILES vocab is JSON where
 # the release's is a pickle.
@@ -250,7 +251,7 @@ __all__ = [
     "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "EARLIER_RUNS_DIR", "EXPLORED_FILE",
     "EXPLORE_SETTINGS_FILE", "FOLD_PREFIX", "INVALID_SMILES_FILE",
     "IN_TRAINING_SPLIT_KEY", "MEMBER_PREFIX", "METRICS_FILE", "MODEL_DIR", "MODEL_VOCAB_FILES", "REPORT_FILE",
-    "ROUND_PREDICTIONS_FILE", "ROUND_PREFIX", "ROUND_TRAINING_FILE", "RUN_CONFIG_FILE", "RUN_RECORD_FILE",
+    "ROUND_LOGS", "ROUND_PREDICTIONS_FILE", "ROUND_PREFIX", "ROUND_TRAINING_FILE", "RUN_CONFIG_FILE", "RUN_RECORD_FILE",
     "RUN_STATE_FILE", "RunLayout", "SPLITS_FILE", "STORAGE_DIR", "SWEEP_FILE",
     "SWEEP_RECORD_FILE", "TEST_RESULT_FILE", "TEST_SPREAD_FILE", "TRIALS_DIR", "UPSTREAM_MODEL_FILE",
     "fold_directory", "fold_name", "member_directories", "numbered"

@@ -47,6 +47,8 @@ RAY_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
                _lazy("ray_app.pretrain.commands", "main_corpus")),
     "pretrain": ("vocab / cmim / hybrid pretraining on Ray Train from a corpus (upstream pretrain_ddp.py flags)",
                  _lazy("ray_app.pretrain.commands", "main_pretrain")),
+    "explore": ("model-guided search of a library: train a surrogate, acquire the next batch, score it, per round",
+                _lazy("ray_app.explore.command", "main")),
     "report": ("rebuild a run's report.html (figures, metrics, worst molecules) from its save_dir or scored file",
                _lazy("ray_app.report.command", "main")),
     "serve": ("trained models as an HTTP service on Ray Serve (POST /predict, GET /models; batched replicas)",

@@ -59,7 +59,7 @@ def test_version_is_the_installed_package_metadata(capsys):
 
 
 @pytest.mark.parametrize("command", ["predict", "eval", "fingerprint", "embed", "reconstruct", "finetune", "tune",
-                                     "corpus", "pretrain", "serve"])
+                                     "corpus", "pretrain", "serve", "explore"])
 def test_a_commands_help_imports_no_heavy_library(command):
     """`kermt predict --help` in well under a second: the help path imports the settings, not the runners."""
     code = ("import sys, io, contextlib\nfrom ray_app.cli import main\n"

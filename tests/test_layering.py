@@ -28,7 +28,8 @@ def test_kermt_never_imports_ray():
 # Which ray_app subpackages each one may import (besides itself): tune -> finetune -> common, screening -> common,
 # pretrain -> common (run ids: ray_app.common.run_ids), serve -> common (what a prediction outputs is
 # kermt.inference.columns, shared with screening); report (reads a run's files, writes the page) -> common, and the
-# commands that end a run write its report. ray_app.cli sits on top of all of them.
+# commands that end a run write its report; explore -> finetune (each round's surrogate), screening (its prediction of
+# the library). ray_app.cli sits on top of all of them.
 ALLOWED = {
     "common": set(),
     "report": {"common"},
@@ -37,6 +38,7 @@ ALLOWED = {
     "screening": {"common", "report"},
     "pretrain": {"common", "report"},
     "serve": {"common"},
+    "explore": {"common", "finetune", "screening", "report"},
 }
 
 

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr
 
 from kermt.errors import UserError
 from kermt.random_streams import Stream, stream_rng
@@ -58,6 +57,8 @@ def _improvement_z(mean, std, best):
 
 
 def _ei(mean, std, best, beta, rng):
+    from scipy.special import ndtr  # here: `kermt explore --help` reads this module's defaults, without SciPy
+
     gain, z = _improvement_z(mean, std, best)
     density = np.exp(-0.5 * np.where(np.isfinite(z), z, 0.0) ** 2) / np.sqrt(2 * np.pi)
     spread = np.where(std > 0, std * density, 0.0)
@@ -65,6 +66,8 @@ def _ei(mean, std, best, beta, rng):
 
 
 def _pi(mean, std, best, beta, rng):
+    from scipy.special import ndtr
+
     return ndtr(_improvement_z(mean, std, best)[1])
 
 

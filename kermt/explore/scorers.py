@@ -50,7 +50,7 @@ class LookupScorer:
         table = table.filter(pc.is_in(table.column(self.smiles_column), value_set=asked))
         known: dict[str, float] = {}
         for key, value in zip(table.column(self.smiles_column).to_pylist(), table.column(self.column).to_pylist()):
-            if key not in known:  # the first row of a SMILES listed twice
+            if key not in known and value not in (None, ""):  # an empty cell is no score; the first of two rows
                 known[key] = _number(value)
         values = np.array([known.get(s, math.nan) for s in smiles], dtype=np.float64)
         errors = ["" if math.isfinite(v) else NOT_IN_LOOKUP if s not in known else "its lookup score is not a number"

@@ -24,7 +24,7 @@ class BatchSize:
     count: int | None = None
 
     def molecules(self, library_size: int) -> int:
-        """The molecules this size means in a library of ``library_size`` valid molecules."""
+        """The molecules this size means in a library of ``library_size`` molecules."""
         if self.count is not None:
             return self.count
         assert self.share is not None
@@ -51,13 +51,13 @@ def parse_size(text: str | int | float, flag: str) -> BatchSize:
 
 def check_plan(init: BatchSize, acquire: BatchSize, iterations: int, library_size: int, scored: int = 0) -> None:
     """Every batch of the plan fits in the library: the first batch and ``iterations`` acquisitions together are at
-    most its ``library_size`` valid molecules (``scored``: molecules already scored by an earlier run of the same
+    most its ``library_size`` molecules (rows) (``scored``: molecules already scored by an earlier run of the same
     exploration, which the next batches exclude). A one-line error before any work otherwise."""
     if library_size <= 0:
-        raise UserError("the library has no valid molecule to explore")
+        raise UserError("the library has no molecule to explore")
     for size in (init, acquire):
         if size.count is not None and size.count > library_size:
-            raise UserError(f"{size.flag} {size.text} is larger than the library ({library_size:,} valid "
+            raise UserError(f"{size.flag} {size.text} is larger than the library ({library_size:,} "
                             "molecules); give a smaller count or a share (0.01 is 1 %)")
     planned = init.molecules(library_size) + iterations * acquire.molecules(library_size)
     if max(planned, scored) > library_size:

@@ -27,8 +27,9 @@ def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
     """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has 2 or more members."""
     tasks, classification = list(setup.task_names), setup.dataset_type == "classification"
     parts = {"train": splits.train.targets, "val": splits.val.targets, "test": splits.test_targets_raw}
-    labels = {name: _labels(np.asarray(t, dtype=np.float64).reshape(len(t), -1), tasks, classification)
-              for name, t in parts.items()}
+    # an empty test split (kermt explore's surrogates have none) is (0, tasks), which reshape cannot infer
+    labels = {name: _labels(np.asarray(t, dtype=np.float64).reshape(len(t), -1 if len(t) else len(tasks)), tasks,
+                            classification) for name, t in parts.items()}
     record: dict[str, Any] = {
         "sizes": {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)},
         "labels": {task: {name: labels[name][task]["labelled"] for name in parts} for task in tasks},

@@ -52,7 +52,7 @@ def test_lookup_scores_by_exact_smiles_and_records_the_missing(tmp_path):
     scorer = lookup_scorer(parse_objective(f"lookup:{scores}"))
     got = scorer(["c1ccccc1", "CCO", "CCN", "CCC", "CCCl"])
     np.testing.assert_array_equal(got.values, [1.7, -0.1, NAN, NAN, NAN])  # the first CCO row
-    assert got.errors == ["", "", "its lookup score is not a number", NOT_IN_LOOKUP,
+    assert got.errors == ["", "", NOT_IN_LOOKUP, NOT_IN_LOOKUP,
                           "its lookup score is not a number"]
     assert got.failed == 3
     assert lookup_scorer(parse_objective(f"lookup:{scores}:other")).column == "other"

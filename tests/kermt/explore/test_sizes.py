@@ -41,7 +41,7 @@ def test_a_plan_larger_than_the_library_is_refused_before_any_work():
     with pytest.raises(UserError, match=r"^--init_size 10 and 5 round\(s\) of --acquire_size 0.2 would score 60 "
                                         r"molecules, more than the library's 50; lower --iterations or the sizes$"):
         check_plan(init, acquire, iterations=5, library_size=50)
-    with pytest.raises(UserError, match=r"^--acquire_size 60 is larger than the library \(50 valid molecules\)"):
+    with pytest.raises(UserError, match=r"^--acquire_size 60 is larger than the library \(50 molecules\)"):
         check_plan(init, parse_size("60", "--acquire_size"), iterations=0, library_size=50)
     with pytest.raises(UserError, match="no valid molecule"):
         check_plan(init, acquire, iterations=1, library_size=0)

@@ -1,0 +1,79 @@
+"""A round's surrogate: a `kermt finetune` on everything scored so far (``DIR/round_k``), then its prediction of
+the whole library with mean and standard deviation (``DIR/round_k/library_predictions.parquet``, one row per
+library row, in order: `kermt predict --uncertainty`'s file).
+
+Both steps are skipped when their files are there: a resumed exploration reuses a finished surrogate and its
+predictions (the finetune itself resumes a surrogate that stopped mid-training).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kermt.data.atomic_files import write_text
+from kermt.explore.acquisition import Surrogate
+from kermt.explore.explored import Explored
+from kermt.inference.columns import STD_SUFFIX
+from kermt.run_layout import ROUND_LOGS, RunLayout
+from ray_app.explore.config import TRAINING_SCORE, TRAINING_SMILES, ExploreConfig
+from ray_app.explore.library import Library
+from ray_app.screening.config import LOCAL_MAX_ROWS
+
+
+def train_surrogate(config: ExploreConfig, layout: RunLayout, round_index: int, explored: Explored) -> Path:
+    """Round ``round_index``'s surrogate, trained on the scored rows of ``explored`` (earlier rounds); its
+    save_dir. Its output goes to ``round_k/finetune.log``, not the console (the round line says where)."""
+    from ray_app.finetune.run import run_finetune
+
+    directory = layout.round(round_index)
+    if RunLayout(directory).run_record.exists():
+        return directory
+    scored = explored.select(np.flatnonzero(explored.scored))
+    lines = [f"{TRAINING_SMILES},{TRAINING_SCORE}\n"] + [f"{_csv_cell(s)},{v!r}\n" for s, v in
+                                                         zip(scored.smiles, scored.score.tolist())]
+    training = layout.round_training(round_index)
+    write_text(str(training), "".join(lines))
+    finetune = config.surrogate(round_index, str(training), str(directory))
+    sources = {name: "user" for name in type(finetune).model_fields}
+    with open(directory / ROUND_LOGS["finetune"], "a") as log, contextlib.redirect_stdout(log):
+        run_finetune(finetune, sources)
+    return directory
+
+
+def _csv_cell(smiles: str) -> str:
+    return f'"{smiles}"' if any(c in smiles for c in ',"\n') else smiles
+
+
+def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, library: Library) -> Surrogate:
+    """The round's surrogate's mean and std for every library row (NaN where a SMILES is invalid)."""
+    from ray_app.screening.config import PredictConfig
+    from ray_app.screening.run import run_predict
+
+    path = layout.round_predictions(round_index)
+    if not path.exists():
+        engine = "ray" if config.address or os.environ.get("RAY_ADDRESS") or library.rows > LOCAL_MAX_ROWS \
+            else "local"
+        predict = PredictConfig(data_path=config.library, smiles_column=library.smiles_column,
+                                checkpoint_dir=str(layout.round(round_index)), output_path=str(path),
+                                uncertainty=True, drop_extra_columns=True, engine=engine, address=config.address,
+                                max_heavy_atoms=config.max_heavy_atoms, use_gpu=config.use_gpu)
+        # its lines (the engine, one model's zero spread) go to the round's log: the round line is the news
+        with open(layout.round(round_index) / ROUND_LOGS["predict"], "a") as log, contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            run_predict(predict)
+    table = pq.read_table(path, columns=[TRAINING_SCORE, TRAINING_SCORE + STD_SUFFIX])
+    mean, std = (_floats(table.column(i)) for i in range(2))
+    return Surrogate(mean, std)  # one model's std is 0: recorded, never read (the settings refuse such acquisitions)
+
+
+def _floats(column: pa.ChunkedArray) -> np.ndarray:
+    return column.to_numpy().astype(np.float64)  # nulls (invalid rows) become NaN
+
+
+__all__ = ["predict_library", "train_surrogate"]
