@@ -133,6 +133,11 @@ class ModelScreeningConfig(EngineFlag, WidthFlags, FeatureFlags, ScreeningConfig
                                        "fold_k/domain.json (docs/uncertainty.md)")
     no_features_scaling: bool = Field(False, description="upstream's flag, accepted so its commands port: the "
                                       "checkpoint decides; an error if a member was trained with feature scaling")
+    attributions: bool = Field(False, description="add <task>_atoms (a JSON list: each heavy atom's share of the "
+                               "prediction, in the atom order of the SMILES the model saw), <task>_baseline (the "
+                               "value the shares start from) and, for a model with molecule descriptors, "
+                               "<task>_descriptors; a classifier's shares explain its logit; kermt eval writes "
+                               "them to <stem>_attributions.csv beside --output_path (docs/attributions.md)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelScreeningConfig":
@@ -144,11 +149,6 @@ class ModelScreeningConfig(EngineFlag, WidthFlags, FeatureFlags, ScreeningConfig
 class PredictConfig(ModelScreeningConfig):
     drop_extra_columns: bool = Field(False, description="write only the SMILES, predictions, valid and error "
                                      "(and --id_columns); by default every other input column is carried too")
-    attributions: bool = Field(False, description="add <task>_atoms (a JSON list: each heavy atom's share of the "
-                               "prediction, in the atom order of the SMILES the model saw), <task>_baseline (the "
-                               "value the shares start from) and, for a model with molecule descriptors, "
-                               "<task>_descriptors; a classifier's shares explain its logit "
-                               "(docs/attributions.md)")
 
 
 class EvalConfig(ModelScreeningConfig):

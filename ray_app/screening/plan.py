@@ -100,18 +100,14 @@ def output_plan(config: ModelScreeningConfig, members: list[Checkpoint], calibra
     spec = members[0].spec
     return OutputPlan(task_names(spec), spec.head.dataset_type == "regression", uncertainty=config.uncertainty,
                       interval=config.interval, calibrations=calibrations, class_calibrations=class_calibrations,
-                      domain=domain, calibrated=calibrated, attributions=_attributions(config),
+                      domain=domain, calibrated=calibrated, attributions=config.attributions,
                       descriptors=spec.head.features_size > 0)
-
-
-def _attributions(config: ModelScreeningConfig) -> bool:
-    return bool(getattr(config, "attributions", False))  # a kermt predict flag (eval has none yet)
 
 
 def note_attributions(config: ModelScreeningConfig, members: list[Checkpoint]) -> None:
     """--attributions: a one-line note where this model or mode cannot give them (the columns stay empty) or where
     they explain another number than the prediction column."""
-    if not _attributions(config):
+    if not config.attributions:
         return
     why_not = unavailable_reason([m.spec for m in members], config.upstream_batching)
     if why_not:

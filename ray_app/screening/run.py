@@ -17,11 +17,12 @@ from kermt.inference import Embedder
 from kermt.inference.attributions import OVER_BUDGET, unavailable_reason
 from kermt.inference.columns import ATOMS_SUFFIX
 from kermt.inputs import check_checkpoint_file
-from ray_app.screening.config import EmbedConfig, FingerprintConfig, PredictConfig, ScreeningConfig, elapsed_line, log
+from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScreeningConfig, PredictConfig,
+                                      ScreeningConfig, elapsed_line, log)
 from ray_app.screening.files import (ArraySpool, JsonListSpool, TableWriter, write_metadata_json, write_npy,
                                      write_npz)
 from ray_app.screening.engines import predict_stream, resolve_engine, start_stream
-from ray_app.screening.plan import file_features, note_widths, plan_predict, source_columns
+from ray_app.screening.plan import PredictPlan, file_features, note_widths, plan_predict, source_columns
 from ray_app.screening.stream import EmbedStage, InputSpec, StreamStats, drain, input_progress
 from ray_app.screening.uncertainty import calibrated_on_file
 
@@ -45,10 +46,7 @@ def run_predict(config: PredictConfig) -> int:
     writer = TableWriter(config.output_path)
     checked = calibrated_on_file(config, checked)
     ds = predict_stream(config, checked)
-    outputs = checked.outputs(config)
-    explained = outputs.attributions and not unavailable_reason([m.spec for m in checked.members],
-                                                                config.upstream_batching)
-    unattributed = UnattributedRows(config.data_path, outputs.tasks[0] + ATOMS_SUFFIX if explained else None)
+    unattributed = unattributed_rows(config, checked)
 
     def write(block: pa.Table) -> None:
         unattributed.add(block)
@@ -57,6 +55,14 @@ def run_predict(config: PredictConfig) -> int:
     stats = drain(ds, write, input_progress(config.data_path, "predicting"))
     unattributed.note()
     return _finish(stats, config, started, writer.commit, writer.abort)
+
+
+def unattributed_rows(config: ModelScreeningConfig, checked: PredictPlan) -> UnattributedRows:
+    """The counter of rows without attributions for ``config``'s stream (counting nothing when it computes none)."""
+    outputs = checked.outputs(config)
+    explained = outputs.attributions and not unavailable_reason([m.spec for m in checked.members],
+                                                                config.upstream_batching)
+    return UnattributedRows(config.data_path, outputs.tasks[0] + ATOMS_SUFFIX if explained else None)
 
 
 class UnattributedRows:

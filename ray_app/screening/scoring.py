@@ -8,6 +8,9 @@ the lines ``test {metric} = X`` (per task with ``--show_individual_scores``) and
 A calibrated model's interval metrics, and a classification model's ECE and Brier (with a
 ``classification_calibration.json`` also calibrated, with prediction sets), go to ``<stem>_uncertainty.json``;
 with ``--calibration_path`` the calibration is first fitted on that file (ray_app.screening.uncertainty).
+``--attributions``: ``<stem>_attributions.csv``, `kermt predict --attributions`' file of the input (every row: the
+SMILES, predictions, attribution columns, id columns, each task's label as ``<task>_target``, valid, error), written
+as the rows stream (upstream's test_result.csv has no place for them).
 
 Memory: the model stage streams; the metrics (AUC, Spearman, ...) need every prediction at once, so the driver keeps
 the valid rows' SMILES, predictions and labels (tens of bytes per row and task).
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+
+import pyarrow as pa
 
 from kermt.errors import UserError
 from kermt.inference import task_names
@@ -30,10 +35,14 @@ from ray_app.screening.config import EvalConfig, log
 from ray_app.screening.files import Source, pick_columns
 from ray_app.screening.labelled import LabelledRows
 from ray_app.screening.engines import predict_stream, resolve_engine
+from ray_app.screening.files import TableWriter
 from ray_app.screening.plan import PredictPlan, plan_predict
-from ray_app.screening.stream import drain, input_progress
+from ray_app.screening.run import unattributed_rows
+from ray_app.screening.stream import LABEL_PREFIX, drain, input_progress
 from ray_app.screening.uncertainty import calibrated_on_file
 from ray_app.screening.uncertainty_scores import DEFAULT_EVAL_LEVEL, ClassificationScores, DomainRows, IntervalRows
+
+TARGET_SUFFIX = "_target"  # <stem>_attributions.csv: each task's label column
 
 
 def _labels(config: EvalConfig, tasks: tuple[str, ...], source: Source) -> tuple[str, ...]:
@@ -79,11 +88,16 @@ def run_eval(config: EvalConfig) -> int:
     if scored is not None:  # the spread is needed for the metrics
         config = config.model_copy(update={"uncertainty": True})
     domain = DomainRows(checked.domain.threshold) if checked.domain is not None else None
-    sinks = [sink.add for sink in (rows, scored, domain) if sink is not None]
+    attributed = AttributionFile(config, checked, labels) if config.attributions else None
+    sinks = [sink.add for sink in (rows, scored, domain, attributed) if sink is not None]
     stats = drain(predict_stream(config, checked, labels), lambda block: [add(block) for add in sinks],
                   input_progress(config.data_path, "scoring"))
     if stats.valid == 0:
+        if attributed is not None:
+            attributed.abort()
         raise UserError(stats.all_invalid_message(config.data_path))
+    if attributed is not None:
+        attributed.commit()
     preds, targets = rows.arrays()
     outputs.atomic_write_text(Path(config.output_path), outputs.test_result_csv(rows.smiles, tasks, preds, targets))
     log(f"scored {stats.valid} rows ({stats.rows - stats.valid} invalid SMILES skipped); wrote {config.output_path} "
@@ -107,4 +121,29 @@ def run_eval(config: EvalConfig) -> int:
     return 0
 
 
-__all__ = ["LabelledRows", "run_eval"]
+class AttributionFile:
+    """--attributions: ``<stem>_attributions.csv`` beside --output_path, each block as it streams by, the label
+    columns named ``<task>_target``; the note on molecules over the attributions' budget once it is complete."""
+
+    def __init__(self, config: EvalConfig, checked: PredictPlan, labels: tuple[str, ...]) -> None:
+        output = Path(config.output_path)
+        self.path = output.with_name(f"{output.stem}_attributions.csv")
+        self.writer = TableWriter(self.path)
+        tasks = task_names(checked.members[0].spec)
+        self.targets = {LABEL_PREFIX + label: task + TARGET_SUFFIX for task, label in zip(tasks, labels)}
+        self.unattributed = unattributed_rows(config, checked)
+
+    def add(self, block: pa.Table) -> None:
+        self.unattributed.add(block)
+        self.writer.write(block.rename_columns([self.targets.get(name, name) for name in block.column_names]))
+
+    def commit(self) -> None:
+        self.writer.commit()
+        self.unattributed.note()
+        log(f"attributions: wrote {self.path}")
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+
+__all__ = ["AttributionFile", "LabelledRows", "run_eval"]

@@ -239,7 +239,9 @@ def _predicted(config: ModelScreeningConfig, checked: PredictPlan) -> LabelledRo
     """The ensemble's mean and total std of the calibration file's valid rows, with their labels."""
     tasks, file = task_names(checked.members[0].spec), checked.calibration_file
     path = file.path
-    plain = config.model_copy(update={"data_path": path, "uncertainty": True, "interval": None})
+    # the calibration needs the mean and std only: no attributions (about 40 predictions' work per molecule)
+    plain = config.model_copy(update={"data_path": path, "uncertainty": True, "interval": None,
+                                      "attributions": False})
     plan = replace(checked, source=Source(file.table, file.smiles_column, ()), calibrations=None, domain=None,
                    class_calibrations=None, calibration_file=None, file_features=file.features)
     rows = LabelledRows(path, tasks, tasks, checked.members[0].spec.head.dataset_type == "classification")

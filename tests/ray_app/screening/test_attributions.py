@@ -1,6 +1,7 @@
 """`kermt predict --attributions`: per task ``<task>_atoms`` (a JSON list, one value per heavy atom of the SMILES the
 model saw), ``<task>_baseline`` and, with descriptors, ``<task>_descriptors``; the same file from either engine and
-from kermt.load_run; a mode or molecule that cannot have them gets a note and empty cells, never a failed run."""
+from kermt.load_run; a mode or molecule that cannot have them gets a note and empty cells, never a failed run.
+`kermt eval --attributions` writes the same columns, with the labels, to <stem>_attributions.csv."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rdkit import Chem
 import kermt
 from tests.conftest import FIXTURE_DIR
 from tests.kermt.chem.test_standardize import standardizing_checkpoint
-from tests.ray_app.screening.engines import main_predict
+from tests.ray_app.screening.engines import main_eval, main_predict
 from tests.ray_app.screening.test_load_run import QUERY
 from tests.ray_app.screening.test_local import _both
 from ray_app.screening.commands import main_predict as main_predict_on_either
@@ -81,3 +82,28 @@ def test_a_mode_or_molecule_without_attributions_gets_a_note_and_empty_cells(tmp
            "batch-mates" in capsys.readouterr().err
     frame = pd.read_csv(tmp_path / "u.csv")
     assert frame["t1"].notna().all() and frame["t1_atoms"].isna().all() and frame["t2_descriptors"].isna().all()
+
+
+def test_eval_writes_predicts_attribution_columns_with_the_labels_beside_its_test_result(tmp_path, capsys):
+    """kermt eval --attributions: <stem>_attributions.csv holds kermt predict --attributions' file of the input
+    (invalid and over-budget rows included) with each task's label as <task>_target; test_result.csv is unchanged."""
+    labelled = pd.read_csv(FIXTURE_DIR / "smiles.csv")
+    extra = pd.DataFrame({"smiles": ["not a smiles", "C" * 120], "t1": [1.0, 2.0], "t2": [0.5, None]})
+    pd.concat([labelled, extra]).to_csv(tmp_path / "labelled.csv", index=False)
+    common = ["--data_path", str(tmp_path / "labelled.csv"), "--checkpoint_path", REGRESSION]
+    assert main_eval([*common, "--output_path", str(tmp_path / "plain" / "test_result.csv")]) == 0
+    assert not list((tmp_path / "plain").glob("*_attributions.csv"))  # only when asked
+    assert main_eval([*common, "--output_path", str(tmp_path / "test_result.csv"), "--attributions"]) == 0
+    err = capsys.readouterr().err
+    assert f"attributions: wrote {tmp_path / 'test_result_attributions.csv'}" in err
+    assert "note: 1 molecule(s) of " in err and "heavy atoms, the attributions' budget (e.g. line 29)" in err
+    assert (tmp_path / "test_result.csv").read_bytes() == (tmp_path / "plain" / "test_result.csv").read_bytes()
+    written = pd.read_csv(tmp_path / "test_result_attributions.csv")
+    assert main_predict([*common, "--output_path", str(tmp_path / "p.csv"), "--attributions"]) == 0
+    predicted = pd.read_csv(tmp_path / "p.csv")
+    assert list(written.columns) == [*predicted.columns[:9], "t1_target", "t2_target", "valid", "error"]
+    for column in predicted.columns[:9]:
+        assert written[column].equals(predicted[column]), column
+    assert written["t1_atoms"].notna().sum() == len(labelled)  # every valid row within the budget
+    labels = pd.read_csv(tmp_path / "labelled.csv")[["t1", "t2"]]
+    np.testing.assert_array_equal(written[["t1_target", "t2_target"]], labels)
