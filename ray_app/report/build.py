@@ -17,9 +17,12 @@ def report_path(path: Path) -> Path:
     return Path(report_uri(str(path), of_file=not path.is_dir()))
 
 
-def write_report(path: Path | str, dataset_type: str | None = None, tasks: Sequence[str] | None = None) -> Path:
+def write_report(path: Path | str, dataset_type: str | None = None, tasks: Sequence[str] | None = None, *,
+                 model: str | None = None, trust_checkpoint: bool = False) -> Path:
     """Build the report of ``path`` from its files and write it; returns where it is. ``dataset_type`` (and, for a
-    `kermt predict` output, ``tasks``): what a file holds, when the caller knows (else it is read off the file)."""
+    `kermt predict` output, ``tasks``): what a file holds, when the caller knows (else it is read off the file).
+    ``model``: for a file, the model that wrote it (a run's directory or a checkpoint), which colours the drawn
+    molecules by attribution (a finetune's own folds do that for its report)."""
     path = Path(path)
     if path.is_file():
         from ray_app.report.library import is_prediction_output
@@ -27,10 +30,10 @@ def write_report(path: Path | str, dataset_type: str | None = None, tasks: Seque
         if is_prediction_output(path):
             from ray_app.report.predict import predict_report
 
-            return write_page(predict_report(path, dataset_type, tasks), report_path(path))
+            return write_page(predict_report(path, dataset_type, tasks, model, trust_checkpoint), report_path(path))
         from ray_app.report.evaluation import eval_report
 
-        return write_page(eval_report(path, dataset_type), report_path(path))
+        return write_page(eval_report(path, dataset_type, model, trust_checkpoint), report_path(path))
     if not path.is_dir():
         raise UserError(f"{path} does not exist: give a finetune --save_dir or a file kermt eval wrote")
     if RunLayout(path).sweep.exists() or RunLayout(path).all_trials.exists():
@@ -71,12 +74,13 @@ def report_uri(shown: str, of_file: bool) -> str:
     return path if query is None else f"{path}?{query}"
 
 
-def report_of_finished_run(local: Path, dataset_type: str | None = None,
-                           tasks: Sequence[str] | None = None) -> Path | None:
+def report_of_finished_run(local: Path, dataset_type: str | None = None, tasks: Sequence[str] | None = None, *,
+                           model: str | None = None, trust_checkpoint: bool = False) -> Path | None:
     """Write the report of a run that just ended (or was stopped). A report that cannot be built is a one-line
-    note, never the run's failure: its models and files are what matters, and ``kermt report`` rebuilds it."""
+    note, never the run's failure: its models and files are what matters, and ``kermt report`` rebuilds it.
+    ``model``, ``trust_checkpoint``: as :func:`write_report`'s."""
     try:
-        return write_report(local, dataset_type, tasks)
+        return write_report(local, dataset_type, tasks, model=model, trust_checkpoint=trust_checkpoint)
     except Exception as error:  # any: a bug in a figure must not fail a finished run
         print(f"report: not written ({type(error).__name__}: {first_line(error)}); `kermt report {local}` retries",
               flush=True)

@@ -16,6 +16,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("path",
                         help="a kermt finetune, tune or pretrain --save_dir, or the --output_path file of kermt eval "
                         "or kermt predict")
+    parser.add_argument("--checkpoint_dir", default=None, metavar="MODEL",
+                        help="for a kermt eval or predict output: the model that wrote it (its --checkpoint_dir or "
+                        "--checkpoint_path), which colours the drawn molecules by attribution; without it they are "
+                        "drawn plain (a finetune's report uses its own folds)")
     args = parser.parse_args(argv)
     if "://" in args.path:  # (ray_app.common.storage.is_uri would import Ray)
         raise UserError(f"kermt report {args.path}: reads local files; copy the run down first (e.g. aws s3 cp "
@@ -23,7 +27,7 @@ def main(argv: list[str]) -> int:
     if Path(args.path).exists():  # before the report is built: its folder may be a read-only copy
         check_output_path(report_path(Path(args.path)), "report", advice="the report goes beside what it reports "
                           "on: copy that to a folder you can write to")
-    print(f"report: {write_report(args.path)}", flush=True)
+    print(f"report: {write_report(args.path, model=args.checkpoint_dir)}", flush=True)
     return 0
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ray_app.report.attributions import recorded_beside
 from ray_app.report.page import Report, Section, Table, fmt
 from ray_app.report.results import TestResult, read_test_result
 from ray_app.report.run_files import read_json
-from ray_app.report.tasks import labelled, task_section
+from ray_app.report.tasks import explain_worst, labelled, task_section
 
 
 def guessed_dataset_type(result: TestResult) -> str:
@@ -22,8 +23,13 @@ def guessed_dataset_type(result: TestResult) -> str:
     return "classification" if binary and preds.size and preds.min() >= 0 and preds.max() <= 1 else "regression"
 
 
-def eval_report(path: Path, dataset_type: str | None = None) -> Report:
+def eval_report(path: Path, dataset_type: str | None = None, model: str | None = None,
+                trust_checkpoint: bool = False) -> Report:
+    """The worst-predicted molecules are coloured by the attributions kermt eval --attributions wrote beside the
+    file (``<stem>_attributions.csv``), else by ``model``'s (the one that scored the file, what ``kermt.load_run``
+    takes, computed for them); with neither they are drawn plain."""
     result = read_test_result(path)
+    model = recorded_beside(path) or model
     dataset_type = dataset_type or guessed_dataset_type(result)
     overview = Section("Scored file", notes=[f"{len(result.smiles)} scored molecule(s), {len(result.tasks)} task(s): "
                                              f"{', '.join(result.tasks)}; read as {dataset_type}"])
@@ -33,8 +39,10 @@ def eval_report(path: Path, dataset_type: str | None = None) -> Report:
     uncertainty = _uncertainty_table(path)
     if uncertainty is not None:
         overview.tables.append(uncertainty)
-    sections = [task_section(labelled(task, result.smiles, result.targets[:, t], result.preds[:, t]), dataset_type,
-                             path.name) for t, task in enumerate(result.tasks)]
+    per_task = [labelled(task, result.smiles, result.targets[:, t], result.preds[:, t], model=model)
+                for t, task in enumerate(result.tasks)]
+    explained = explain_worst(per_task, overview.notes, trust_checkpoint)
+    sections = [task_section(task, dataset_type, path.name, why) for task, why in zip(per_task, explained)]
     return Report(f"kermt eval report: {path.name}", str(path), [overview, *sections])
 
 

@@ -18,6 +18,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn import metrics as skm
 
+from ray_app.common.atom_colours import share_colour
+
 DPI = 80
 COLOURS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
@@ -190,6 +192,18 @@ def binned(edges: np.ndarray, counts: np.ndarray, label: str, title: str) -> str
     return data_uri(figure)
 
 
+def colour_bar(scale: float, label: str) -> str:
+    """The key of :func:`ray_app.common.atom_colours.share_colour` on ``scale``: a horizontal bar from -scale
+    (lowers) through 0 to +scale (raises)."""
+    colours = matplotlib.colors.ListedColormap([share_colour(x) for x in np.linspace(-1, 1, 257)])
+    figure, ax = plt.subplots(figsize=(4.6, 0.5))
+    mapping = matplotlib.cm.ScalarMappable(matplotlib.colors.Normalize(-scale, scale), colours)
+    bar = figure.colorbar(mapping, cax=ax, orientation="horizontal")
+    bar.set_ticks([-scale, 0, scale], labels=[f"{-scale:.3g}\nlowers", "0", f"+{scale:.3g}\nraises"])
+    bar.set_label(label, fontsize=9)
+    return data_uri(figure)
+
+
 def line_panels(panels: Sequence[tuple[str, Mapping[str, tuple[np.ndarray, np.ndarray]]]], xlabel: str = "step",
                 per_row: int = 4) -> str:
     """A grid of panels, each a title and its lines (label -> (x, y)); a NaN point is left out of its line (a
@@ -212,5 +226,6 @@ def line_panels(panels: Sequence[tuple[str, Mapping[str, tuple[np.ndarray, np.nd
     return data_uri(figure)
 
 
-__all__ = ["against_setting", "binned", "confusion", "data_uri", "histogram", "learning_curves", "line_panels",
-           "parity", "residuals", "roc_and_pr", "trial_objectives"]
+__all__ = ["against_setting", "binned", "colour_bar", "confusion",
+           "data_uri", "histogram", "learning_curves", "line_panels", "parity", "residuals", "roc_and_pr",
+           "trial_objectives"]

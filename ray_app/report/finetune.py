@@ -22,7 +22,7 @@ from ray_app.report import figures
 from ray_app.report.page import NOT_RECORDED, Figure, Report, Section, Table, fmt
 from ray_app.report.results import TestResult, read_spread, read_test_result
 from ray_app.report.run_files import columns, read_json, read_rows, read_yaml
-from ray_app.report.tasks import TaskData, labelled, task_section
+from ray_app.report.tasks import TaskData, explain_worst, labelled, task_section
 
 LEVEL = 0.9
 SPLITS = ("train", "val", "test")
@@ -207,9 +207,10 @@ def _task_sections(folds: list[tuple[int, Path]], results: dict[int, TestResult]
     tasks = next(iter(results.values())).tasks
     notes: list[str] = []
     per_task = [_pooled(task, t, folds, results, dataset_type, notes) for t, task in enumerate(tasks)]
+    explained = explain_worst(per_task, notes)  # each test molecule by its own fold's members
     sections = [task_section(task, dataset_type, "the test set" + (f" of {len(results)} folds"
-                                                                    if len(results) > 1 else ""))
-                for task in per_task]
+                                                                    if len(results) > 1 else ""), why)
+                for task, why in zip(per_task, explained)]
     run.notes += sorted(set(notes))
     return sections
 
@@ -224,7 +225,7 @@ def _pooled(task: str, t: int, folds: list[tuple[int, Path]], results: dict[int,
         bounds = _interval(fold_dir, result, task, t, notes) if dataset_type == "regression" else None
         with_interval = with_interval and bounds is not None
         parts.append(labelled(task, result.smiles, result.targets[:, t], result.preds[:, t],
-                              *(bounds if bounds is not None else (None, None))))
+                              *(bounds if bounds is not None else (None, None)), model=str(fold_dir)))
     if not parts:
         return TaskData(task, [], np.array([]), np.array([]))
 
@@ -232,7 +233,8 @@ def _pooled(task: str, t: int, folds: list[tuple[int, Path]], results: dict[int,
         return np.concatenate([getattr(p, name) for p in parts])
 
     return TaskData(task, [s for p in parts for s in p.smiles], join("measured"), join("predicted"),
-                    join("lower") if with_interval else None, join("upper") if with_interval else None)
+                    join("lower") if with_interval else None, join("upper") if with_interval else None,
+                    [m for p in parts for m in p.models])
 
 
 def _interval(fold_dir: Path, result: TestResult, task: str, t: int, notes: list[str]):

@@ -36,6 +36,14 @@ class Molecule:
 
 
 @dataclass
+class Legend:
+    """What the colours of a section's molecule drawings mean: a colour bar and the words for it."""
+
+    text: str
+    uri: str  # the colour bar, a PNG data: URI
+
+
+@dataclass
 class Section:
     title: str
     notes: list[str] = field(default_factory=list)
@@ -43,11 +51,12 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     molecules: list[Molecule] = field(default_factory=list)
     molecules_title: str = "Molecules"
+    legend: Legend | None = None  # shown above the molecules when their drawings are coloured
     subsections: list["Section"] = field(default_factory=list)
 
     def image_count(self) -> int:
         """How many images the page shows for this section (the browser test counts the rendered ones)."""
-        return len(self.figures) + sum(m.uri is not None for m in self.molecules) + \
+        return len(self.figures) + sum(m.uri is not None for m in self.molecules) + (self.legend is not None) + \
             sum(s.image_count() for s in self.subsections)
 
 
@@ -83,4 +92,4 @@ def write_page(report: Report, path: Path) -> Path:
     return path
 
 
-__all__ = ["Figure", "Molecule", "NOT_RECORDED", "Report", "Section", "Table", "fmt", "render", "write_page"]
+__all__ = ["Figure", "Legend", "Molecule", "NOT_RECORDED", "Report", "Section", "Table", "fmt", "render", "write_page"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 
 from ray_app.report import figures
+from ray_app.report.attributions import colour_molecules, explain, timing_note
 from ray_app.report.library import BATCH_ROWS, TOP_N, LibraryStats, library_stats
 from ray_app.report.molecules import molecule_uri
 from ray_app.report.page import Figure, Molecule, Report, Section, Table, fmt
@@ -24,9 +25,11 @@ def guessed_dataset_type(stats: LibraryStats) -> str:
     return "classification" if ranges and inside else "regression"
 
 
-def predict_report(path: Path, dataset_type: str | None = None, tasks: Sequence[str] | None = None) -> Report:
+def predict_report(path: Path, dataset_type: str | None = None, tasks: Sequence[str] | None = None,
+                   model: str | None = None, trust_checkpoint: bool = False) -> Report:
     """``dataset_type`` and ``tasks``: the model's, when the caller knows them (the run does); else read off the
-    file."""
+    file. ``model``: the one that predicted the file (what ``kermt.load_run`` takes), which explains the top
+    molecules' drawings; None: they are drawn plain."""
     stats = library_stats(path, tasks)
     known = dataset_type is not None
     dataset_type = dataset_type or guessed_dataset_type(stats)
@@ -34,7 +37,9 @@ def predict_report(path: Path, dataset_type: str | None = None, tasks: Sequence[
     spread = _spread_section(stats)
     if spread is not None:
         sections.append(spread)
-    sections += [_task_section(stats, task, dataset_type) for task in stats.layout.tasks]
+    per_task = [_task_section(stats, task, dataset_type) for task in stats.layout.tasks]
+    _colour_top(per_task, stats, model, trust_checkpoint, dataset_type == "classification", sections[0].notes)
+    sections += per_task
     return Report(f"kermt predict report: {path.name}", str(path), sections)
 
 
@@ -103,6 +108,18 @@ def _task_section(stats: LibraryStats, task: str, dataset_type: str) -> Section:
     section.molecules_title = f"The {TOP_N} molecules with the highest {what} {task}"
     section.molecules = [_molecule(row, task, stats) for row in stats.top_rows(task)]
     return section
+
+
+def _colour_top(sections: list[Section], stats: LibraryStats, model: str | None, trust_checkpoint: bool,
+                classification: bool, notes: list[str]) -> None:
+    """Colour each task's top molecules by their attribution to it: every task's in one call of the model."""
+    top = {task: [str(row[stats.layout.smiles]) for row in stats.top_rows(task)] for task in stats.layout.tasks}
+    found = explain({model: [s for smiles in top.values() for s in smiles]} if model else {}, trust_checkpoint)
+    if model and any(top.values()):
+        notes.append(timing_note(found, len({s for smiles in top.values() for s in smiles}), [model]))
+    for section, (task, smiles) in zip(sections, top.items()):
+        if smiles:
+            colour_molecules(section, task, [found.get(model, s, task) for s in smiles], classification)
 
 
 def _molecule(row: dict, task: str, stats: LibraryStats) -> Molecule:

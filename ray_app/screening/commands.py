@@ -53,7 +53,10 @@ def _predict_and_report(config: PredictConfig) -> int:
     from ray_app.screening.run import run_predict
 
     status = run_predict(config)
-    report_of_finished_run(Path(config.output_path), *_model_tasks(config))
+    # the model colours the report's top molecules by attribution (computed for those few, in this process)
+    report_of_finished_run(Path(config.output_path), *_model_tasks(config),
+                           model=str(config.checkpoint_dir or config.checkpoint_path),
+                           trust_checkpoint=config.trust_checkpoint)
     return status
 
 

@@ -9,7 +9,7 @@ from ray_app.report.build import REPORT_FILE
 from tests.browser import console_errors, headless_chromium, keep_screenshot, rendered_images, requires_browser
 
 pytestmark = requires_browser
-IMAGES = 1 + 2 * (2 + 8)  # learning curves; per task two figures and the 8 worst molecules
+IMAGES = 1 + 2 * (2 + 1 + 8)  # learning curves; per task two figures, the colour key and the 8 worst molecules
 
 
 @pytest.mark.parametrize("run, name", [

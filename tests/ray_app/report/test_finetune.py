@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 
 import numpy as np
@@ -18,6 +19,7 @@ from tests.ray_app.finetune.tiny_runs import tiny_finetune
 from tests.ray_app.report.conftest import TASKS, demo_rows
 
 FIGURES_PER_TASK = 2  # regression: parity, residuals; classification: ROC + PR, confusion
+KEY = 1  # the colour key of the worst molecules' attribution colours
 WORST = 8
 
 
@@ -51,7 +53,7 @@ def test_report_shows_every_part_of_a_finished_regression_run(regression_run):
     report = finetune_report(save_dir)
     assert _titles(report) == ["Run", "Settings", "Data", "Learning curves",
                                "Test rmse of each member and of the ensemble", "Task logp", "Task tpsa_100"]
-    assert report.image_count() == 1 + 2 * (FIGURES_PER_TASK + WORST)
+    assert report.image_count() == 1 + 2 * (FIGURES_PER_TASK + KEY + WORST)
     data = report.sections[2]
     assert "1 invalid row(s) skipped: 1 unparsable (invalid_smiles.csv)" in data.notes
     assert "121 molecule(s) in the data" in data.notes
@@ -71,10 +73,17 @@ def test_worst_molecules_carry_their_errors_and_the_calibrated_interval(regressi
                              result.preds[:, 0], spread[:, 0], 0.9)
     labelled = ~np.isnan(result.targets[:, 0])
     errors = np.abs(result.preds[labelled, 0] - result.targets[labelled, 0])
-    worst = finetune_report(save_dir).sections[5].molecules[0]
+    section = finetune_report(save_dir).sections[5]
+    worst = section.molecules[0]
     i = result.smiles.index(worst.smiles)
     assert abs(float(worst.lines[2].split()[-1])) == np.float64(f"{errors.max():.4g}")
     assert worst.lines[3] == f"90% interval [{lower[i]:.4g}, {upper[i]:.4g}]"
+    # coloured by the fold's own members: the attributions add up to the fold's prediction of each molecule
+    assert section.legend.text.startswith("Atom colours: each atom's share of the predicted logp")
+    for molecule in section.molecules:
+        baseline, *_, total = (float(x) for x in re.findall(r"-?\d+\.?\d*(?:e[+-]?\d+)?", molecule.lines[4]))
+        predicted = result.preds[result.smiles.index(molecule.smiles), 0]
+        assert abs(total - predicted) <= 0.01 + 0.2 * abs(predicted - baseline), molecule.lines
 
 
 def test_interrupted_run_report_covers_the_members_that_finished(regression_run, tmp_path):
@@ -103,12 +112,13 @@ def test_report_of_a_run_made_before_the_report_and_a_task_without_test_labels(r
     with open(run / "fold_0/test_result.csv", "w", newline="") as f:
         csv.writer(f).writerows(rows)
     report = finetune_report(run)
-    assert report.image_count() == 1 + FIGURES_PER_TASK + WORST  # tpsa_100 has nothing to plot
+    assert report.image_count() == 1 + FIGURES_PER_TASK + KEY + WORST  # tpsa_100 has nothing to plot
     assert any("spread on the test set is not recorded" in n for n in report.sections[0].notes)
     assert report.sections[4].tables[0].rows[0][1:] == ["each member", "not recorded", "not recorded"]
     assert "the test set has no labels for tpsa_100: nothing to score or plot (not recorded)" in \
         report.sections[6].notes
-    assert report.sections[5].molecules[0].lines[-1].startswith("error")  # no interval without the spread
+    assert [line.split()[0] for line in report.sections[5].molecules[0].lines] == [
+        "measured", "predicted", "error", "baseline"]  # no interval without the spread
 
 
 @pytest.mark.slow  # a second finetune (~30 s here); the regression run covers the rest
@@ -122,7 +132,7 @@ def test_classification_report_has_roc_pr_and_confusion(classification_run):
     assert [f.caption for f in task.figures] == ["logp_high: ROC and precision-recall",
                                                  "logp_high: confusion matrix at p >= 0.5"]
     assert task.tables[0].columns == ["auc", "prc-auc", "accuracy", "matthews_corrcoef"]
-    assert report.image_count() == 1 + 2 * (FIGURES_PER_TASK + WORST)
+    assert report.image_count() == 1 + 2 * (FIGURES_PER_TASK + KEY + WORST)
 
 
 def test_a_run_on_separate_val_and_test_files_states_them_in_run_json_and_the_report(ray_cluster, tmp_path):

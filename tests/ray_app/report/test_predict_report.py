@@ -72,7 +72,7 @@ def test_predict_report_renders_every_figure(predicted):
         images = rendered_images(driver)
         assert console_errors(driver) == []
         screenshot = keep_screenshot(driver, "predict_report")
-    assert len(images) == 1 + 2 * (1 + 12)  # domain distances; per task its histogram and 12 molecules
+    assert len(images) == 1 + 2 * (1 + 1 + 12)  # domain distances; per task its histogram, colour key, 12 molecules
     assert all(i["kind"] == "img" and i["complete"] and i["natural"] > 0 and i["width"] > 0 for i in images)
     assert screenshot.stat().st_size > 50_000
 
