@@ -58,6 +58,7 @@ def score_with_command(program: Sequence[str], smiles: Sequence[str], timeout_s:
 
 def _score_chunk(program: list[str], smiles: list[str], timeout_s: float) -> tuple[list[float], list[str]]:
     """One task: ``program`` on ``smiles`` in a scratch folder; (scores, errors), one each."""
+    name = Path(program[0]).name  # how the errors name it
     with tempfile.TemporaryDirectory(prefix="kermt-explore-") as scratch:
         given, wanted = Path(scratch) / "input.smi", Path(scratch) / "output.csv"
         given.write_text("".join(f"{s}\n" for s in smiles))
@@ -67,12 +68,12 @@ def _score_chunk(program: list[str], smiles: list[str], timeout_s: float) -> tup
         except subprocess.TimeoutExpired:
             return [float("nan")] * len(smiles), [f"timed out after {timeout_s:g} s"] * len(smiles)
         except OSError as error:
-            return [float("nan")] * len(smiles), [f"cannot run {program[0]}: {error.strerror or error}"] * len(smiles)
+            return [float("nan")] * len(smiles), [f"cannot run {name}: {error.strerror or error}"] * len(smiles)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or [""])[-1][:200]
-            why = f"{program[0]} exited with status {done.returncode}" + (f": {last}" if last else "")
+            why = f"{name} exited with status {done.returncode}" + (f": {last}" if last else "")
             return [float("nan")] * len(smiles), [why] * len(smiles)
-        return _read_output(wanted, smiles, program[0])
+        return _read_output(wanted, smiles, name)
 
 
 def _read_output(path: Path, smiles: list[str], program: str) -> tuple[list[float], list[str]]:
