@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from ray_app.cli import main
 from tests.conftest import DATA_DIR, FIXTURE_DIR
 
 ROOT = DATA_DIR.parents[1]
+# enough epochs that the run is still training when Ctrl-C follows its first checkpoint (the first run stops there
+# and the re-run trains the rest in this test's time)
+EPOCHS = 10
 
 
 @pytest.fixture
@@ -28,12 +32,12 @@ def small_csv(tmp_path):
     return path
 
 
-def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, small_csv, tmp_path):
+def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, small_csv, tmp_path, capsys):
     import ray
 
     save_dir = tmp_path / "run"
     argv = ["finetune", "--data_path", str(small_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-            "--save_dir", str(save_dir), "--epochs", "40", "--batch_size", "16", "--ffn_hidden_size", "16"]
+            "--save_dir", str(save_dir), "--epochs", str(EPOCHS), "--batch_size", "16", "--ffn_hidden_size", "16"]
     command = [sys.executable, "-m", "ray_app.cli", *argv, "--address", ray.get_runtime_context().gcs_address]
     with open(tmp_path / "stderr.txt", "w") as stderr, open(tmp_path / "stdout.txt", "w") as stdout:
         driver = subprocess.Popen(command, cwd=ROOT, env=os.environ.copy(), stdout=stdout, stderr=stderr)
@@ -58,8 +62,14 @@ def test_ctrl_c_stops_with_one_line_and_the_same_command_resumes(ray_cluster, sm
     assert not (save_dir / "fold_0" / "test_result.csv").exists()
     assert "no finished member: learning curves not recorded" in (save_dir / "report.html").read_text()
 
+    capsys.readouterr()
     assert main(argv) == 0  # the same command: resumes from the kept epoch and finishes
+    resumed = capsys.readouterr().out
+    # from the interrupted run's last checkpoint, not from scratch (on a loaded machine the member may have trained
+    # every epoch before Tune stopped it: then it resumes at EPOCHS and trains nothing again)
+    resumed_at = re.search(r"\[fold 0 model 0\] resuming at epoch (\d+)", resumed)
+    assert resumed_at and 1 <= int(resumed_at[1]) <= EPOCHS, resumed[-4000:]
     with open(save_dir / "fold_0" / "model_0" / "metrics.csv") as f:
         epochs = [int(row["epoch"]) for row in csv.DictReader(f)]
-    assert epochs == list(range(40))
+    assert epochs == list(range(EPOCHS))
     assert (save_dir / "fold_0" / "test_result.csv").exists()
