@@ -56,11 +56,16 @@ RECORDED = {("solubility", "chemprop1"): 0.81, ("solubility", "chemprop5"): 0.78
 
 
 def defaults_tag() -> str:
-    """A short hash of the files that spell kermt's from-scratch defaults: a change to them re-measures kermt."""
-    digest = hashlib.sha1()
-    for name in ("kermt/presets.py", "ray_app/finetune/config.py", "ray_app/common/data_parallel.py"):
-        digest.update((ROOT / name).read_bytes())
-    return digest.hexdigest()[:10]
+    """A short hash of kermt's from-scratch defaults (the encoder preset, the recipe, the flags' own defaults): a
+    change to any of them re-measures kermt; an edit that changes no value does not."""
+    import dataclasses
+
+    from kermt.presets import FROM_SCRATCH, FROM_SCRATCH_TRAINING
+    from ray_app.finetune.config import FinetuneConfig
+
+    values = {"encoder": dataclasses.asdict(FROM_SCRATCH), "recipe": FROM_SCRATCH_TRAINING.settings(),
+              "flags": {name: field.default for name, field in FinetuneConfig.model_fields.items()}}
+    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def load_average() -> float:
@@ -79,7 +84,8 @@ class Cache:
             start, load = time.perf_counter(), load_average()
             record = measure()
             record.update(seconds=round(time.perf_counter() - start, 1), load_at_start=load)
-            self.records[key] = record
+            # another bench writing the same file (other tools at once) keeps its records
+            self.records = {**(json.loads(self.path.read_text()) if self.path.exists() else {}), key: record}
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps(self.records, indent=1, sort_keys=True) + "\n")
         return self.records[key]

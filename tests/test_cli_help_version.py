@@ -28,7 +28,8 @@ def test_finetune_help_shows_defaults(capsys):
     text = help_text(capsys, ["finetune", "--help"])
     assert "--seed SEED seed of splits, initialisation, shuffling and dynamic depth (default: 0)" in text
     assert "--split_sizes SPLIT_SIZES SPLIT_SIZES SPLIT_SIZES train/val/test fractions (default: 0.8 0.1 0.1)" in text
-    assert "--epochs EPOCHS training epochs (default: 30)" in text
+    # a setting the from-scratch recipe fills differently says both (kermt.presets.FROM_SCRATCH_TRAINING)
+    assert "--epochs EPOCHS training epochs (default: 30; without a checkpoint: 60)" in text
     assert "--dropout DROPOUT dropout probability (encoder and FFN head) (default: 0.0)" in text
     assert "--data_path DATA_PATH CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets " \
            "(required)" in text

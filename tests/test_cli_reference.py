@@ -32,7 +32,7 @@ def test_reference_covers_every_subcommand_and_flag():
     assert len(flags) > 60
     section = page.split("## kermt finetune\n")[1].split("\n## ")[0]
     assert all(f"| `{flag}" in section for flag in flags)
-    assert "| `--epochs EPOCHS` | `30` | training epochs |" in section
+    assert "| `--epochs EPOCHS` | `30; without a checkpoint: 60` | training epochs |" in section
     assert "| `--data_path DATA_PATH` | `required` |" in section
 
 

@@ -69,6 +69,17 @@ def _help_text(field: FieldInfo) -> str:
     return text.replace("%", "%%")  # argparse %-formats help strings
 
 
+def _other_default(schema: type[BaseModel], name: str) -> str:
+    """``; without a checkpoint: 60`` where the schema fills ``name`` differently in some case (its
+    ``OTHER_DEFAULTS``: (case, {setting: value}), e.g. `kermt finetune`'s from-scratch recipe), else ""."""
+    case, values = getattr(schema, "OTHER_DEFAULTS", ("", {}))
+    if name not in values:
+        return ""
+    value = values[name]
+    shown = " ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
+    return f"{case}: {shown}".replace("%", "%%")
+
+
 def build_parser(prog: str, schema: type[BaseModel]) -> argparse.ArgumentParser:
     """One flag per field of ``schema``. Defaults are argparse.SUPPRESS so we can tell what the user typed."""
     parser = ArgumentParser(prog=prog, argument_default=argparse.SUPPRESS, allow_abbrev=False)
@@ -76,7 +87,9 @@ def build_parser(prog: str, schema: type[BaseModel]) -> argparse.ArgumentParser:
     for name in ordered_fields(schema):
         field = schema.model_fields[name]
         base = _base_type(field.annotation)
-        help_text = _help_text(field)
+        help_text, other = _help_text(field), _other_default(schema, name)
+        if other:
+            help_text = f"{help_text[:-1]}; {other})" if help_text.endswith(")") else f"{help_text} ({other})"
         origin = typing.get_origin(base)
         if base is bool:
             parser.add_argument(f"--{name}", action="store_true", help=help_text)

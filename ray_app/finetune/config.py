@@ -10,17 +10,20 @@ Deliberate differences from upstream:
 - ``--early_stop_epoch`` is implemented (patience in epochs without improvement).
 - Architecture flags given next to a checkpoint must agree with it; training settings are never overridden by it.
 - ``--undirected`` is not offered (see :data:`REMOVED_SETTINGS`).
+- Without a checkpoint, the settings the user leaves unset take the from-scratch recipe's values
+  (``kermt.presets.FROM_SCRATCH_TRAINING``: descriptors in the head, more epochs at a higher learning rate), and
+  the architecture is ``kermt.presets.FROM_SCRATCH``; upstream's defaults are for finetuning a pretrained encoder.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, Field, model_validator
 
 from kermt.config import HeadConfig
 from kermt.names import did_you_mean
-from kermt.presets import UPSTREAM_FINETUNE
+from kermt.presets import FROM_SCRATCH, FROM_SCRATCH_TRAINING, UPSTREAM_FINETUNE
 from kermt.registry import (
     FEATURE_GENERATORS,
     FINETUNE_STANDARDIZATION,
@@ -50,6 +53,11 @@ _ENCODER, _READOUT, _TRAINING = UPSTREAM_FINETUNE.encoder, UPSTREAM_FINETUNE.rea
 
 class FinetuneConfig(DataParallelSettings):
     """Every setting of a finetune run. Field names are the flag names (``--max_lr`` <-> ``max_lr``)."""
+
+    # what a run without a checkpoint fills in instead of the flags' defaults (_from_scratch_recipe); --help says so
+    OTHER_DEFAULTS: ClassVar[tuple[str, dict[str, Any]]] = ("without a checkpoint", {
+        **{k: getattr(FROM_SCRATCH, k) for k in ("hidden_size", "depth", "num_attn_head")},
+        **FROM_SCRATCH_TRAINING.settings()})
 
     # data
     data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets")
@@ -161,6 +169,19 @@ class FinetuneConfig(DataParallelSettings):
     )
     dry_run: bool = Field(False, description="read and check the inputs, print the settings and the plan; no Ray, no "
                           "training (resources are checked when the run starts)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_scratch_recipe(cls, values: Any) -> Any:
+        """Without a checkpoint, what the user leaves unset takes the from-scratch recipe's value
+        (kermt.presets.FROM_SCRATCH_TRAINING); no descriptors are added to a run given --features_path, and
+        ``--features_generator`` with no names asks for none."""
+        if not isinstance(values, dict) or values.get("checkpoint_path") or values.get("pretrained_release"):
+            return values
+        recipe = FROM_SCRATCH_TRAINING.settings()
+        if values.get("features_path"):
+            del recipe["features_generator"]
+        return {**recipe, **values}
 
     @model_validator(mode="after")
     def _check(self) -> "FinetuneConfig":

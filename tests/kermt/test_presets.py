@@ -24,8 +24,11 @@ def test_each_preset_is_its_upstream_parsers_defaults():
     depth 3, with 800 for its unusable --hidden_size 3), the release (PReLU, depth 6, both)."""
     assert _architecture(UPSTREAM_FINETUNE.encoder) == (800, 6, 4, 1, "ReLU", False)
     assert UPSTREAM_FINETUNE.encoder.embedding_output_type == "atom"
-    # from scratch: upstream finetune's encoder with zero padding (a number depends on the molecule and the model)
-    assert FROM_SCRATCH == dataclasses.replace(UPSTREAM_FINETUNE.encoder, padding="zero")
+    # from scratch: upstream finetune's encoder (ReLU, atom branches) sized to the data (issue 38), with zero
+    # padding (a number depends on the molecule and the model)
+    assert FROM_SCRATCH == dataclasses.replace(UPSTREAM_FINETUNE.encoder, hidden_size=FROM_SCRATCH.hidden_size,
+                                               depth=FROM_SCRATCH.depth, padding="zero")
+    assert FROM_SCRATCH.hidden_size < UPSTREAM_FINETUNE.encoder.hidden_size
     assert _architecture(UPSTREAM_PRETRAIN.encoder) == (800, 3, 4, 1, "PReLU", False)
     assert UPSTREAM_PRETRAIN.encoder.embedding_output_type == "both"
     assert _architecture(EncoderConfig()) == (800, 6, 4, 1, "PReLU", False)
@@ -47,4 +50,4 @@ def test_an_export_carries_upstream_finetunes_training_defaults():
 
 def test_a_preset_is_checked_like_any_encoder():
     with pytest.raises(ValueError, match="hidden_size 801 must be divisible by num_attn_head 4"):
-        dataclasses.replace(FROM_SCRATCH, hidden_size=801)
+        dataclasses.replace(FROM_SCRATCH, hidden_size=801, num_attn_head=4)

@@ -14,7 +14,8 @@ from ray_app.finetune.config import FinetuneConfig, resolve
 
 
 def test_upstream_defaults_and_sources():
-    config, sources = resolve(["--data_path", "d.csv", "--max_lr", "0.002", "--self_attention"])
+    config, sources = resolve(["--data_path", "d.csv", "--checkpoint_path", "m.pt", "--max_lr", "0.002",
+                               "--self_attention"])
     assert (config.epochs, config.batch_size, config.init_lr, config.final_lr) == (30, 32, 1e-4, 1e-4)
     assert (config.dist_coff, config.bond_drop_rate, config.split_sizes) == (0.1, 0.0, (0.8, 0.1, 0.1))
     assert config.max_lr == 0.002 and config.self_attention is True
@@ -90,7 +91,7 @@ def test_defaults_are_upstream_finetunes_preset():
     from kermt.config import ENCODER_ARCHITECTURE_KEYS, HeadConfig
     from kermt.presets import UPSTREAM_FINETUNE
 
-    config = FinetuneConfig(data_path="d.csv")
+    config = FinetuneConfig(data_path="d.csv", checkpoint_path="m.pt")
     training, readout = UPSTREAM_FINETUNE.training, UPSTREAM_FINETUNE.readout
     assert {k: getattr(config, k) for k in dataclasses.asdict(training)} == dataclasses.asdict(training)
     assert {k: getattr(config, k) for k in dataclasses.asdict(readout)} == dataclasses.asdict(readout)
@@ -99,3 +100,28 @@ def test_defaults_are_upstream_finetunes_preset():
     assert (config.ffn_num_layers, config.ffn_num_task_specific_layers) == (
         HeadConfig.ffn_num_layers, HeadConfig.ffn_num_task_specific_layers)
     assert all(getattr(config, k) is None for k in ENCODER_ARCHITECTURE_KEYS)
+    assert (config.features_generator, config.ffn_hidden_size) == (None, None)
+
+
+def test_without_a_checkpoint_unset_settings_take_the_from_scratch_recipe():
+    """Issue 38: a finetune from scratch trains with the recipe measured for it (descriptors in the head, a model
+    sized to the data); what the user gives, by flag or file, still wins, and a checkpoint keeps upstream's."""
+    from kermt.presets import FROM_SCRATCH_TRAINING, UPSTREAM_FINETUNE
+
+    recipe = FROM_SCRATCH_TRAINING.settings()
+    config, sources = resolve(["--data_path", "d.csv", "--epochs", "3"])
+    assert config.features_generator == ["rdkit_2d_normalized"]
+    assert {k: getattr(config, k) for k in recipe if k != "epochs"} == {k: v for k, v in recipe.items()
+                                                                        if k != "epochs"}
+    assert config.epochs == 3 and sources["epochs"] == "user" and sources["dropout"] == "default"
+    # a run of its own feature files gets no descriptors on top (the two cannot be combined); [] asks for none
+    assert FinetuneConfig(data_path="d.csv", features_path=["f.npz"]).features_generator is None
+    assert FinetuneConfig(data_path="d.csv", features_generator=[]).features_generator == []
+    assert resolve(["--data_path", "d.csv", "--features_generator"])[0].features_generator == []
+    for start in ({"checkpoint_path": "m.pt"}, {"pretrained_release": True}):
+        upstream = FinetuneConfig(data_path="d.csv", **start)
+        assert upstream.epochs == FinetuneConfig.model_fields["epochs"].default
+        assert (upstream.features_generator, upstream.ffn_hidden_size) == (None, None)
+        assert upstream.fine_tune_coff == UPSTREAM_FINETUNE.training.fine_tune_coff
+    # a run's recorded config.yaml replays to the same settings
+    assert FinetuneConfig(**yaml.safe_load(to_yaml(config))) == config

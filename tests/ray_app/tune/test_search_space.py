@@ -173,4 +173,4 @@ def test_a_sweep_resumes_when_only_settings_that_change_no_trial_differ(tmp_path
     changed = config.model_copy(update={"tensorboard": True, "show_individual_scores": True, "max_failures": 1,
                                         "trust_checkpoint": True, "max_concurrent_trials": 2})
     assert sweep_changes(changed) == []
-    assert sweep_changes(changed.model_copy(update={"epochs": 31})) == ["epochs: 30 -> 31"]
+    assert sweep_changes(changed.model_copy(update={"epochs": 31})) == [f"epochs: {config.epochs} -> 31"]
