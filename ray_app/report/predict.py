@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ray_app.report import figures
 from ray_app.report.attributions import colour_molecules, explain, timing_note
-from ray_app.report.library import BATCH_ROWS, TOP_N, LibraryStats, library_stats
+from ray_app.report.library import BATCH_ROWS, LibraryStats, library_stats
 from ray_app.report.molecules import molecule_uri
 from ray_app.report.page import Figure, Molecule, Report, Section, Table, fmt
 
@@ -105,8 +105,8 @@ def _task_section(stats: LibraryStats, task: str, dataset_type: str) -> Section:
     edges, counts = stats.histograms[task]
     section.figures.append(Figure(f"{task}: {what} over the library ({moments.count} molecules)",
                                   figures.binned(edges, counts, f"{what} {task}", f"{task} distribution")))
-    section.molecules_title = f"The {TOP_N} molecules with the highest {what} {task}"
     section.molecules = [_molecule(row, task, stats) for row in stats.top_rows(task)]
+    section.molecules_title = f"The {len(section.molecules)} molecules with the highest {what} {task}"
     return section
 
 
