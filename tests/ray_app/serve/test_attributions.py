@@ -11,18 +11,20 @@ import numpy as np
 import pytest
 from rdkit import Chem
 
-from kermt.inference import Ensemble, find_checkpoints, read_members
+from kermt.inference import Ensemble, read_members
 from kermt.inference.attributions import MAX_HEAVY_ATOMS
 from ray_app.serve.attributions import ServedAttributions
 from ray_app.serve.depict import depict_attributions, share_colour
 from ray_app.serve.models import load_served_model
 from ray_app.serve.predictor import Predictor
 from ray_app.serve.schemas import PredictJob
+from tests.conftest import FIXTURE_DIR
 from tests.ray_app.serve.conftest import MAX_ATTRIBUTION_MOLECULES
 from tests.ray_app.serve.test_serve import REQUEST, _column, _post, kermt_predict
 
 LONG_CHAIN = "C" * (MAX_HEAVY_ATOMS + 20)  # over the attributions' budget, under --max_heavy_atoms
 ATTRIBUTED = [*REQUEST, LONG_CHAIN]  # 11 molecules: one invalid, one over the budget
+REGRESSION = FIXTURE_DIR / "ckpt_ft_reg.pt"
 
 
 def _atoms_of_file(cells) -> list:
@@ -81,17 +83,16 @@ def test_depict_colours_each_tasks_atoms_by_their_shares(served):
         assert svg == depict_attributions("c1ccccc1Cl", values)
         largest = int(np.argmax(np.abs(values)))  # the deepest disc: red if it raises the prediction, else blue
         colour = share_colour(float(np.sign(values[largest])))
-        assert "#" + "".join(f"{round(c * 255):02X}" for c in colour) in svg
+        assert "#" + "".join(f"{int(c * 255):02X}" for c in colour) in svg
         assert colour[0] > colour[2] if values[largest] > 0 else colour[2] > colour[0]
     assert drawings["t1"] != drawings["t2"] and entry[0]["svg"] != drawings["t1"]
 
 
-def test_a_model_that_cannot_give_attributions_notes_it_on_each_valid_entry(served):
-    """The one reason today (upstream batching, which serve never uses) put on a replica's model directly: each
-    valid entry keeps its prediction, gets null attribution values and the reason."""
-    predictor = Predictor(load_served_model("reg", served.reg_dir, default=True, trust_checkpoint=False), 32)
-    predictor.attributions = ServedAttributions(Ensemble(read_members(find_checkpoints(served.reg_dir)),
-                                                         upstream_batching=True))
+def test_a_model_that_cannot_give_attributions_notes_it_on_each_valid_entry():
+    """The one reason today (upstream batching, which serve never uses) put on a replica's model directly (no Ray):
+    each valid entry keeps its prediction, gets null attribution values and the reason."""
+    predictor = Predictor(load_served_model("reg", REGRESSION, default=True, trust_checkpoint=False), 32)
+    predictor.attributions = ServedAttributions(Ensemble(read_members([REGRESSION]), upstream_batching=True))
     entries = predictor.predict_smiles([PredictJob(("CCO", "not_a_smiles"), attributions=True)])[0]
     assert isinstance(entries[0]["t1"], float) and entries[0]["t1_atoms"] is None and entries[0]["t1_baseline"] is None
     assert entries[0]["attributions_note"].startswith("no attributions: --upstream_batching makes each prediction")
