@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 
 from kermt.data.atomic_files import write_text
-from kermt.errors import UserError
+from kermt.errors import Interrupted, UserError
 from kermt.explore.acquisition import acquisition_values, best_score, random_batch, round_rng, top_batch
 from kermt.explore.explored import Explored, read_explored, write_explored
 from kermt.explore.scorers import Scores
@@ -32,10 +32,11 @@ from ray_app.explore.config import ExploreConfig
 from ray_app.explore.library import Library, open_library
 from ray_app.explore.objectives import Scorer, make_scorer
 
-# Settings that may change when an exploration resumes: they change where and how long it runs, not its choices.
-RESUMABLE_CHANGES = ("iterations", "address", "max_concurrent_trials", "storage_path", "max_failures", "tensorboard",
-                     "show_individual_scores", "trust_checkpoint", "objective_timeout", "objective_cpus",
-                     "objective_batch_size")
+# Settings that may change when an exploration resumes: they change where and how long it runs, not its choices
+# (save_dir: an exploration's folder may be moved or copied).
+RESUMABLE_CHANGES = ("iterations", "save_dir", "address", "max_concurrent_trials", "storage_path", "max_failures",
+                     "tensorboard", "show_individual_scores", "trust_checkpoint", "objective_timeout",
+                     "objective_cpus", "objective_batch_size")
 
 
 def run_explore(config: ExploreConfig) -> Explored:
@@ -53,8 +54,12 @@ def run_explore(config: ExploreConfig) -> Explored:
     for round_index in range(explored.rounds_done, config.iterations + 1):
         started = time.perf_counter()
         size = (init if round_index == 0 else acquire).molecules(library.rows)
-        batch = acquire_batch(config, layout, library, explored, round_index, size)
-        explored = explored.extended(_scored(batch, scorer))
+        try:
+            batch = acquire_batch(config, layout, library, explored, round_index, size)
+            explored = explored.extended(_scored(batch, scorer))
+        except KeyboardInterrupt as stop:  # Ctrl-C, or a finetune's graceful stop
+            kept = f"{layout.explored} keeps rounds 0 to {round_index - 1}" if round_index else "nothing was scored"
+            raise Interrupted(f"{kept}; the same command resumes at round {round_index}") from stop
         write_explored(str(layout.explored), explored)  # the round is kept before the next one starts
         print(round_line(config, explored, round_index, time.perf_counter() - started), flush=True)
     return explored

@@ -77,3 +77,23 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, capsys, flags, message)
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "run" / "explored.csv").exists()
+
+
+def test_ctrl_c_keeps_the_finished_rounds_and_the_same_command_goes_on(tmp_path, monkeypatch, capsys):
+    (tmp_path / "stoppable.py").write_text(
+        "CALLS = []\nSTOP_AT = 2\n"
+        "def length(smiles):\n"
+        "    CALLS.append(len(smiles))\n"
+        "    if len(CALLS) == STOP_AT:\n"
+        "        raise KeyboardInterrupt\n"
+        "    return [len(s) for s in smiles]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    flags = ["--objective", "python:stoppable:length", "--iterations", "2"]
+    assert _explore(tmp_path / "run", *flags) == 130  # stopped while scoring round 1
+    assert ("kermt explore: interrupted; " + str(tmp_path / "run" / "explored.csv") + " keeps rounds 0 to 0; the "
+            "same command resumes at round 1") in capsys.readouterr().err
+    assert read_explored(str(tmp_path / "run" / "explored.csv")).rounds_done == 1
+    assert _explore(tmp_path / "run", *flags) == 0
+    explored = read_explored(str(tmp_path / "run" / "explored.csv"))
+    assert explored.round.tolist() == [0] * 20 + [1] * 15 + [2] * 15
+    assert explored.score.tolist() == [float(len(s)) for s in explored.smiles]
