@@ -66,9 +66,9 @@ def finetune(data: Path, work: Path, epochs: int) -> Path:
     return save_dir
 
 
-def test_split(save_dir: Path) -> tuple[list[str], np.ndarray]:
-    """The fold's test SMILES and labels, from its test_result.csv (upstream's two header rows)."""
-    with open(save_dir / "fold_0" / "test_result.csv", newline="") as handle:
+def test_split(fold_dir: Path) -> tuple[list[str], np.ndarray]:
+    """A fold's test SMILES and labels, from its test_result.csv (upstream's two header rows)."""
+    with open(fold_dir / "test_result.csv", newline="") as handle:
         rows = list(csv.reader(handle))[2:]
     return [r[0] for r in rows], np.array([float(r[-1]) if r[-1] else np.nan for r in rows])
 
@@ -129,7 +129,7 @@ def main() -> None:
     for data in sets:
         print(f"{data.stem}: {data}", flush=True)
         save_dir = finetune(data, args.work, args.epochs)
-        smiles, y = test_split(save_dir)
+        smiles, y = test_split(save_dir / "fold_0")
         scores(save_dir, smiles, y)
         with open(data, newline="") as handle:
             throughput(save_dir, [row[0] for row in list(csv.reader(handle))[1:]])

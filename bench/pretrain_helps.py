@@ -103,8 +103,11 @@ def pretrain(args: argparse.Namespace) -> tuple[Path, float, dict]:
 
 
 def finetune(args: argparse.Namespace, data: Path, arm: str, checkpoint: Path) -> tuple[list[float], float]:
-    """One ``kermt finetune`` of ``--seeds`` scaffold folds; (test RMSE per seed, wall seconds)."""
+    """One ``kermt finetune`` of ``--seeds`` scaffold folds (skipped when the work dir already holds its run.json);
+    (test RMSE per seed, wall seconds)."""
     save_dir = args.work / f"finetune_{data.stem}_{arm}"
+    if (save_dir / "run.json").exists():  # finished by an earlier run of the bench: reused
+        return json.loads((save_dir / "run.json").read_text())["summary"]["fold_scores"], float("nan")
     cmd = [KERMT, "finetune", "--data_path", str(data), "--save_dir", str(save_dir), "--dataset_type", "regression",
            "--split_type", "scaffold_balanced", "--num_folds", str(args.seeds), "--seed", "0", "--epochs",
            str(args.finetune_epochs), "--batch_size", str(args.batch_size), *encoder_flags(args)]
@@ -120,13 +123,13 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.4f} ± {sd:.4f}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", type=Path, default=ROOT / "data/moses/corpus_100k", help="kermt corpus dir")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs/pretrain_helps",
-                        help="outputs and logs (a pretrained model.pt already there is reused)")
+def add_run_arguments(parser: argparse.ArgumentParser, corpus: Path, work: Path) -> None:
+    """The flags of :func:`pretrain` and :func:`finetune` (bench/reference_width.py pretrains and finetunes the same
+    way)."""
+    parser.add_argument("--corpus", type=Path, default=corpus, help="kermt corpus dir")
+    parser.add_argument("--work", type=Path, default=work,
+                        help="outputs and logs (a pretrained model.pt or finished finetune already there is reused)")
     parser.add_argument("--checkpoint", type=Path, help="finetune from this `kermt pretrain` model.pt (no pretraining)")
-    parser.add_argument("--sets", nargs="+", choices=("sample", "solubility"), default=["sample", "solubility"])
     parser.add_argument("--pretrain_steps", type=int, help="stop pretraining after this many steps (default: 1 epoch)")
     parser.add_argument("--warmup_epochs", type=float, default=0.1, help="pretraining warm-up (of the one epoch)")
     parser.add_argument("--hidden_size", type=int, default=64)
@@ -135,6 +138,12 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--finetune_epochs", type=int, default=15)
     parser.add_argument("--seeds", type=int, default=3, help="scaffold splits / seeds per finetune")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(parser, ROOT / "data/moses/corpus_100k", ROOT / "runs/pretrain_helps")
+    parser.add_argument("--sets", nargs="+", choices=("sample", "solubility"), default=["sample", "solubility"])
     args = parser.parse_args()
     args.work = args.work.resolve()
     args.checkpoint = args.checkpoint.resolve() if args.checkpoint else None
