@@ -58,6 +58,11 @@ def test_ensemble_predictions_equal_kermt_predict(served, tmp_path):
     for task in tasks:
         np.testing.assert_allclose(_column(predictions, task), expected[task].to_numpy(), rtol=0, atol=1e-6)
     assert np.nanmax(_column(predictions, tasks[-1])) > 1e-4  # two different members: a spread that is not zero
+    # one molecule, one number (issue 36): each SMILES sent alone over HTTP gets its number in the file (upstream
+    # padding: alone, upstream's batching would collate a molecule of degree 3 at width 3, not the reference 4)
+    alone = [_post(client, "/predict", [smiles], uncertainty=True)["predictions"][0] for smiles in REQUEST]
+    for task in tasks:
+        np.testing.assert_allclose(_column(alone, task), expected[task].to_numpy(), rtol=0, atol=1e-6)
 
 
 def test_descriptor_model_predictions_equal_kermt_predicts_library_path(served):
