@@ -6,6 +6,7 @@ molecules; a model that cannot explain leaves plain drawings and says why."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
@@ -21,6 +22,7 @@ from ray_app.report.page import Section
 from ray_app.report.predict import predict_report
 from ray_app.report.results import read_test_result
 from tests.conftest import FIXTURE_DIR
+from tests.ray_app.screening.engines import main_eval, main_predict
 
 REGRESSION = FIXTURE_DIR / "ckpt_ft_reg.pt"  # tasks t1, t2; rdkit_2d_normalized descriptors
 CLASSIFICATION = FIXTURE_DIR / "ckpt_ft_cls.pt"  # tasks c1, c2; no descriptors
@@ -133,3 +135,19 @@ def test_a_model_that_cannot_explain_leaves_plain_drawings_and_says_why(tmp_path
         assert all(disc_colours(m.uri) == {} for m in section.molecules)
         assert f"{section.title[5:]}: attributions not drawn: UserError: {gone} does not exist" in section.notes[-1]
         assert without.notes[-1] == f"{section.title[5:]}: {NO_MODEL}"
+
+
+def test_kermt_eval_and_predict_with_attributions_write_coloured_reports(tmp_path, capsys):
+    """The commands themselves (in this process): eval --attributions' report reads <stem>_attributions.csv; predict's
+    report explains its top molecules with the model it was given."""
+    data, model = str(FIXTURE_DIR / "smiles.csv"), str(REGRESSION)
+    assert main_eval(["--data_path", data, "--output_path", str(tmp_path / "scored.csv"), "--checkpoint_path", model,
+                      "--attributions"]) == 0
+    assert main_predict(["--data_path", data, "--output_path", str(tmp_path / "screen.csv"), "--checkpoint_path",
+                         model]) == 0
+    scored, screen = (html.unescape((tmp_path / name).read_text()) for name in ("scored_report.html",
+                                                                                 "screen_report.html"))
+    assert "drawn molecule(s) read from scored_attributions.csv" in scored
+    assert "drawn molecule(s) computed for this report" in screen
+    for page in (scored, screen):
+        assert page.count("Atom colours: each atom's share of the predicted t") == 2  # t1 and t2
