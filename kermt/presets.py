@@ -94,8 +94,10 @@ FROM_SCRATCH_TRAINING = FromScratchTraining()
 # The neighbour width W an upstream-padded model that records none (upstream's own checkpoints) computes each
 # molecule at (at least; kermt.inference.widths): the width nearly every batch of 32 drug-like molecules takes
 # upstream, so molecules of degree <= 4 get upstream's batch-32 numbers: on upstream's three fixture checkpoints
-# W = 4 gave every molecule its batch-32 number, W = 1-3 and 5-6 moved them by 0.1-1.4 std on average
-# (bench/reference_width.py, docs/numerics.md#batch-composition). The released models were not measured.
+# W = 4 gave every molecule its batch-32 number, W = 1-3 and 5-6 moved them by 0.1-1.4 std on average; on models
+# finetuned from an encoder pretrained here on MOSES, W = 4 also gave the lowest test RMSE on every scaffold split
+# (demo logP 0.42 against 1.00-2.49 at other widths; solubility 1.44 against 1.79-4.51)
+# (bench/reference_width.py [--held_out], docs/numerics.md#batch-composition). The released models were not measured.
 UPSTREAM_REFERENCE_WIDTH: int = 4
 
 # Upstream main.py predict/fingerprint read the same --batch_size default as its finetune (kermt predict, eval,
