@@ -3,6 +3,11 @@ molecule.
 
     .venv/bin/python scripts/fetch_moses.py                 # once: data/moses/train.csv.gz
     .venv/bin/python bench/corpus.py [--n 100000] [--num_cpus 2] [--single_n 3000] [--keep DIR]
+    .venv/bin/python bench/corpus.py --single_only [--kermt_from OLD_TREE]   # one process, 1 thread, no Ray
+
+``--single_only`` measures the single-process rate alone with torch/OpenMP at one thread; ``--kermt_from`` imports
+``kermt`` from another tree (e.g. ``git archive REV kermt | tar -x -C OLD_TREE``), so a change's before and after
+are measured by the same script, taken in turn on the same machine.
 
 * single process: the same steps in this process (clean + canonicalise, count contexts and tokens, featurise and
   label, write one shard) on the first ``--single_n`` molecules: molecules per CPU-second (and per wall second);
@@ -52,6 +57,20 @@ def single_process_rates(smiles: list[str], directory: str) -> tuple[float, floa
     return len(smiles) / (time.process_time() - cpu_start), len(smiles) / (time.perf_counter() - start)
 
 
+def single_only(smiles: list[str]) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"  # before torch loads: spinning OpenMP threads distort a loaded machine
+    import torch
+
+    import kermt
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        cpu, wall = single_process_rates(smiles, tmp)
+    print(f"single process (kermt from {Path(kermt.__file__).parent}): {cpu:.0f} molecules per CPU-second, "
+          f"{wall:.0f} molecules/s wall ({len(smiles)} molecules; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores)", flush=True)
+
+
 def bytes_per_molecule(corpus_dir: str) -> dict[str, float]:
     from kermt.data.corpus import open_corpus
 
@@ -71,7 +90,14 @@ def main() -> None:
     parser.add_argument("--single_n", type=int, default=3000, help="molecules for the single-process rate")
     parser.add_argument("--rows_per_shard", type=int, default=50_000)
     parser.add_argument("--keep", help="write the Ray-built corpus here (default: a temporary directory)")
+    parser.add_argument("--single_only", action="store_true", help="the single-process rate only (1 thread)")
+    parser.add_argument("--kermt_from", help="import kermt from this directory (a tree holding kermt/)")
     args = parser.parse_args()
+    if args.kermt_from:
+        sys.path.insert(0, str(Path(args.kermt_from).resolve()))
+    if args.single_only:
+        single_only(moses_smiles(args.single_n))
+        return
 
     smiles = moses_smiles(max(args.n, args.single_n))
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,56 +32,82 @@ def bond_descriptor(bond: Chem.Bond) -> str:
     return f"({bond.GetBondType()}-{bond.GetStereo()}-{bond.GetBondDir()})"
 
 
-def _join_context(head: str, counts: Counter) -> str:
-    # Keys sorted as plain strings, each followed by its count: "C_C-SINGLE1_O-SINGLE1".
-    return head + "".join(f"_{key}{counts[key]}" for key in sorted(counts))
+# Context strings repeat across molecules (a corpus has millions of atoms but thousands of distinct contexts), so
+# each (head, sorted keys) is joined once per process; the cache is dropped when it grows past this many entries.
+_JOINED_LIMIT = 200_000
+_joined: dict[tuple[str, ...], str] = {}
+_descriptors: dict[tuple, str] = {}  # (bond type, stereo, direction) -> bond_descriptor's string
+_type_names: dict[Chem.BondType, str] = {}  # str() of a Boost.Python enum costs more than this lookup
+
+
+def _join_context(head: str, keys: list[str]) -> str:
+    # Distinct keys sorted as plain strings, each followed by its count: "C_C-SINGLE1_O-SINGLE1".
+    keys.sort()
+    cache_key = (head, *keys)
+    joined = _joined.get(cache_key)
+    if joined is None:
+        counts: dict[str, int] = {}
+        for key in keys:
+            counts[key] = counts.get(key, 0) + 1
+        joined = head + "".join(f"_{key}{n}" for key, n in counts.items())
+        if len(_joined) >= _JOINED_LIMIT:
+            _joined.clear()
+        _joined[cache_key] = joined
+    return joined
 
 
 def atom_context(mol: Chem.Mol, atom: Chem.Atom) -> str:
     """Context string of ``atom``, e.g. ethanol's CH2 -> ``"C_C-SINGLE1_O-SINGLE1"``."""
-    return _atom_contexts(mol)[atom.GetIdx()]
+    return molecule_contexts(mol)[0][atom.GetIdx()]
 
 
 def bond_context(mol: Chem.Mol, bond: Chem.Bond) -> str:
     """Context string of ``bond``: its descriptor, then ``"<end symbol>-<descriptor>"`` of every other bond at
     either end (the bond itself excluded; two atoms share at most one bond)."""
-    return _bond_contexts(mol)[bond.GetIdx()]
+    return _bond_contexts(_bond_rows(mol), _symbols(mol))[bond.GetIdx()]
 
 
 # Whole-molecule passes: every bond's type / descriptor and every atom's symbol is read from RDKit once and shared
-# by all the contexts that mention it (per-atom and per-bond RDKit iteration cost several times more, and a
-# corpus computes these strings for tens of millions of atoms and bonds).
+# by all the contexts that mention it. Atoms and bonds are fetched by index: iterating mol.GetAtoms() goes through
+# RDKit's Python sequence wrapper, which re-counts the atoms at every step and cost more than the contexts.
 
-def _atom_contexts(mol: Chem.Mol) -> list[str]:
+def _symbols(mol: Chem.Mol) -> list[str]:
+    atom = mol.GetAtomWithIdx
+    return [atom(i).GetSymbol() for i in range(mol.GetNumAtoms())]
+
+
+def _bond_rows(mol: Chem.Mol) -> list[tuple[int, int, str, str]]:
+    """(begin atom, end atom, bond type name, descriptor) of every bond, RDKit bond index order."""
+    rows = []
+    for bond in map(mol.GetBondWithIdx, range(mol.GetNumBonds())):
+        kind, stereo, direction = bond.GetBondType(), bond.GetStereo(), bond.GetBondDir()
+        name = _type_names.get(kind)
+        if name is None:
+            name = _type_names[kind] = str(kind)
+        descriptor = _descriptors.get((kind, stereo, direction))
+        if descriptor is None:
+            descriptor = _descriptors[(kind, stereo, direction)] = f"({name}-{stereo}-{direction})"
+        rows.append((bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), name, descriptor))
+    return rows
+
+
+def _atom_contexts(bonds: list[tuple[int, int, str, str]], symbols: list[str]) -> list[str]:
     """Contexts of all atoms, in atom index order."""
-    symbols = [atom.GetSymbol() for atom in mol.GetAtoms()]
-    counts: list[Counter] = [Counter() for _ in symbols]
-    for bond in mol.GetBonds():
-        i, j, kind = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), str(bond.GetBondType())
-        counts[i][f"{symbols[j]}-{kind}"] += 1
-        counts[j][f"{symbols[i]}-{kind}"] += 1
-    return [_join_context(symbol, c) for symbol, c in zip(symbols, counts)]
+    keys: list[list[str]] = [[] for _ in symbols]
+    for i, j, name, _ in bonds:
+        keys[i].append(f"{symbols[j]}-{name}")
+        keys[j].append(f"{symbols[i]}-{name}")
+    return [_join_context(symbol, k) for symbol, k in zip(symbols, keys)]
 
 
-def _bond_contexts(mol: Chem.Mol) -> list[str]:
+def _bond_contexts(bonds: list[tuple[int, int, str, str]], symbols: list[str]) -> list[str]:
     """Contexts of all bonds, in RDKit bond index order."""
-    symbols = [atom.GetSymbol() for atom in mol.GetAtoms()]
-    bonds = list(mol.GetBonds())
-    ends = [(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()) for bond in bonds]
-    descriptors = [bond_descriptor(bond) for bond in bonds]
-    at_atom: list[list[int]] = [[] for _ in symbols]
-    for k, (i, j) in enumerate(ends):
-        at_atom[i].append(k)
-        at_atom[j].append(k)
-    out = []
-    for k, (i, j) in enumerate(ends):
-        counts: Counter = Counter()
-        for end in (i, j):
-            for other in at_atom[end]:
-                if other != k:
-                    counts[f"{symbols[end]}-{descriptors[other]}"] += 1
-        out.append(_join_context(descriptors[k], counts))
-    return out
+    at_atom: list[list[tuple[int, str]]] = [[] for _ in symbols]  # per atom: (bond, "<atom symbol>-<descriptor>")
+    for k, (i, j, _, descriptor) in enumerate(bonds):
+        at_atom[i].append((k, f"{symbols[i]}-{descriptor}"))
+        at_atom[j].append((k, f"{symbols[j]}-{descriptor}"))
+    return [_join_context(descriptor, [key for end in (i, j) for other, key in at_atom[end] if other != k])
+            for k, (i, j, _, descriptor) in enumerate(bonds)]
 
 
 def _pair(bond: Chem.Bond) -> tuple[int, int]:
@@ -95,15 +121,22 @@ def bonds_in_pair_order(mol: Chem.Mol) -> list[Chem.Bond]:
     This is the order upstream's MolGraph enumerates bonds in (``for a1: for a2 > a1``), hence the order of bond
     labels and of the directed-edge pairs (2k+1, 2k+2) in a batch; sorting avoids the O(n_atoms²) double loop.
     """
-    return sorted(mol.GetBonds(), key=_pair)
+    return sorted(map(mol.GetBondWithIdx, range(mol.GetNumBonds())), key=_pair)
+
+
+def molecule_contexts(mol: Chem.Mol) -> tuple[list[str], list[str]]:
+    """(atom contexts in atom order, bond contexts in pair order): both kinds from one read of the molecule."""
+    symbols, bonds = _symbols(mol), _bond_rows(mol)
+    by_index = _bond_contexts(bonds, symbols)
+    order = sorted(range(len(bonds)), key=lambda k: (min(bonds[k][:2]), max(bonds[k][:2])))
+    return _atom_contexts(bonds, symbols), [by_index[k] for k in order]
 
 
 def contexts(mol: Chem.Mol, kind: VocabKind) -> list[str]:
     """Context strings of every atom (atom order) or every bond (pair order, see :func:`bonds_in_pair_order`)."""
     if kind == "atom":
-        return _atom_contexts(mol)
-    by_index = _bond_contexts(mol)
-    return [by_index[bond.GetIdx()] for bond in bonds_in_pair_order(mol)]
+        return _atom_contexts(_bond_rows(mol), _symbols(mol))
+    return molecule_contexts(mol)[1]
 
 
 @dataclass(frozen=True)
@@ -209,4 +242,5 @@ __all__ = [
     "bond_descriptor",
     "bonds_in_pair_order",
     "contexts",
+    "molecule_contexts",
 ]

@@ -64,7 +64,8 @@ class SmilesVocab:
         return self._regex.findall(smiles)
 
     def encode(self, smiles: str, add_special_tokens: bool = True) -> list[int]:
-        ids = [self.stoi.get(token, UNK) for token in self.tokenize(smiles)]
+        index = self.stoi.get  # bound once: this runs for every token of a corpus
+        ids = [index(token, UNK) for token in self.tokenize(smiles)]
         return [START, *ids, END] if add_special_tokens else ids
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:

@@ -39,7 +39,7 @@ from kermt import __version__
 from kermt.chem.codes import CodedRows, index_dtype
 from kermt.chem.fg_labels import FG_SIZE, fg_labels
 from kermt.chem.molgraph import RAGGED_WIDTH, FlatGraphs, build_graphs
-from kermt.chem.vocab_context import ContextVocab, contexts
+from kermt.chem.vocab_context import OTHER_INDEX, ContextVocab, molecule_contexts
 from kermt.chem.vocab_smiles import SmilesVocab
 from kermt.data.atomic_files import exists, filesystem, join, read_text, write_atomically, write_text
 from kermt.data.ragged import flat_values, list_column, offsets_of
@@ -171,8 +171,11 @@ def _featurize_chunk(smiles: Sequence[str], first_row: int, atom_vocab: ContextV
     if bad is not None:
         raise ValueError(f"row {first_row + bad}: cannot featurise {smiles[bad]!r}: {errors[bad] or 'unparsable'}")
     tokens = [smiles_vocab.encode(s) for s in smiles]
-    atom_ids = [atom_vocab.index(c) for m in mols for c in contexts(m, "atom")]
-    bond_ids = [bond_vocab.index(c) for m in mols for c in contexts(m, "bond")]
+    atom_ids, bond_ids = [], []
+    atom_index, bond_index = atom_vocab.stoi.get, bond_vocab.stoi.get
+    for atoms, bonds in map(molecule_contexts, mols):
+        atom_ids += [atom_index(c, OTHER_INDEX) for c in atoms]
+        bond_ids += [bond_index(c, OTHER_INDEX) for c in bonds]
     return CorpusArrays(
         smiles=tuple(smiles),
         graphs=graphs,

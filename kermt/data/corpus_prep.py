@@ -27,7 +27,7 @@ from rdkit import Chem, rdBase
 
 from kermt.chem.features import formal_charge_slot
 from kermt.chem.validation import parse_smiles, reason_kind
-from kermt.chem.vocab_context import ContextVocab, contexts
+from kermt.chem.vocab_context import ContextVocab, molecule_contexts
 from kermt.chem.vocab_smiles import SMILES_SPECIALS, SmilesVocab
 from kermt.data.atomic_files import join, write_text
 from kermt.data.corpus import (
@@ -74,7 +74,8 @@ def clean_one(raw: object, canonicalize: bool = True) -> tuple[str, str | None]:
         if mol is None:
             return "", NOT_ROUND_TRIPPING
     try:  # the featuriser's own rule, so every kept row featurises (and the vocabs count only corpus molecules)
-        formal_charge_slot(np.array([a.GetFormalCharge() for a in mol.GetAtoms()]))
+        atom = mol.GetAtomWithIdx  # not mol.GetAtoms(): RDKit's Python sequence wrapper costs more than the calls
+        formal_charge_slot(np.array([atom(i).GetFormalCharge() for i in range(mol.GetNumAtoms())]))
     except ValueError as error:
         return "", f"{UNFEATURIZABLE}: {error}"
     return stored, None
@@ -111,9 +112,9 @@ def count_vocab_tokens(smiles: Iterable[str]) -> dict[str, Counter]:
     counts = {kind: Counter() for kind in VOCAB_KINDS}
     with rdBase.BlockLogs():
         for smi in smiles:
-            mol = Chem.MolFromSmiles(smi)
-            counts["atom"].update(contexts(mol, "atom"))
-            counts["bond"].update(contexts(mol, "bond"))
+            atoms, bonds = molecule_contexts(Chem.MolFromSmiles(smi))
+            counts["atom"].update(atoms)
+            counts["bond"].update(bonds)
             counts["smiles"].update(_TOKENIZER.tokenize(smi))
     return counts
 
