@@ -77,6 +77,18 @@ MODEL_VOCAB_FILES = {"atom": "pretrain_atom_vocab.json", "bond": "pretrain_bond_
 CORPUS_RECORD_FILE = "pretrain_corpus.json"  # the corpus the model saw
 
 
+# What kermt predict and eval write beside --output_path, named <stem><suffix> (beside_output)
+REPORT_SUFFIX = "_report.html"  # the scored file's report
+UNCERTAINTY_SCORES_SUFFIX = "_uncertainty.json"  # interval (and set) scores on the labelled rows
+DOMAIN_SCORES_SUFFIX = "_domain.json"  # the applicability domain's share of in-domain rows and distances
+ATTRIBUTIONS_FILE_SUFFIX = "_attributions.csv"  # kermt eval --attributions: predict's file of the labelled input
+
+
+def beside_output(output: Path, suffix: str) -> Path:
+    """``<stem><suffix>`` in the folder of ``output`` (kermt predict/eval's --output_path)."""
+    return output.with_name(output.stem + suffix)
+
+
 def fold_name(fold: int) -> str:
     """``fold_k``: a fold's directory, and its key in run.json and splits.json."""
     return f"{FOLD_PREFIX}_{fold}"

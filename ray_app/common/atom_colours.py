@@ -1,5 +1,5 @@
-"""The colours of per-atom attributions wherever a molecule is drawn with them (the reports' molecules; meant for
-the service's attribution_svg too, so a chemist reads one convention): red where an atom raises the prediction,
+"""The colours of per-atom attributions wherever a molecule is drawn with them (the reports' molecules and the
+service's attribution_svg, so a chemist reads one convention): red where an atom raises the prediction,
 blue where it lowers it, white at 0, deeper the larger its share of the drawing's scale."""
 
 from __future__ import annotations

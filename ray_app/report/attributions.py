@@ -22,12 +22,12 @@ import numpy as np
 from kermt.errors import first_line
 from kermt.inference.columns import (ATOMS_SUFFIX, BASELINE_SUFFIX, DESCRIPTORS_SUFFIX, ERROR_COLUMN,
                                      MODEL_SMILES_COLUMN, SMILES_COLUMN)
+from kermt.run_layout import ATTRIBUTIONS_FILE_SUFFIX, beside_output
 from ray_app.common.atom_colours import share_colour
 from ray_app.report import figures
 from ray_app.report.molecules import molecule_uri
 from ray_app.report.page import Legend, Section, fmt
 
-RECORDED_SUFFIX = "_attributions.csv"  # kermt eval --attributions writes <stem>_attributions.csv beside its output
 UNCOLOURED_SHARE = 0.02  # atoms under 2 % of the scale get no disc: white is 0 on the key, and specks are noise
 NO_MODEL = ("attributions not drawn: this report was built from the file alone (kermt eval --attributions, or kermt "
             "report FILE --checkpoint_dir MODEL, draws them)")
@@ -77,7 +77,8 @@ def explain(requests: Mapping[str, Sequence[str]], trust_checkpoint: bool = Fals
         if not unique:
             continue
         try:
-            rows, tasks = (_recorded if model.endswith(RECORDED_SUFFIX) else _computed)(model, unique, trust_checkpoint)
+            explain = _recorded if model.endswith(ATTRIBUTIONS_FILE_SUFFIX) else _computed
+            rows, tasks = explain(model, unique, trust_checkpoint)
         except Exception as error:  # any: a report must never fail its run (module docstring)
             found.why_not[model] = f"attributions not drawn: {type(error).__name__}: {first_line(error)}"
             continue
@@ -94,7 +95,7 @@ def explain(requests: Mapping[str, Sequence[str]], trust_checkpoint: bool = Fals
 
 def recorded_beside(path: Path) -> str | None:
     """``<stem>_attributions.csv`` beside a scored file, when the run wrote one (kermt eval --attributions)."""
-    recorded = path.with_name(path.stem + RECORDED_SUFFIX)
+    recorded = beside_output(path, ATTRIBUTIONS_FILE_SUFFIX)
     return str(recorded) if recorded.is_file() else None
 
 
@@ -191,10 +192,10 @@ def _sum_line(entry: Explained, classification: bool) -> str:
 
 def timing_note(explanations: Explanations, molecules: int, models: Sequence[str]) -> str:
     """Where the drawn molecules' attributions came from, and what they cost the report."""
-    recorded = [Path(m).name for m in models if m.endswith(RECORDED_SUFFIX)]
+    recorded = [Path(m).name for m in models if m.endswith(ATTRIBUTIONS_FILE_SUFFIX)]
     how = f"read from {', '.join(recorded)}" if len(recorded) == len(models) else "computed for this report"
     return f"atom attributions of the {molecules} drawn molecule(s) {how} in {explanations.seconds:.1f} s"
 
 
-__all__ = ["Explained", "Explanations", "NO_MODEL", "RECORDED_SUFFIX", "UNCOLOURED_SHARE", "atom_colours",
+__all__ = ["Explained", "Explanations", "NO_MODEL", "UNCOLOURED_SHARE", "atom_colours",
            "colour_molecules", "explain", "legend", "recorded_beside", "timing_note"]

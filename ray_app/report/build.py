@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kermt.data import atomic_files
 from kermt.errors import UserError, first_line
-from kermt.run_layout import REPORT_FILE, RUN_STATE_FILE, SWEEP_FILE, RunLayout, fold_name
+from kermt.run_layout import REPORT_FILE, REPORT_SUFFIX, RUN_STATE_FILE, SWEEP_FILE, RunLayout, fold_name
 from ray_app.report.page import write_page
 
 def report_path(path: Path) -> Path:
@@ -68,7 +68,7 @@ def report_uri(shown: str, of_file: bool) -> str:
     path, query = shown.split("?", 1) if "://" in shown and "?" in shown else (shown, None)
     if of_file:
         parent, slash, name = path.rstrip("/").rpartition("/")
-        path = f"{parent}{slash}{Path(name).stem}_report.html"
+        path = f"{parent}{slash}{Path(name).stem}{REPORT_SUFFIX}"
     else:
         path = atomic_files.join(path, REPORT_FILE)
     return path if query is None else f"{path}?{query}"

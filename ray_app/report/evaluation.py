@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kermt.run_layout import UNCERTAINTY_SCORES_SUFFIX, beside_output
 from ray_app.report.attributions import recorded_beside
 from ray_app.report.page import Report, Section, Table, fmt
 from ray_app.report.results import TestResult, read_test_result
@@ -48,7 +49,7 @@ def eval_report(path: Path, dataset_type: str | None = None, model: str | None =
 
 def _uncertainty_table(path: Path) -> Table | None:
     """The interval scores eval wrote beside the file (``<stem>_uncertainty.json``, a calibrated model), if any."""
-    record = read_json(path.with_name(f"{path.stem}_uncertainty.json"))
+    record = read_json(beside_output(path, UNCERTAINTY_SCORES_SUFFIX))
     tasks = (record or {}).get("tasks")
     if not isinstance(tasks, dict) or not tasks:
         return None

@@ -29,6 +29,7 @@ from kermt.metric_names import resolve_metric
 from kermt.metrics import nanmean, task_scores, unscored_note
 from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
 from kermt.uncertainty.run_calibration import calibration_files
+from kermt.run_layout import ATTRIBUTIONS_FILE_SUFFIX, beside_output
 from ray_app.common import outputs
 from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
@@ -127,7 +128,7 @@ class AttributionFile:
 
     def __init__(self, config: EvalConfig, checked: PredictPlan, labels: tuple[str, ...]) -> None:
         output = Path(config.output_path)
-        self.path = output.with_name(f"{output.stem}_attributions.csv")
+        self.path = beside_output(output, ATTRIBUTIONS_FILE_SUFFIX)
         self.writer = TableWriter(self.path)
         tasks = task_names(checked.members[0].spec)
         self.targets = {LABEL_PREFIX + label: task + TARGET_SUFFIX for task, label in zip(tasks, labels)}

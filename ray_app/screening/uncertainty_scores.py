@@ -22,6 +22,7 @@ from kermt.inference.columns import DISTANCE_COLUMN, IN_DOMAIN_COLUMN, LOWER_SUF
 from kermt.metrics import nanmean, task_scores
 from kermt.uncertainty import Calibration, ClassCalibration
 from kermt.uncertainty.metrics import interval_report, probability_report, set_report
+from kermt.run_layout import DOMAIN_SCORES_SUFFIX, UNCERTAINTY_SCORES_SUFFIX, beside_output
 
 DEFAULT_EVAL_LEVEL = 0.9  # eval of a calibrated model without --interval scores its 90 % intervals
 
@@ -56,7 +57,7 @@ class IntervalRows:
             print(f"test {task} {self.level:.0%} interval: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()),
                   flush=True)
         path = Path(output_path)
-        atomic_files.write_text(str(path.with_name(f"{path.stem}_uncertainty.json")), json.dumps(
+        atomic_files.write_text(str(beside_output(path, UNCERTAINTY_SCORES_SUFFIX)), json.dumps(
             {"level": self.level, "method": next(iter(self.calibrations.values())).method, "tasks": report},
             indent=1) + "\n")
 
@@ -90,7 +91,7 @@ class ClassificationScores:
         for task, values in report.items():
             print(f"test {task} {what}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()), flush=True)
         path = Path(output_path)
-        atomic_files.write_text(str(path.with_name(f"{path.stem}_uncertainty.json")), json.dumps(
+        atomic_files.write_text(str(beside_output(path, UNCERTAINTY_SCORES_SUFFIX)), json.dumps(
             {"kind": "classification", "level": None if method is None else self.level, "method": method,
              "tasks": report}, indent=1) + "\n")
 
@@ -125,7 +126,7 @@ class DomainRows:
               f"({report['fraction_in_domain']:.1%}); {metric} {report[f'{metric}_in_domain']:.4f} inside, "
               f"{report[f'{metric}_out_of_domain']:.4f} outside", flush=True)
         path = Path(output_path)
-        atomic_files.write_text(str(path.with_name(f"{path.stem}_domain.json")), json.dumps(report, indent=1) + "\n")
+        atomic_files.write_text(str(beside_output(path, DOMAIN_SCORES_SUFFIX)), json.dumps(report, indent=1) + "\n")
 
 
 __all__ = ["DEFAULT_EVAL_LEVEL", "ClassificationScores", "DomainRows", "IntervalRows"]

@@ -19,12 +19,11 @@ from rdkit import Chem, RDLogger
 from rdkit.Chem.Draw import rdMolDraw2D
 
 from kermt.inference.columns import ATOMS_SUFFIX, MODEL_SMILES_COLUMN
+from ray_app.common.atom_colours import HIGHLIGHT_RADIUS, share_colour
 
 SVG_KEY, ATTRIBUTION_SVG_KEY = "svg", "attribution_svg"  # a response entry's drawings ("depict": true)
 SVG_NS = "http://www.w3.org/2000/svg"
 DRAWING_SIZE = (200, 140)  # pixels: a table cell's molecule
-HIGHLIGHT_RADIUS = 0.4  # an atom's disc, in bond lengths (RDKit's default 0.3 leaves small discs on a 200 px drawing)
-MAX_DEPTH = 0.85  # the largest atom's colour: 85 % of the way from white to pure red or blue (the atom stays legible)
 ALLOWED_ELEMENTS = {"svg", "g", "rect", "path", "line", "polyline", "polygon", "circle", "ellipse", "text", "tspan"}
 ALLOWED_ATTRIBUTES = {
     "width", "height", "viewBox", "x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "rx", "ry", "d", "points",
@@ -94,13 +93,6 @@ def depict_svg(smiles: str, size: tuple[int, int] = DRAWING_SIZE) -> str | None:
     return None if molecule is None else _drawn(molecule, size)
 
 
-def share_colour(share: float) -> tuple[float, float, float]:
-    """RGB of an atom whose value is ``share`` of its molecule's largest absolute value (-1..1): red where it
-    raises the prediction, blue where it lowers it, white at 0 (so an atom that hardly counts looks undrawn)."""
-    depth = MAX_DEPTH * min(abs(share), 1.0)
-    return (1.0, 1.0 - depth, 1.0 - depth) if share > 0 else (1.0 - depth, 1.0 - depth, 1.0)
-
-
 def depict_attributions(smiles: str, values: Sequence[float], size: tuple[int, int] = DRAWING_SIZE) -> str | None:
     """The molecule drawn with a disc behind each atom coloured by its attribution (:func:`share_colour`, scaled
     to the molecule's largest absolute value), as a sanitised SVG string; None when
@@ -126,5 +118,4 @@ def depictions(entry: dict, attributed_tasks: Sequence[str]) -> dict:
     return out
 
 
-__all__ = ["ATTRIBUTION_SVG_KEY", "SVG_KEY", "depict_attributions", "depict_svg", "depictions", "sanitize_svg",
-           "share_colour"]
+__all__ = ["ATTRIBUTION_SVG_KEY", "SVG_KEY", "depict_attributions", "depict_svg", "depictions", "sanitize_svg"]

@@ -14,7 +14,8 @@ from rdkit import Chem
 from kermt.inference import Ensemble, read_members
 from kermt.inference.attributions import MAX_HEAVY_ATOMS
 from ray_app.serve.attributions import ServedAttributions
-from ray_app.serve.depict import depict_attributions, share_colour
+from ray_app.common.atom_colours import share_colour
+from ray_app.serve.depict import depict_attributions
 from ray_app.serve.models import load_served_model
 from ray_app.serve.predictor import Predictor
 from ray_app.serve.schemas import PredictJob

@@ -6,7 +6,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from ray_app.serve.depict import depict_attributions, depict_svg, sanitize_svg, share_colour
+from ray_app.common.atom_colours import share_colour
+from ray_app.serve.depict import depict_attributions, depict_svg, sanitize_svg
 
 HOSTILE_SVG = (
     '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" onload="alert(1)" '
