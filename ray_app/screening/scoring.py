@@ -118,7 +118,11 @@ def run_eval(config: EvalConfig) -> int:
             scores.print_and_write(preds, targets, config.output_path)
     if domain is not None:
         domain.print_and_write(preds, targets, metric, head.dataset_type, config.output_path)
-    report_of_finished_run(Path(config.output_path), head.dataset_type)  # <stem>_report.html; main_eval says where
+    # <stem>_report.html (main_eval says where); the model colours its worst-predicted molecules by attribution
+    # (read from <stem>_attributions.csv when --attributions wrote it, else computed for those few in this process)
+    report_of_finished_run(Path(config.output_path), head.dataset_type,
+                           model=str(config.checkpoint_dir or config.checkpoint_path),
+                           trust_checkpoint=config.trust_checkpoint)
     return 0
 
 

@@ -17,6 +17,8 @@ def test_eval_writes_its_report_beside_the_output(tmp_path, capsys):
     assert f"report: {tmp_path / 'scored_report.html'}" in capsys.readouterr().out.splitlines()
     html = (tmp_path / "scored_report.html").read_text()
     assert "Task t1" in html and "Task t2" in html and "read as regression" in html
+    # the model that scored the file colours the worst-predicted molecules, without --attributions too
+    assert "red where the atom raises the prediction" in html and "attributions not drawn" not in html
     report = eval_report(out)
     assert report.image_count() == 2 * (2 + 8)
     assert [row for row in report.sections[1].tables[0].columns] == ["rmse", "mae", "r2", "spearmanr"]
