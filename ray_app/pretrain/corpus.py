@@ -179,15 +179,23 @@ def _start_rewrite(corpus_dir: str) -> None:
     fs.create_dir(filesystem(join(corpus_dir, "shards"))[1], recursive=True)
 
 
+def clean_inputs(paths: Sequence[str], columns: Sequence[str], canonicalize: bool, rows_per_task: int):
+    """The cleaned rows of every file (:func:`clean_block`), materialised in blocks of ``rows_per_task`` rows."""
+    from ray_app.pretrain.corpus_read import read_inputs
+
+    # A file is read by one task. Without the repartition Ray Data fuses the cleaning into that task and merges its
+    # chunks into one block, so cleaning and every later stage (count, featurise: one task per block) ran on one
+    # CPU per file, whatever the cluster's size.
+    raw = read_inputs(paths, columns).repartition(target_num_rows_per_block=rows_per_task)
+    return raw.map_batches(clean_block, fn_kwargs={"canonicalize": canonicalize}, batch_format="pyarrow",
+                           batch_size=rows_per_task).materialize()
+
+
 def build_corpus(paths: Sequence[str], columns: Sequence[str], corpus_dir: str, settings: VocabSettings,
                  rows_per_shard: int, rows_per_task: int, given: Sequence = NO_VOCABS, **recorded: object):
     """The whole flow on the connected Ray cluster; returns the manifest (written last). ``given``: vocabs to use
     instead of building them; ``recorded``: further settings for the manifest."""
-    from ray_app.pretrain.corpus_read import read_inputs
-
-    raw = read_inputs(paths, columns)
-    cleaned = raw.map_batches(clean_block, fn_kwargs={"canonicalize": settings.canonicalize},
-                              batch_format="pyarrow", batch_size=rows_per_task).materialize()
+    cleaned = clean_inputs(paths, columns, settings.canonicalize, rows_per_task)
     if settings.deduplicate:
         cleaned = mark_duplicates(cleaned, settings.canonicalize)
     counts = _reduce_counts(cleaned, rows_per_task)
@@ -241,4 +249,5 @@ def _duplicates_note(manifest) -> str:
     return f"{manifest.n_duplicates} duplicate molecule(s) dropped"
 
 
-__all__ = ["build_corpus", "clean_block", "count_block", "featurize_block", "run_corpus", "stage_shard", "sum_counts"]
+__all__ = ["build_corpus", "clean_block", "clean_inputs", "count_block", "featurize_block", "run_corpus", "stage_shard",
+           "sum_counts"]

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import ray
 from rdkit import Chem
 
 from kermt.chem.vocab_context import ContextVocab
@@ -20,7 +21,7 @@ from kermt.data.corpus import open_corpus
 from kermt.data.corpus_prep import VocabSettings, prepare_corpus
 from kermt.errors import UserError
 from ray_app.cli import main
-from ray_app.pretrain.corpus import build_corpus
+from ray_app.pretrain.corpus import build_corpus, clean_inputs
 from tests.conftest import DATA_DIR, FIXTURE_DIR
 
 SAMPLE = DATA_DIR.parent.parent / "data" / "sample" / "admet_demo.csv"
@@ -76,6 +77,15 @@ def test_corpus_equals_the_in_process_build(built, inputs, tmp_path) -> None:
     for name, values in got.graphs.to_arrays().items():
         np.testing.assert_array_equal(values, expected.graphs.to_arrays()[name], err_msg=name)
     assert ray_corpus.manifest.max_token_length == int(got.token_lengths.max())
+
+
+def test_one_file_is_cleaned_into_blocks_of_rows_per_task(ray_cluster, inputs) -> None:
+    # Counting and featurising run one task per block: one block per file would leave all but one CPU idle.
+    path = list(inputs)[0]  # 120 rows, read by one task
+    cleaned = clean_inputs([path], ["smiles"], canonicalize=True, rows_per_task=40)
+    blocks = [ray.get(ref) for ref in cleaned.to_arrow_refs()]
+    assert [b.num_rows for b in blocks] == [40, 40, 40]
+    assert [r for b in blocks for r in b.column("row").to_pylist()] == list(range(120))
 
 
 def test_vocabs_count_exactly_the_kept_molecules(built) -> None:
