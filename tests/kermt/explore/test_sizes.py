@@ -43,5 +43,5 @@ def test_a_plan_larger_than_the_library_is_refused_before_any_work():
         check_plan(init, acquire, iterations=5, library_size=50)
     with pytest.raises(UserError, match=r"^--acquire_size 60 is larger than the library \(50 molecules\)"):
         check_plan(init, parse_size("60", "--acquire_size"), iterations=0, library_size=50)
-    with pytest.raises(UserError, match="no valid molecule"):
+    with pytest.raises(UserError, match="the library has no molecule to explore"):
         check_plan(init, acquire, iterations=1, library_size=0)
