@@ -31,6 +31,15 @@ def is_uri(path: str) -> bool:
 CLUSTER_MAX_FAILURES = 3  # spot workers: a few preemptions per run are normal; each costs at most one epoch
 
 
+def beside_uri(shown: str, suffix: str) -> str:
+    """``<stem><suffix>`` beside the file at ``shown`` (a local path, or a URI whose query stays last): where the
+    files a command writes beside its --output_path (kermt.run_layout.beside_output) land."""
+    path, query = shown.split("?", 1) if "://" in shown and "?" in shown else (shown, None)
+    parent, slash, name = path.rstrip("/").rpartition("/")
+    path = f"{parent}{slash}{Path(name).stem}{suffix}"
+    return path if query is None else f"{path}?{query}"
+
+
 def resolve_max_failures(requested: int | None) -> int:
     """The user's value, else 3 on a multi-node cluster (where nodes come and go) and 0 on one machine."""
     if requested is not None:

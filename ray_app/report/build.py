@@ -10,6 +10,7 @@ from pathlib import Path
 from kermt.data import atomic_files
 from kermt.errors import UserError, first_line
 from kermt.run_layout import REPORT_FILE, REPORT_SUFFIX, RUN_STATE_FILE, SWEEP_FILE, RunLayout, fold_name
+from ray_app.common.storage import beside_uri
 from ray_app.report.page import write_page
 
 def report_path(path: Path) -> Path:
@@ -65,13 +66,7 @@ def start_line(shown: str, of_file: bool) -> str:
 def report_uri(shown: str, of_file: bool) -> str:
     """Where the report of the run at ``shown`` (a URI, its query kept last, or a local path) lands: a directory's
     report.html, or ``<stem>_report.html`` beside a file. The one naming rule of every report."""
-    path, query = shown.split("?", 1) if "://" in shown and "?" in shown else (shown, None)
-    if of_file:
-        parent, slash, name = path.rstrip("/").rpartition("/")
-        path = f"{parent}{slash}{Path(name).stem}{REPORT_SUFFIX}"
-    else:
-        path = atomic_files.join(path, REPORT_FILE)
-    return path if query is None else f"{path}?{query}"
+    return beside_uri(shown, REPORT_SUFFIX) if of_file else atomic_files.join(shown, REPORT_FILE)
 
 
 def report_of_finished_run(local: Path, dataset_type: str | None = None, tasks: Sequence[str] | None = None, *,

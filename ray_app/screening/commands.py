@@ -13,10 +13,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from kermt.errors import run_reporting_user_errors
+from kermt.run_layout import BESIDE_OUTPUT_SUFFIXES, REPORT_SUFFIX, beside_output
 from ray_app.common.command import run_command
 from ray_app.common.errors import ray_causes
 from ray_app.common.remote_files import local_files, upload
-from ray_app.common.storage import is_uri
+from ray_app.common.storage import beside_uri, is_uri
 from ray_app.screening.config import EmbedConfig, EvalConfig, FingerprintConfig, PredictConfig, ReconstructConfig
 
 
@@ -88,14 +89,17 @@ def main_eval(argv: list[str]) -> int:
 
 
 def _say_where_the_report_is(output: Path, shown: str) -> None:
-    from ray_app.report.build import report_path, report_uri
-
-    report = report_path(output)
-    if not report.exists():  # not written (the run printed why)
-        return
-    if is_uri(shown):  # only the output file itself is staged for upload
-        upload(report, report_uri(shown, True), "--output_path")
-    print(f"report: {report_uri(shown, True) if is_uri(shown) else report}", flush=True)
+    """One line naming the report; for a URI --output_path, the files written beside the output (the report, the
+    interval and domain scores, eval's attributions) are uploaded beside it first: only the output file itself is
+    staged for upload by local_files."""
+    if is_uri(shown):
+        for suffix in BESIDE_OUTPUT_SUFFIXES:
+            written = beside_output(output, suffix)
+            if written.exists():
+                upload(written, beside_uri(shown, suffix), "--output_path")
+    report = beside_output(output, REPORT_SUFFIX)
+    if report.exists():  # else not written (the run printed why)
+        print(f"report: {beside_uri(shown, REPORT_SUFFIX) if is_uri(shown) else report}", flush=True)
 
 
 def main_fingerprint(argv: list[str]) -> int:

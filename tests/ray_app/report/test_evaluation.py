@@ -41,7 +41,9 @@ def test_eval_to_a_uri_uploads_its_report_beside_the_output(tmp_path, capsys):
     uri = f"file://{tmp_path}/remote/scored.csv"  # a URI pyarrow writes like any object store
     (tmp_path / "remote").mkdir()
     assert main_eval(["--data_path", str(FIXTURE_DIR / "smiles.csv"), "--output_path", uri,
-                      "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt")]) == 0
+                      "--checkpoint_path", str(FIXTURE_DIR / "ckpt_ft_reg.pt"), "--attributions"]) == 0
     assert f"report: file://{tmp_path}/remote/scored_report.html" in capsys.readouterr().out.splitlines()
+    # what eval writes beside its output goes up beside it too, not only the scored file and its report
+    assert "t1_atoms" in (tmp_path / "remote" / "scored_attributions.csv").read_text().splitlines()[0]
     assert "Task t1" in (tmp_path / "remote" / "scored_report.html").read_text()
     assert (tmp_path / "remote" / "scored.csv").exists()
