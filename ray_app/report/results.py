@@ -46,7 +46,8 @@ def read_test_result(path: Path) -> TestResult:
         tasks, body = rows[0][1:], rows[1:]
         n_tasks = len(tasks)
     try:
-        values = np.array([[_number(c) for c in row[1:]] for row in body], dtype=np.float64).reshape(len(body), -1)
+        columns = 2 * n_tasks if two_headers else n_tasks  # a run without a test split wrote no row (kermt explore)
+        values = np.array([[_number(c) for c in row[1:]] for row in body], dtype=np.float64).reshape(len(body), columns)
     except ValueError as error:
         raise UserError(f"{path}: a cell is not a number ({error}); expected upstream's test_result.csv") from error
     preds = values[:, :n_tasks]

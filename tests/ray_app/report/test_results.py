@@ -31,6 +31,16 @@ def test_blinded_file_and_spread(tmp_path):
     assert read_spread(path, ["a"]) is None and read_spread(tmp_path / "missing.csv", ["a", "b"]) is None
 
 
+def test_a_run_without_a_test_split_reads_as_no_molecules(tmp_path):
+    """kermt explore's surrogates hold no test split: the run writes the header rows only (its report failed)."""
+    for targets in (TARGETS, None):
+        path = tmp_path / "test_result.csv"
+        path.write_text(outputs.test_result_csv([], ["a", "b"], PREDS[:0], None if targets is None else targets[:0]))
+        result = read_test_result(path)
+        assert result.smiles == [] and result.tasks == ["a", "b"] and result.preds.shape == (0, 2)
+        assert (result.targets is None) == (targets is None)
+
+
 def test_a_cell_that_is_not_a_number_names_the_file(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text(",a\nCCO,high\n")
