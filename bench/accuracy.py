@@ -206,7 +206,7 @@ def measure(args: argparse.Namespace, data: Measured, seed: int, cache: Cache) -
     results = {}
     for tool in args.tools:
         family = tool.rstrip("15")
-        if family == "chemprop" and not args.chemprop:
+        if family == "chemprop" and not args.chemprop and not args.cached_only:
             continue
         key = f"{data.name}/seed{seed}/{tool}/{settings[family]}"
         if args.cached_only and key not in cache.records:
