@@ -4,6 +4,11 @@ blue where it lowers it, white at 0, deeper the larger its share of the drawing'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+Colour = tuple[float, float, float]  # RGB in [0, 1]
+
 HIGHLIGHT_RADIUS = 0.4  # an atom's disc, in bond lengths (RDKit's default 0.3 leaves small discs on a 200 px drawing)
 MAX_DEPTH = 0.85  # the largest atom's colour: 85 % of the way from white to pure red or blue (the atom stays legible)
 
@@ -15,4 +20,21 @@ def share_colour(share: float) -> tuple[float, float, float]:
     return (1.0, 1.0 - depth, 1.0 - depth) if share > 0 else (1.0 - depth, 1.0 - depth, 1.0)
 
 
-__all__ = ["HIGHLIGHT_RADIUS", "MAX_DEPTH", "share_colour"]
+def draw_molecule(drawer: Any, molecule: Any, atom_colours: Mapping[int, Colour] | None = None) -> None:
+    """``molecule`` drawn on an RDKit ``drawer``; with ``atom_colours``, a disc of that colour behind each atom index
+    given (RDKit's parse order) and the element letters in black, so that an oxygen's red or a nitrogen's blue
+    cannot be read as the discs' meaning."""
+    from rdkit.Chem.Draw import rdMolDraw2D  # the drawing callers have RDKit loaded; this module's colours do not
+
+    if atom_colours is None:
+        rdMolDraw2D.PrepareAndDrawMolecule(drawer, molecule)
+        return
+    options = drawer.drawOptions()
+    options.useBWAtomPalette()
+    options.highlightRadius = HIGHLIGHT_RADIUS
+    colours = {int(i): tuple(float(c) for c in rgb) for i, rgb in atom_colours.items()}
+    rdMolDraw2D.PrepareAndDrawMolecule(drawer, molecule, highlightAtoms=list(colours), highlightAtomColors=colours,
+                                       highlightBonds=[])
+
+
+__all__ = ["Colour", "HIGHLIGHT_RADIUS", "MAX_DEPTH", "draw_molecule", "share_colour"]

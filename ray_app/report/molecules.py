@@ -13,10 +13,7 @@ from rdkit import Chem
 from rdkit.Chem.Draw import rdMolDraw2D
 from rdkit.rdBase import BlockLogs
 
-from ray_app.common.atom_colours import HIGHLIGHT_RADIUS
-
-
-Colour = tuple[float, float, float]  # RGB in [0, 1]
+from ray_app.common.atom_colours import Colour, draw_molecule
 
 
 def molecule_svg(smiles: str, width: int = 220, height: int = 160,
@@ -29,16 +26,8 @@ def molecule_svg(smiles: str, width: int = 220, height: int = 160,
     if molecule is None:
         return None
     drawer = rdMolDraw2D.MolDraw2DSVG(width, height)
-    options = drawer.drawOptions()
-    options.clearBackground = True
-    if atom_colours is None:
-        rdMolDraw2D.PrepareAndDrawMolecule(drawer, molecule)
-    else:
-        options.useBWAtomPalette()
-        options.highlightRadius = HIGHLIGHT_RADIUS
-        colours = {int(i): tuple(float(c) for c in rgb) for i, rgb in atom_colours.items()}
-        rdMolDraw2D.PrepareAndDrawMolecule(drawer, molecule, highlightAtoms=list(colours),
-                                           highlightAtomColors=colours, highlightBonds=[])
+    drawer.drawOptions().clearBackground = True
+    draw_molecule(drawer, molecule, atom_colours)
     drawer.FinishDrawing()
     return drawer.GetDrawingText()
 

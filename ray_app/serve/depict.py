@@ -19,7 +19,7 @@ from rdkit import Chem, RDLogger
 from rdkit.Chem.Draw import rdMolDraw2D
 
 from kermt.inference.columns import ATOMS_SUFFIX, MODEL_SMILES_COLUMN
-from ray_app.common.atom_colours import HIGHLIGHT_RADIUS, share_colour
+from ray_app.common.atom_colours import Colour, draw_molecule, share_colour
 
 SVG_KEY, ATTRIBUTION_SVG_KEY = "svg", "attribution_svg"  # a response entry's drawings ("depict": true)
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -77,12 +77,9 @@ def _molecule(smiles: str) -> Chem.Mol | None:
     return None if molecule is None or molecule.GetNumAtoms() == 0 else molecule
 
 
-def _drawn(molecule: Chem.Mol, size: tuple[int, int], **highlights) -> str:
+def _drawn(molecule: Chem.Mol, size: tuple[int, int], atom_colours: dict[int, Colour] | None = None) -> str:
     drawer = rdMolDraw2D.MolDraw2DSVG(*size)
-    if highlights:  # the element letters in black: an oxygen's red or a nitrogen's blue is no attribution
-        drawer.drawOptions().useBWAtomPalette()
-        drawer.drawOptions().highlightRadius = HIGHLIGHT_RADIUS
-    rdMolDraw2D.PrepareAndDrawMolecule(drawer, molecule, **highlights)
+    draw_molecule(drawer, molecule, atom_colours)
     drawer.FinishDrawing()
     return sanitize_svg(drawer.GetDrawingText())
 
@@ -103,7 +100,7 @@ def depict_attributions(smiles: str, values: Sequence[float], size: tuple[int, i
         return None
     scale = max(abs(v) for v in values) or 1.0
     atoms = {i: share_colour(v / scale) for i, v in enumerate(values)}
-    return _drawn(molecule, size, highlightAtoms=list(atoms), highlightAtomColors=atoms, highlightBonds=[])
+    return _drawn(molecule, size, atoms)
 
 
 def depictions(entry: dict, attributed_tasks: Sequence[str]) -> dict:
