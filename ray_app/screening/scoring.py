@@ -27,16 +27,14 @@ from kermt.errors import UserError
 from kermt.inference import task_names
 from kermt.metric_names import resolve_metric
 from kermt.metrics import nanmean, task_scores, unscored_note
-from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
+from kermt.run_layout import ATTRIBUTIONS_FILE_SUFFIX, CALIBRATION_FILE, CLASS_CALIBRATION_FILE, beside_output
 from kermt.uncertainty.run_calibration import calibration_files
-from kermt.run_layout import ATTRIBUTIONS_FILE_SUFFIX, beside_output
 from ray_app.common import outputs
 from ray_app.report import report_of_finished_run
 from ray_app.screening.config import EvalConfig, log
-from ray_app.screening.files import Source, pick_columns
+from ray_app.screening.files import Source, TableWriter, pick_columns
 from ray_app.screening.labelled import LabelledRows
 from ray_app.screening.engines import predict_stream, resolve_engine
-from ray_app.screening.files import TableWriter
 from ray_app.screening.plan import PredictPlan, plan_predict
 from ray_app.screening.run import unattributed_rows
 from ray_app.screening.stream import LABEL_PREFIX, drain, input_progress
