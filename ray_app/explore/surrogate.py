@@ -9,6 +9,8 @@ predictions (the finetune itself resumes a surrogate that stopped mid-training).
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import os
 from pathlib import Path
 
@@ -35,19 +37,17 @@ def train_surrogate(config: ExploreConfig, layout: RunLayout, round_index: int, 
     if RunLayout(directory).run_record.exists():
         return directory
     scored = explored.select(np.flatnonzero(explored.scored))
-    lines = [f"{TRAINING_SMILES},{TRAINING_SCORE}\n"] + [f"{_csv_cell(s)},{v!r}\n" for s, v in
-                                                         zip(scored.smiles, scored.score.tolist())]
+    text = io.StringIO()
+    rows = csv.writer(text, lineterminator="\n")  # quotes a SMILES only where it must (a comma, a quote)
+    rows.writerow([TRAINING_SMILES, TRAINING_SCORE])
+    rows.writerows(zip(scored.smiles, scored.score.tolist()))
     training = layout.round_training(round_index)
-    write_text(str(training), "".join(lines))
+    write_text(str(training), text.getvalue())
     finetune = config.surrogate(round_index, str(training), str(directory))
     sources = {name: "user" for name in type(finetune).model_fields}
     with open(directory / ROUND_LOGS["finetune"], "a") as log, contextlib.redirect_stdout(log):
         run_finetune(finetune, sources)
     return directory
-
-
-def _csv_cell(smiles: str) -> str:
-    return f'"{smiles}"' if any(c in smiles for c in ',"\n') else smiles
 
 
 def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, library: Library) -> Surrogate:
