@@ -38,6 +38,7 @@ class Stream(IntEnum):
     PRETRAIN_TORCH = 25  # sequential: torch's RNG per (step, worker) in pretraining
     VALIDATION_ROWS = 26  # sequential: the corpus rows held out for pretraining validation
     EXPLORE_ROUND = 27  # sequential: a `kermt explore` round's draws (its random batch, thompson's samples)
+    SHUFFLE_WINDOW = 28  # sequential: the training rows' order inside a window of shards (kermt.data.shard_plan)
 
 
 def stream_rng(seed: int, stream: Stream, *keys: int) -> np.random.Generator:
