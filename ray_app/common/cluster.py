@@ -38,6 +38,9 @@ _LOCAL_ENV = {
 # Only for a cluster started here: one machine has no spot preemption to watch for. On a real cluster the watcher
 # stays on, so Ray Train counts a preempted node apart from --max_failures (FailureConfig.max_preemption_failures).
 _LOCAL_ONLY_ENV = {TRAIN_PREEMPTION_WATCHER_VARIABLE: "0"}
+# The GCS addresses of the local clusters connect() started in this process: such a session runs this process's
+# own work (a finetune's trainers), it is not a cluster someone else runs (ray_app.screening.engines asks)
+_STARTED_HERE: set[str] = set()
 
 
 def connect(address: str | None = None, num_cpus: int | None = None, object_store_mb: int | None = None,
@@ -80,6 +83,7 @@ def _start_local_cluster(kwargs: dict[str, Any]) -> None:
     token_setup.setLevel(logging.ERROR)
     try:
         ray.init(address="local", **kwargs)
+        _STARTED_HERE.add(ray.get_runtime_context().gcs_address)
     finally:
         token_setup.setLevel(level)
         for key, value in saved.items():
@@ -87,6 +91,19 @@ def _start_local_cluster(kwargs: dict[str, Any]) -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def started_here() -> bool:
+    """Whether this process's Ray session is a local cluster that :func:`connect` started here (False: none, or a
+    cluster it joined)."""
+    return ray.is_initialized() and ray.get_runtime_context().gcs_address in _STARTED_HERE
+
+
+def count_as_joined() -> None:
+    """Treat this process's Ray session as a cluster it joined (tests: the session's one local cluster stands for
+    a user's running cluster, on which ``--engine auto`` streams)."""
+    if ray.is_initialized():
+        _STARTED_HERE.discard(ray.get_runtime_context().gcs_address)
 
 
 def free_port() -> int:

@@ -40,11 +40,18 @@ def resolve_engine(config: StreamedConfig, paths: Sequence[str | None] = ()) -> 
         return config
     if config.engine == "ray":
         return config
-    why_ray = _why_ray(config, [config.data_path, *paths])
+    engine = auto_engine(config.data_path, config.address, config.concurrency, paths)
+    return config.model_copy(update={"engine": engine})
+
+
+def auto_engine(data_path: str, address: str | None, concurrency: int | None = None,
+                paths: Sequence[str | None] = ()) -> str:
+    """``--engine auto``'s choice for ``data_path`` (and the other inputs ``paths``), logged with its reason."""
+    why_ray = _why_ray(data_path, address, concurrency, [data_path, *paths])
     engine = "ray" if why_ray else "local"
     log(f"engine: {engine} ({why_ray or 'a small local input, no cluster named or running'}; --engine "
         f"{'local' if why_ray else 'ray'} to choose the other)")
-    return config.model_copy(update={"engine": engine})
+    return engine
 
 
 def _check_local(config: StreamedConfig) -> None:
@@ -53,26 +60,34 @@ def _check_local(config: StreamedConfig) -> None:
             raise UserError(f"{flag} {value} is for --engine ray; --engine local computes in this process")
 
 
-def _why_ray(config: StreamedConfig, paths: Sequence[str | None]) -> str | None:
+def _why_ray(data_path: str, address: str | None, concurrency: int | None,
+             paths: Sequence[str | None]) -> str | None:
     """Why ``auto`` streams on Ray (None: it runs in-process)."""
-    if config.address or os.environ.get("RAY_ADDRESS"):
-        return f"a cluster is named ({config.address or 'RAY_ADDRESS'})"
-    if _ray_is_running_here():
+    if address or os.environ.get("RAY_ADDRESS"):
+        return f"a cluster is named ({address or 'RAY_ADDRESS'})"
+    if _joined_a_cluster():
         return "this process is connected to a Ray cluster"
-    if config.concurrency is not None:
-        return f"--concurrency {config.concurrency} asks for model actors"
+    if concurrency is not None:
+        return f"--concurrency {concurrency} asks for model actors"
     remote = [p for p in paths if p is not None and is_uri(p)]
     if remote:
         return f"{remote[0]} is read where it is, by Ray Data"
-    rows = _rows_at_most(config.data_path)
+    rows = _rows_at_most(data_path)
     if rows > LOCAL_MAX_ROWS:
-        return f"{config.data_path} has more than {LOCAL_MAX_ROWS:,} rows"
+        return f"{data_path} has more than {LOCAL_MAX_ROWS:,} rows"
     return None
 
 
-def _ray_is_running_here() -> bool:
+def _joined_a_cluster() -> bool:
+    """Whether this process is connected to a Ray cluster it did not start itself. A local cluster that an earlier
+    step of this process started (kermt explore's surrogate finetune) is no reason to stream a small input there:
+    the in-process path is faster and the answer the same."""
     ray = sys.modules.get("ray")  # never imported for this: a process that has not imported Ray runs no cluster
-    return ray is not None and ray.is_initialized()
+    if ray is None or not ray.is_initialized():
+        return False
+    from ray_app.common.cluster import started_here  # Ray is imported already: no cost
+
+    return not started_here()
 
 
 def _rows_at_most(path: str) -> int:
@@ -117,9 +132,15 @@ def predict_stream(config: ModelScreeningConfig, checked: PredictPlan, label_col
     plan, source = checked.features, checked.source
     spec = InputSpec(source.smiles_column, source.id_columns, plan.generator, file_features=plan.from_file,
                      label_columns=label_columns, prep=plan.prep(config.max_heavy_atoms))
-    stage_kwargs = {"members": checked.members, "outputs": checked.outputs(config), "domain": checked.domain,
-                    "dropout_samples": config.dropout_samples, **config.width_kwargs()}
-    return start_stream(config, source.table, spec, PredictStage, stage_kwargs, checked.file_features)
+    return start_stream(config, source.table, spec, PredictStage, predict_stage_kwargs(config, checked),
+                        checked.file_features)
 
 
-__all__ = ["COMPRESSED_BYTES_PER_ROW", "StreamedConfig", "predict_stream", "resolve_engine", "start_stream"]
+def predict_stage_kwargs(config: ModelScreeningConfig, checked: PredictPlan) -> dict:
+    """PredictStage's arguments for ``checked`` (less the batch size and the device, which start_stream adds)."""
+    return {"members": checked.members, "outputs": checked.outputs(config), "domain": checked.domain,
+            "dropout_samples": config.dropout_samples, **config.width_kwargs()}
+
+
+__all__ = ["COMPRESSED_BYTES_PER_ROW", "StreamedConfig", "auto_engine", "predict_stage_kwargs", "predict_stream",
+           "resolve_engine", "start_stream"]

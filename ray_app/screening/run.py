@@ -21,8 +21,9 @@ from ray_app.screening.config import (EmbedConfig, FingerprintConfig, ModelScree
                                       ScreeningConfig, elapsed_line, log)
 from ray_app.screening.files import (ArraySpool, JsonListSpool, TableWriter, write_metadata_json, write_npy,
                                      write_npz)
-from ray_app.screening.engines import predict_stream, resolve_engine, start_stream
+from ray_app.screening.engines import predict_stage_kwargs, predict_stream, resolve_engine, start_stream
 from ray_app.screening.plan import PredictPlan, file_features, note_widths, plan_predict, source_columns
+from ray_app.screening.shards import Shards, check_fit, predict_shards
 from ray_app.screening.stream import EmbedStage, InputSpec, StreamStats, drain, input_progress
 from ray_app.screening.uncertainty import calibrated_on_file
 
@@ -39,13 +40,18 @@ def _finish(stats: StreamStats, config: ScreeningConfig, started: float, commit,
 # ---------------------------------------------------------------------------------------------------- predict
 
 
-def run_predict(config: PredictConfig) -> int:
+def run_predict(config: PredictConfig, shards: Shards | None = None) -> int:
+    """``shards``: ``config.data_path`` featurised already (:mod:`ray_app.screening.shards`), read instead of it."""
     started = time.perf_counter()
     config = resolve_engine(config, (config.calibration_path,))
     checked = plan_predict(config, carry_other_columns=not config.drop_extra_columns)
     writer = TableWriter(config.output_path)
     checked = calibrated_on_file(config, checked)
-    ds = predict_stream(config, checked)
+    if shards is None:
+        ds = predict_stream(config, checked)
+    else:
+        check_fit(shards, checked.features, config.max_heavy_atoms)
+        ds = predict_shards(config, shards, predict_stage_kwargs(config, checked))
     unattributed = unattributed_rows(config, checked)
 
     def write(block: pa.Table) -> None:

@@ -255,8 +255,15 @@ def build_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: typ
                  concurrency: int, cpus_per_actor: float, gpus_per_actor: float,
                  file_features: tuple[np.ndarray, np.ndarray] | None = None):
     """The lazy dataset of output blocks (see the module docstring)."""
-    import ray
+    ds = featurised_dataset(table, spec, batch_size, file_features)
+    return model_stage(ds, stage, stage_kwargs, rows_per_block(batch_size), concurrency, cpus_per_actor,
+                       gpus_per_actor)
 
+
+def featurised_dataset(table: InputTable, spec: InputSpec, batch_size: int,
+                       file_features: tuple[np.ndarray, np.ndarray] | None = None):
+    """The lazy dataset of featurised rows (featurize_block's), in blocks of exactly rows_per_block(batch_size)
+    rows, in input order."""
     from ray_app.screening.files import read_table_lazily
 
     ds = read_table_lazily(table, spec.read_columns)
@@ -270,7 +277,14 @@ def build_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: typ
     # featurisation is the bulk of the CPU work (on 2 cores, 1-CPU tasks next to a 1-CPU actor ran one at a time)
     ds = ds.map_batches(featurize_block, fn_kwargs={"spec": spec}, batch_format="pyarrow", batch_size=None,
                         num_cpus=FEATURIZE_CPUS)
-    ds = ds.repartition(target_num_rows_per_block=block, strict=True)
+    return ds.repartition(target_num_rows_per_block=block, strict=True)
+
+
+def model_stage(ds, stage: type, stage_kwargs: dict, block: int, concurrency: int, cpus_per_actor: float,
+                gpus_per_actor: float):
+    """``stage`` (an actor pool of ``concurrency`` actors) over the featurised rows of ``ds``."""
+    import ray
+
     return ds.map_batches(stage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow", batch_size=block,
                           compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=cpus_per_actor,
                           num_gpus=gpus_per_actor or None)
@@ -347,5 +361,6 @@ def _malformed_csv(error: BaseException) -> UserError | None:
 
 __all__ = [
     "EmbedStage", "InputSpec", "PredictStage", "StreamStats", "arrow_column", "blocks_of", "build_stream",
-    "connect_actors", "drain", "featurize_block", "file_feature_columns", "input_progress", "rows_per_block",
+    "connect_actors", "drain", "featurised_dataset", "featurize_block", "file_feature_columns", "input_progress",
+    "model_stage", "rows_per_block",
 ]

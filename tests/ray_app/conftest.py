@@ -19,13 +19,16 @@ os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
 def ray_cluster():
     import ray
 
-    from ray_app.common.cluster import connect
+    from ray_app.common.cluster import connect, count_as_joined
 
     # 5 logical CPUs on a 2-core machine: 2 train workers plus Ray Data tasks must never starve each other, and
     # one CPU of headroom: Ray 2.60 can leave an actor of a finished Ray Data pool holding its CPU when the pool is
     # shut down while that actor is still being created ('Mismatched ActorID: ignoring KillActor ... NIL_ID' in the
     # worker's log; seen after test_reconstruct's 2-actor run), and the serve tests' two applications need 4.
     resources = connect(num_cpus=5, object_store_mb=256)
+    # it stands for a user's running cluster: `--engine auto` streams small inputs on it, as it would on theirs
+    # (a cluster a command started for itself would not count: ray_app.screening.engines)
+    count_as_joined()
     yield resources
     ray.shutdown()
 
