@@ -325,14 +325,7 @@ class Corpus:
     def load(self, shards: Sequence[int] | None = None) -> CorpusArrays:
         """The molecules of the given shard indices (default: all), in shard order."""
         indices = range(len(self.manifest.shards)) if shards is None else shards
-        parts = []
-        for index in indices:
-            info = self.manifest.shards[index]
-            part = read_shard(join(self.path, info.path))
-            if len(part) != info.rows:
-                raise UserError(f"{join(self.path, info.path)}: {len(part)} rows, the manifest says {info.rows}; "
-                                f"the corpus is damaged, {_rerun_hint(self.path)}")
-            parts.append(part)
+        parts = [read_listed_shard(self.path, self.manifest.shards[index]) for index in indices]
         if not parts:
             raise ValueError("no shards selected")
         return CorpusArrays.concat(parts)
@@ -349,6 +342,15 @@ class Corpus:
     def canonical(self) -> bool:
         """Whether the stored SMILES are RDKit canonical (``kermt corpus``'s default)."""
         return bool(self.manifest.settings.get("canonicalize", True))
+
+
+def read_listed_shard(corpus_dir: str, info: ShardInfo) -> CorpusArrays:
+    """One shard the manifest lists; UserError when it does not hold the rows the manifest says."""
+    part = read_shard(join(corpus_dir, info.path))
+    if len(part) != info.rows:
+        raise UserError(f"{join(corpus_dir, info.path)}: {len(part)} rows, the manifest says {info.rows}; "
+                        f"the corpus is damaged, {_rerun_hint(corpus_dir)}")
+    return part
 
 
 def open_corpus(path: str) -> Corpus:
@@ -376,5 +378,5 @@ def open_corpus(path: str) -> Corpus:
 
 __all__ = ["ATOM_VOCAB_FILE", "BOND_VOCAB_FILE", "FORMAT_VERSION", "INVALID_FILE", "MANIFEST_FILE",
            "SMILES_VOCAB_FILE", "Corpus", "CorpusArrays", "CorpusManifest", "InputInfo", "ShardInfo",
-           "arrays_from_table", "corpus_rows", "corpus_table", "open_corpus", "read_shard", "shard_path",
-           "write_manifest", "write_shard", "write_vocabs"]
+           "arrays_from_table", "corpus_rows", "corpus_table", "open_corpus", "read_listed_shard", "read_shard",
+           "shard_path", "write_manifest", "write_shard", "write_vocabs"]

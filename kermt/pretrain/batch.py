@@ -46,15 +46,20 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PretrainData:
-    """A corpus as pretraining reads it: its arrays (shareable zero-copy through an object store) and each
-    molecule's largest atom degree, computed once per process (:meth:`of`)."""
+    """Molecules as pretraining reads them (a whole corpus, or one global batch read from its shards): their
+    arrays, each molecule's largest atom degree (:meth:`of`) and its id, the corpus row that keys its draws
+    (``ids``; None: its row here)."""
 
     arrays: CorpusArrays
     max_in_degree: np.ndarray
+    ids: np.ndarray | None = None
 
     @classmethod
-    def of(cls, arrays: CorpusArrays) -> "PretrainData":
-        return cls(arrays, arrays.graphs.max_in_degrees())
+    def of(cls, arrays: CorpusArrays, ids: np.ndarray | None = None) -> "PretrainData":
+        return cls(arrays, arrays.graphs.max_in_degrees(), ids)
+
+    def molecule_ids(self, rows: np.ndarray) -> np.ndarray:
+        return rows if self.ids is None else np.asarray(self.ids, dtype=np.int64)[rows]
 
     def __len__(self) -> int:
         return len(self.arrays)
@@ -79,9 +84,10 @@ class StepBatch:
         return transfer_fields(self, ("batch", "counts", "global_counts"), None, False)
 
 
-def _graph(arrays: CorpusArrays, rows: np.ndarray, width: int, operators: OperatorSpec | None) -> BatchMolGraph:
+def _graph(arrays: CorpusArrays, rows: np.ndarray, ids: np.ndarray, width: int,
+           operators: OperatorSpec | None) -> BatchMolGraph:
     graph = collate_graphs(arrays.graphs.select(rows), operators, neighbour_width=width)
-    return replace(graph, molecule_ids=torch.tensor(rows, dtype=torch.int64, device="cpu"))
+    return replace(graph, molecule_ids=torch.tensor(ids, dtype=torch.int64, device="cpu"))
 
 
 def _sampled(labels: np.ndarray, chosen: np.ndarray) -> torch.Tensor:
@@ -107,25 +113,27 @@ def build_step_batch(data: PretrainData, global_rows: np.ndarray, rank: int, wor
                      heads: PretrainHeadsConfig, seed: int, step: int,
                      label_fraction: float = DEFAULT_LABEL_FRACTION,
                      operators: OperatorSpec | None = None) -> StepBatch:
-    """Rank ``rank``'s contiguous share of global batch ``global_rows`` (corpus row ids), with the draws of
+    """Rank ``rank``'s contiguous share of global batch ``global_rows`` (rows of ``data``), with the draws of
     global step ``step``; with the neighbour-sum operators ``operators`` names (the encoder's
     ``aggregation_spec``), built here on the host so that the step on the device does not have to."""
     arrays = data.arrays
     global_rows = np.asarray(global_rows, dtype=np.int64)
     shares = np.array_split(global_rows, world_size)
     rows = worker_share(global_rows, rank, world_size)
+    ids = data.molecule_ids(rows)
     width = max(1, int(data.max_in_degree[global_rows].max(initial=0)))
     targets, tokens, noise = None, None, None
     if heads.uses_vocab:
-        targets = _vocab_targets(arrays, rows, seed, step, label_fraction)
+        targets = _vocab_targets(arrays, rows, ids, seed, step, label_fraction)
     if heads.uses_decoder:
         length = min(int(arrays.token_lengths[global_rows].max(initial=2)), heads.decoder_max_seq_len)
         tokens = _tokens(arrays, rows, length)
-        noise = torch.from_numpy(latent_noise(seed, step, rows, heads.latent_dim))
-    batch = PretrainBatch(_graph(arrays, rows, width, operators), targets, tokens, noise)
+        noise = torch.from_numpy(latent_noise(seed, step, ids, heads.latent_dim))
+    batch = PretrainBatch(_graph(arrays, rows, ids, width, operators), targets, tokens, noise)
     counts = _counts(arrays, rows, targets)
     if world_size > 1:  # the whole batch's, from its own draws: they are per molecule, so each share's are its part
-        whole = _vocab_targets(arrays, global_rows, seed, step, label_fraction) if heads.uses_vocab else None
+        whole = (_vocab_targets(arrays, global_rows, data.molecule_ids(global_rows), seed, step, label_fraction)
+                 if heads.uses_vocab else None)
         global_counts = _counts(arrays, global_rows, whole)
     else:
         global_counts = counts
@@ -133,12 +141,12 @@ def build_step_batch(data: PretrainData, global_rows: np.ndarray, rank: int, wor
                      int(sum(len(s) for s in shares[:rank])))
 
 
-def _vocab_targets(arrays: CorpusArrays, rows: np.ndarray, seed: int, step: int,
+def _vocab_targets(arrays: CorpusArrays, rows: np.ndarray, ids: np.ndarray, seed: int, step: int,
                    label_fraction: float) -> VocabTargets:
-    """The molecules' labelled atoms and bonds (drawn per molecule for global step ``step``) and fg labels."""
+    """The molecules' labelled atoms and bonds (drawn per molecule id for global step ``step``) and fg labels."""
     atom_counts, bond_counts = arrays.graphs.atom_counts[rows], arrays.graphs.bond_counts[rows]
-    atom_chosen = labelled_positions(seed, Stream.ATOM_LABELS, step, rows, atom_counts, label_fraction)
-    bond_chosen = labelled_positions(seed, Stream.BOND_LABELS, step, rows, bond_counts, label_fraction)
+    atom_chosen = labelled_positions(seed, Stream.ATOM_LABELS, step, ids, atom_counts, label_fraction)
+    bond_chosen = labelled_positions(seed, Stream.BOND_LABELS, step, ids, bond_counts, label_fraction)
     atoms = arrays.atom_labels[_ranges(arrays.atom_offsets[rows], atom_counts)]
     bonds = arrays.bond_labels[_ranges(arrays.bond_offsets[rows], bond_counts)]
     return VocabTargets(_sampled(atoms, atom_chosen), _sampled(bonds, bond_chosen),

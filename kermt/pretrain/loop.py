@@ -3,10 +3,12 @@ reports (a checkpoint) at the plan's intervals, whatever runs the ranks; Ray Tra
 ``ray_app/pretrain/train_loop.py``, which adds Ray's checkpoints as the ``report`` hook.
 
 What makes N ranks equal one process (docs/architecture.md, "Distributed math equals single-process math"):
-the epoch's batch plan depends only on (seed, epoch) and the fixed global batch; each rank takes its contiguous
-share; :class:`kermt.pretrain.step.PretrainStep` normalises every term by global counts and draws the cMIM
-negatives from the gathered global batch; masks, latent ε, depths and (``dropout_draws="per_molecule"``, the
-default) dropout come from (seed, global step, molecule).
+the epoch's batch plan depends only on (seed, epoch), the corpus's shards and the fixed global batch
+(:mod:`kermt.data.shard_plan`); every rank reads the shards of the whole global batch
+(:mod:`kermt.data.shard_stream`) and takes its contiguous share; :class:`kermt.pretrain.step.PretrainStep`
+normalises every term by global counts and draws the cMIM negatives from the gathered global batch; masks,
+latent ε, depths and (``dropout_draws="per_molecule"``, the default) dropout come from (seed, global step,
+molecule).
 
 Resuming: the progress (epoch, batch index and global step) is reported every ``save_interval`` steps and at every
 epoch end with the weights, optimizer and scheduler. A group restored from it (of any size) continues at the next
@@ -18,7 +20,7 @@ layers): those masks follow the ranks, so there the equality across world sizes 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +30,8 @@ import torch.distributed as dist
 from kermt.config import EncoderConfig
 from kermt.data.operators import OperatorSpec
 from kermt.data.prefetch import prefetch
-from kermt.data.sampling import epoch_order, global_batches
+from kermt.data.shard_plan import ShardPlan
+from kermt.data.shard_stream import Load, Rows, epoch_batches, validation_batches
 from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.batch import PretrainData, StepBatch, build_step_batch
@@ -43,15 +46,14 @@ VAL_STEP_BASE = 2**40  # validation draws use "steps" no training step reaches, 
 
 @dataclass(frozen=True, kw_only=True)  # by name: the schedule's floats in a row must not be swappable by position
 class PretrainPlan:
-    """Everything a worker needs, shipped once through the object store (the corpus travels separately). The
-    settings are PretrainConfig's, which declares their defaults."""
+    """Everything a worker needs, shipped once through the object store (each worker reads the corpus's shards
+    itself, as ``shards`` plans them). The settings are PretrainConfig's, which declares their defaults."""
 
     encoder: EncoderConfig
     heads: PretrainHeadsConfig
     loss: PretrainLossConfig
     initial_state: dict[str, torch.Tensor]
-    train_rows: np.ndarray
-    val_rows: np.ndarray
+    shards: ShardPlan  # the corpus's shards: validation rows and every epoch's order
     seed: int
     epochs: int
     global_batch_size: int
@@ -69,10 +71,9 @@ class PretrainPlan:
     dropout_draws: str  # "torch": torch's RNG, as upstream (kermt.nn.keyed_dropout)
     precision: str  # "bf16": forwards under bfloat16 autocast (kermt.nn.precision)
 
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """Corpus rows of every global batch of ``epoch``."""
-        order = self.train_rows[epoch_order(len(self.train_rows), self.seed, epoch)]
-        return global_batches(order, self.global_batch_size)
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.shards.batch_count(self.global_batch_size)
 
 
 @dataclass
@@ -88,7 +89,7 @@ def build_pretrain(plan: PretrainPlan, device: torch.device) \
     model = KermtPretrainModel(plan.encoder, plan.heads)
     model.load_state_dict(plan.initial_state)
     model.to(device)
-    return model, *optimizer_and_scheduler(model, plan, len(plan.train_rows) // plan.global_batch_size)
+    return model, *optimizer_and_scheduler(model, plan, plan.shards.n_train // plan.global_batch_size)
 
 
 class _Interval:
@@ -119,32 +120,39 @@ class _Interval:
 
 @dataclass
 class _Run:
-    """One rank's pretraining: the plan, the corpus, the training state, its step and the log interval's sums."""
+    """One rank's pretraining: the plan, how it reads a shard, the training state, its step, the log interval's
+    sums and the validation batches (read at the first validation, then kept: at most ``max_val_batches``)."""
 
     plan: PretrainPlan
-    data: PretrainData
+    load: Load
     training: TrainingState[PretrainProgress]
     trainer: PretrainStep
     interval: _Interval
+    val_batches: list[Rows] | None = None
 
 
 def _validate(run: _Run) -> dict[str, float]:
     """Mean global terms over the fixed validation batches (eval mode; identical on every rank)."""
     interval = _Interval(run.training.communicator.all_reduce)
-    batches = global_batches(run.plan.val_rows, run.plan.global_batch_size)[:run.plan.max_val_batches]
+    if run.val_batches is None:
+        run.val_batches = validation_batches(run.plan.shards, run.plan.global_batch_size, run.plan.max_val_batches,
+                                             run.load)
+    batches = run.val_batches
     operators = run.trainer.core.encoder.aggregation_spec(training=False)
     for i, step in enumerate(prefetch(_step_batches(run, batches, VAL_STEP_BASE, operators), run.training.device)):
         interval.add(run.trainer.evaluate(step, VAL_STEP_BASE + i))
     return interval.read("val", 0)
 
 
-def _step_batches(run: _Run, batches: list[np.ndarray], first_step: int,
+def _step_batches(run: _Run, batches: Iterable[Rows], first_step: int,
                   operators: OperatorSpec) -> Iterator[StepBatch]:
     """This worker's share of each global batch in ``batches`` (global steps ``first_step``, ``first_step + 1``,
     ...), with the encoder's neighbour-sum operators: built on the host, ahead of the step (prefetch)."""
     plan, rank, world = run.plan, run.training.rank, run.training.world
-    return (build_step_batch(run.data, rows, rank, world, plan.heads, plan.seed, first_step + i, operators=operators)
-            for i, rows in enumerate(batches))
+    for i, rows in enumerate(batches):
+        data = PretrainData.of(rows.arrays, rows.ids)
+        yield build_step_batch(data, np.arange(len(rows)), rank, world, plan.heads, plan.seed, first_step + i,
+                               operators=operators)
 
 
 LOGGED = ("loss", "av", "bv", "fg", "cmim", "recon", "recon_accuracy")  # the log line; metrics.csv has every term
@@ -181,7 +189,7 @@ def _after_step(run: _Run, epoch_end: bool, report: Report) -> bool:
     metrics: dict[str, float] = {}
     if step % plan.train_interval == 0 or epoch_end or stop:
         metrics.update(run.interval.read("train", run.interval.steps * plan.global_batch_size))
-    if len(plan.val_rows) and ((plan.val_interval and step % plan.val_interval == 0) or epoch_end):
+    if plan.shards.n_val and ((plan.val_interval and step % plan.val_interval == 0) or epoch_end):
         metrics.update(_validate(run))
     if metrics:
         lr = run.trainer.scheduler.get_last_lr()[0]
@@ -198,21 +206,22 @@ def _after_step(run: _Run, epoch_end: bool, report: Report) -> bool:
 Report = Callable[[dict[str, float]], None]  # every rank, at each save interval and epoch end: checkpoint now
 
 
-def fit_pretrain(plan: PretrainPlan, data: PretrainData, training: TrainingState[PretrainProgress],
+def fit_pretrain(plan: PretrainPlan, load: Load, training: TrainingState[PretrainProgress],
                  report: Report) -> None:
     """Train from where ``training.progress`` stands to the plan's last epoch (or ``stop_after_steps``), logging
-    and validating at the plan's intervals and calling ``report`` with the metrics at every save interval."""
+    and validating at the plan's intervals and calling ``report`` with the metrics at every save interval;
+    ``load`` reads one shard of the corpus."""
     progress = training.progress
     if progress.global_step and training.rank == 0:
         print(f"[pretrain] resuming at step {progress.global_step} (epoch {progress.epoch}, batch "
               f"{progress.batch_idx})", flush=True)
-    run = _Run(plan, data, training, _trainer(plan, training), _Interval(training.communicator.all_reduce))
+    run = _Run(plan, load, training, _trainer(plan, training), _Interval(training.communicator.all_reduce))
     operators = training.core.encoder.aggregation_spec(training=True)
+    if not plan.steps_per_epoch:
+        raise ValueError("the pretraining plan has no training molecules")
     while progress.epoch < plan.epochs:
-        batches = plan.epoch_batches(progress.epoch)
-        if not batches:
-            raise ValueError("the pretraining plan has no training molecules")
-        remaining = _step_batches(run, batches[progress.batch_idx:], progress.global_step, operators)
+        batches = epoch_batches(plan.shards, progress.epoch, plan.global_batch_size, progress.batch_idx, load)
+        remaining = _step_batches(run, batches, progress.global_step, operators)
         for step in prefetch(remaining, training.device):  # the next batches are built while this step computes
             if plan.stop_after_steps is not None and progress.global_step >= plan.stop_after_steps:
                 return
@@ -220,7 +229,7 @@ def fit_pretrain(plan: PretrainPlan, data: PretrainData, training: TrainingState
             run.interval.add(run.trainer.train(step, progress.global_step))
             progress.global_step += 1
             progress.batch_idx += 1
-            epoch_end = progress.batch_idx == len(batches)
+            epoch_end = progress.batch_idx == plan.steps_per_epoch
             if epoch_end:
                 progress.epoch, progress.batch_idx = progress.epoch + 1, 0
             if _after_step(run, epoch_end, report):

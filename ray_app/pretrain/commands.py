@@ -33,7 +33,7 @@ def _pretrain(config: PretrainConfig, sources: dict[str, Source]) -> None:
     from ray_app.pretrain.inputs import check_pretrain_inputs
 
     # URIs: --continue_from and vocab files downloaded, --save_dir mirrored (ray_app/common/remote_files); the
-    # corpus is read from its URI by the corpus task itself.
+    # corpus is read from its URI by the training workers, shard by shard.
     with local_files(config, keep_remote=("data_path",)) as local:
         inputs = check_pretrain_inputs(local)  # corpus, vocabularies, checkpoint: before Ray starts
         from ray_app.pretrain.run import run_pretrain  # Ray is imported only once the input is known to be good

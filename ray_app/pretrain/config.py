@@ -50,6 +50,9 @@ class PretrainConfig(DataParallelSettings):
     smiles_vocab_path: Optional[str] = Field(None, description="SMILES vocab JSON (default: the corpus's)")
     val_fraction: float = Field(0.01, ge=0, lt=1, description="held-out validation slice, fixed by the seed")
     max_val_batches: int = Field(10, ge=1, description="global validation batches per validation")
+    shuffle_window: int = Field(
+        4, ge=1, description="corpus shards whose molecules are shuffled together each epoch (the shards' order is "
+        "shuffled too); a worker holds about two windows of shards, whatever the corpus size")
     seed: int = Field(UPSTREAM_FINETUNE.training.seed,  # the same default in both upstream parsers
                       description="seed of initialisation, shuffling, masking, depth and latent draws")
     continue_from: Optional[str] = Field(

@@ -1,9 +1,9 @@
 """`kermt pretrain`: vocab / cMIM / hybrid pretraining of one model by a Ray TorchTrainer.
 
 Driver flow: check the corpus and vocabularies (before Ray starts) -> connect -> claim the run id (the same command
-re-run after the driver died resumes the run from its last checkpoint) -> one Ray task reads the corpus shards into
-the object store (the driver never holds the corpus; the workers of a node share one copy, zero-copy) -> train ->
-``save_dir/model/`` (native), ``save_dir/model.pt`` (upstream's layout), ``metrics.csv`` (+ TensorBoard), and
+re-run after the driver died resumes the run from its last checkpoint) -> train: each worker reads the corpus shards
+its global batches need, a window of shards at a time (the driver reads only the manifest) -> ``save_dir/model/``
+(native), ``save_dir/model.pt`` (upstream's layout), ``metrics.csv`` (+ TensorBoard), and
 beside the model the vocabularies its heads use and a record of the corpus (``kermt.pretrain.export``), so that the
 directory is all ``kermt reconstruct`` / ``finetune`` need.
 """
@@ -13,21 +13,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
 import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
 from kermt.checkpoint import load_into_model, load_native, merge_encoder
 from kermt.config import ENCODER_ARCHITECTURE_KEYS as ENCODER_KEYS, EncoderConfig
-from kermt.data.corpus import open_corpus
+from kermt.data.shard_plan import ShardPlan
 from kermt.errors import Interrupted
 from kermt.nn.pretrain.config import PretrainHeadsConfig, PretrainLossConfig
 from kermt.nn.pretrain.model import KermtPretrainModel
 from kermt.pretrain.export import (export_pretrain_upstream, save_corpus_record, save_model_vocabs,
                                    save_pretrain_native)
 from kermt.run_layout import RunLayout
-from kermt.random_streams import Stream, stream_rng
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import check_workers_fit
@@ -39,8 +37,8 @@ from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import check_gpus, is_uri, resolve_max_failures, resolve_storage
 from ray_app.common.worker_loop import STATE_FILE
 from ray_app.pretrain.config import PretrainConfig
-from ray_app.pretrain.corpus_read import read_remote_args
 from ray_app.pretrain.inputs import PretrainInputs
+from ray_app.pretrain.shard_reads import CorpusShards
 from ray_app.pretrain.train_loop import MODEL_DIR, PretrainPlan, train_loop_per_worker
 from ray_app.report import announce_report, start_line
 
@@ -105,46 +103,25 @@ def pretrain_initial_state(encoder: EncoderConfig, heads: PretrainHeadsConfig, i
     return model.state_dict()
 
 
-def split_rows(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, validation rows) of the corpus: a held-out slice fixed by the seed (sorted, for locality)."""
-    order = stream_rng(seed, Stream.VALIDATION_ROWS).permutation(n)
-    n_val = int(round(n * val_fraction)) if n > 1 else 0
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
-
-
-@ray.remote(num_cpus=1)
-def read_corpus(path: str):
-    """The corpus arrays, read once into the object store (on the driver's node for a local corpus: see
-    :func:`read_corpus_once`)."""
-    return open_corpus(path).load()
-
-
-def read_corpus_once(path: str) -> ray.ObjectRef:
-    # A local corpus is only on the driver's disk: behind a 0-CPU head an unpinned task would run on a worker node
-    # that does not have it. Pinned there as `kermt corpus` pins its reads (and absolute: a Ray worker's working
-    # directory is not the driver's); a URI is read by any node.
-    local = path if is_uri(path) else str(Path(path).resolve())
-    return read_corpus.options(**read_remote_args([path])).remote(local)
-
-
 def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: PretrainInputs) -> PretrainPlan:
     encoder, heads, loss = model_configs(config, sources, inputs)
-    train_rows, val_rows = split_rows(inputs.corpus.manifest.n_molecules, config.val_fraction, config.seed)
     c = config
+    shards = ShardPlan(tuple(s.rows for s in inputs.corpus.manifest.shards), c.seed, c.val_fraction, c.shuffle_window)
     return PretrainPlan(
         encoder=encoder, heads=heads, loss=loss, initial_state=pretrain_initial_state(encoder, heads, inputs, c.seed),
-        train_rows=train_rows, val_rows=val_rows, seed=c.seed, epochs=c.epochs, global_batch_size=c.step_batch_size,
+        shards=shards, seed=c.seed, epochs=c.epochs, global_batch_size=c.step_batch_size,
         init_lr=c.init_lr, max_lr=c.max_lr, final_lr=c.final_lr, warmup_epochs=c.warmup_epochs,
         weight_decay=c.weight_decay, save_interval=c.save_interval, val_interval=c.val_interval,
         train_interval=c.train_interval, max_val_batches=c.max_val_batches, stop_after_steps=c.stop_after_steps,
         per_rank_loss=c.per_rank_loss, dropout_draws=c.dropout_draws, precision=c.precision)
 
 
-def train(config: PretrainConfig, plan: PretrainPlan, run_id: str, storage: str) -> ray.train.Result:
+def train(config: PretrainConfig, plan: PretrainPlan, inputs: PretrainInputs, run_id: str,
+          storage: str) -> ray.train.Result:
     low, high = config.worker_range
     trainer = ElasticTorchTrainer(  # elastic runs sized from the nodes that are alive
         train_loop_per_worker,
-        train_loop_config={"plan": ray.put(plan), "corpus": read_corpus_once(config.data_path)},
+        train_loop_config={"plan": ray.put(plan), "corpus": CorpusShards.of(inputs.corpus)},
         scaling_config=ScalingConfig(num_workers=(low, high) if low != high else low, use_gpu=config.use_gpu),
         run_config=RunConfig(
             name=f"{run_id}-pretrain",
@@ -217,12 +194,14 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     if is_uri(recorded.save_dir):  # a killed driver uploads nothing; a re-run must still find this run's id
         publish(layout.run_state, recorded.save_dir, "--save_dir")
     outputs.atomic_write_text(layout.config, to_yaml(recorded))
-    print(f"pretraining {config.pretrain_mode}: {len(plan.train_rows)} train / {len(plan.val_rows)} validation "
-          f"molecules, global batch {plan.global_batch_size}, {config.num_workers} worker(s); "
+    print(f"pretraining {config.pretrain_mode}: {plan.shards.n_train} train / {plan.shards.n_val} validation "
+          f"molecules in {len(plan.shards.shard_rows)} shard(s), global batch {plan.global_batch_size}, "
+          f"{config.num_workers} worker(s); "
           f"{sum(p.numel() for p in KermtPretrainModel(plan.encoder, plan.heads).parameters()):,} parameters",
           flush=True)
     try:
-        progress = write_outputs(save_dir, train(config, plan, run_id, storage), plan, run_id, config.tensorboard)
+        result = train(config, plan, inputs, run_id, storage)
+        progress = write_outputs(save_dir, result, plan, run_id, config.tensorboard)
     except Interrupted:  # stopped: the report shows the steps its last step checkpoint logged
         announce_report(save_dir, recorded.save_dir)
         raise
@@ -238,4 +217,4 @@ def run_pretrain(config: PretrainConfig, sources: dict[str, Source], inputs: Pre
     return progress
 
 
-__all__ = ["make_plan", "model_configs", "run_pretrain", "split_rows"]
+__all__ = ["make_plan", "model_configs", "run_pretrain"]

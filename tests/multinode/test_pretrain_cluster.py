@@ -1,7 +1,8 @@
 """Pretraining on the documented cluster layout (0-CPU head, worker nodes with private disks, S3): the corpus is
-prepared from a CSV in the bucket into the bucket by tasks on the worker nodes, and a 2-worker pretraining run that
-loses one training node mid-run resumes from its S3 checkpoint on a replacement node with the weights of an
-uninterrupted run. Run with ``pytest -m multinode``."""
+prepared from a CSV in the bucket into the bucket (3 shards) by tasks on the worker nodes, each training worker reads
+the shards of its batches from the bucket itself, and a 2-worker pretraining run that loses one training node mid-run
+resumes from its S3 checkpoint on a replacement node with the weights of an uninterrupted run. Run with
+``pytest -m multinode``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.multinode
 TINY = ["--pretrain_mode", "hybrid", "--hidden_size", "16", "--depth", "2", "--num_attn_head", "2", "--latent_dim",
         "16", "--decoder_num_layers", "1", "--decoder_num_attention_heads", "2", "--decoder_ffn_hidden_size", "32",
         "--decoder_dropout", "0", "--save_interval", "2", "--train_interval", "2", "--seed", "5",
-        "--batch_size", "8", "--num_workers", "2"]
+        "--batch_size", "8", "--num_workers", "2", "--shuffle_window", "2"]
 # Tensors with an exactly-zero or tiny gradient where Adam turns float noise into lr-sized steps (as in
 # tests/ray_app/pretrain/test_pretrain.py); every other tensor is compared at 1e-5.
 NOISY = ("attn.linear_layers.1.", "cross_attn_q.", "cross_attn_k.")
@@ -30,14 +31,15 @@ NOISY = ("attn.linear_layers.1.", "cross_attn_q.", "cross_attn_k.")
 
 @pytest.fixture(scope="module")
 def corpus_uri(cluster) -> str:
-    """`kermt corpus` from s3://.../in/demo.csv to s3://.../corpus, run as a driver on the head."""
+    """`kermt corpus` from s3://.../in/demo.csv to s3://.../corpus in shards of 20 molecules, run as a driver on
+    the head."""
     with open(ROOT / "data/sample/admet_demo.csv", "rb") as f:
         head = b"".join(f.readlines()[:61])  # header + 60 molecules
     source = "kermt-test/pretrain-in/demo.csv"
     with cluster.s3.filesystem().open_output_stream(source) as out:
         out.write(head)
     corpus = s3("pretrain-corpus")
-    run_driver(cluster, ["corpus", "--data_path", f"s3://{source}", "--save_dir", corpus])
+    run_driver(cluster, ["corpus", "--data_path", f"s3://{source}", "--save_dir", corpus, "--rows_per_shard", "20"])
     return corpus
 
 
@@ -49,12 +51,12 @@ def _pretrain_args(cluster, corpus: str, name: str, epochs: int = 6) -> list[str
 def test_corpus_is_prepared_from_and_into_the_bucket(cluster, corpus_uri):
     keys = cluster.s3_listing("kermt-test/pretrain-corpus")
     assert any(key.endswith("manifest.json") for key in keys), keys
-    assert any(key.endswith(".parquet") for key in keys), keys
+    assert sum(key.endswith(".parquet") for key in keys) == 3, keys
 
 
 def test_a_corpus_on_the_heads_disk_is_read_on_the_head(cluster, corpus_uri):
-    """--data_path a local corpus: only the head (0 CPUs) has it, so its one read is pinned to the driver's node;
-    the training workers on the other nodes get the arrays from the object store."""
+    """--data_path a local corpus: only the head (0 CPUs) has it, so the training workers on the other nodes ask
+    a task pinned to the driver's node for each shard, which comes to them through the object store."""
     import pyarrow.fs as pafs
 
     local = cluster.head_dir / "local-corpus"

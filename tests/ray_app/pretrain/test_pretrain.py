@@ -38,16 +38,17 @@ NULL_GRADIENT = ("attn.linear_layers.1.", "cross_attn_q.", "cross_attn_k.")
 TINY = ["--pretrain_mode", "hybrid", "--hidden_size", "16", "--depth", "2", "--num_attn_head", "2", "--latent_dim",
         "16", "--decoder_num_layers", "1", "--decoder_num_attention_heads", "2", "--decoder_ffn_hidden_size", "32",
         "--decoder_dropout", "0", "--dropout", "0.1", "--epochs", "2", "--save_interval", "3", "--train_interval", "3",
-        "--seed", "3"]
+        "--seed", "3", "--shuffle_window", "2"]
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    """100 molecules of the sample data, prepared in-process (the format `kermt corpus` writes)."""
+    """100 molecules of the sample data, prepared in-process (the format `kermt corpus` writes) in 4 shards (30,
+    30, 30, 10 molecules): with --shuffle_window 2 an epoch reads 2 windows and some global batches span both."""
     with open(ROOT / "data/sample/admet_demo.csv", newline="") as f:
         smiles = [row["smiles"] for row in csv.DictReader(f)][:100]
     path = tmp_path_factory.mktemp("corpus") / "corpus"
-    prepare_corpus({"admet_demo": smiles}, str(path))
+    prepare_corpus({"admet_demo": smiles}, str(path), rows_per_shard=30)
     return path
 
 
@@ -213,3 +214,20 @@ def test_bf16_pretraining_logs_the_fp32_run_s_losses(reference, corpus, tmp_path
                 assert float(ours[name]) == pytest.approx(float(theirs[name]), rel=1e-2), (ours["step"], name)
     assert all(torch.isfinite(value).all() for value in weights.values())
     assert any(float(ours["train_loss"]) != float(theirs["train_loss"]) for ours, theirs in zip(bf16, fp32))
+
+
+@pytest.mark.slow
+def test_two_workers_log_the_one_worker_losses_step_for_step(reference, corpus, tmp_path):
+    """2 workers x 8, uninterrupted, each reading the shards of every global batch itself: the losses logged at
+    steps 3, 6 and 7 (the epoch end, with validation) are the 1 x 16 reference's, whose batches span the corpus's
+    two shuffle windows. The same seed drew the same batches in both runs, or the losses would differ by far more
+    than float summation order."""
+    _pretrain(corpus, tmp_path / "two", "--batch_size", "8", "--num_workers", "2", "--stop_after_steps", "7")
+    one = {r["step"]: r for r in csv.DictReader(open(reference / "metrics.csv"))}
+    two = list(csv.DictReader(open(tmp_path / "two" / "metrics.csv")))
+    assert [r["step"] for r in two] == ["3", "6", "7"]
+    for row in two:
+        for name in ("train_loss", "train_av", "train_cmim", "train_recon", "val_loss"):
+            if one[row["step"]].get(name):
+                assert float(row[name]) == pytest.approx(float(one[row["step"]][name]), rel=1e-5, abs=1e-6), \
+                    (row["step"], name)

@@ -1,0 +1,50 @@
+"""How a pretraining worker reads a corpus shard: itself, from the corpus's directory or URI, or, for a local corpus
+on a multi-node cluster (only the driver's disk has it), through a task pinned to the driver's node that sends the
+shard through the object store. Either way a worker asks only for the shards its batches need
+(:mod:`kermt.data.shard_stream`); the driver reads none."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from kermt.data.corpus import Corpus, CorpusArrays, ShardInfo, read_listed_shard
+from kermt.data.shard_stream import Load
+from ray_app.common.cluster import ClusterLayout
+from ray_app.common.storage import is_uri
+
+
+@dataclass(frozen=True)
+class CorpusShards:
+    """Where a corpus's shards are: ``path`` (absolute, or a URI) and the manifest's list; ``node``: the node whose
+    disk holds a local corpus on a multi-node cluster (None: every node reads it)."""
+
+    path: str
+    shards: tuple[ShardInfo, ...]
+    node: str | None = None
+
+    @classmethod
+    def of(cls, corpus: Corpus) -> "CorpusShards":
+        """Called on the driver, connected: a Ray worker's working directory is not the driver's."""
+        if is_uri(corpus.path):
+            return cls(corpus.path, corpus.manifest.shards)
+        node = ray.get_runtime_context().get_node_id() if ClusterLayout.current().multi_node else None
+        return cls(str(Path(corpus.path).resolve()), corpus.manifest.shards, node)
+
+    def loader(self) -> Load:
+        """Reads shard i where this process runs, or on ``node`` when this process is elsewhere."""
+        if self.node is None or ray.get_runtime_context().get_node_id() == self.node:
+            return lambda index: read_listed_shard(self.path, self.shards[index])
+        pinned = _read_on_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(self.node, soft=False))
+        return lambda index: ray.get(pinned.remote(self.path, self.shards[index]))
+
+
+@ray.remote(num_cpus=0)
+def _read_on_node(path: str, info: ShardInfo) -> CorpusArrays:
+    return read_listed_shard(path, info)
+
+
+__all__ = ["CorpusShards"]
