@@ -69,6 +69,7 @@ ROUND_PREFIX = "round"  # round_k/: the surrogate trained before acquiring round
 ROUND_TRAINING_FILE = "scored.csv"  # round_k/: smiles,score of everything scored before round k
 ROUND_PREDICTIONS_FILE = "library_predictions.parquet"  # round_k/: the surrogate's mean and std per library row
 ROUND_LOGS = {"finetune": "finetune.log", "predict": "predict.log"}  # round_k/: what each step printed
+EXPLORE_LIBRARY_DIR = "library"  # the library featurised once, the shards every round's prediction reads
 
 # Beside a pretrained model: the release's file names (ray_app/common/release.py); our SMILES vocab is JSON where
 # the release's is a pickle.
@@ -216,6 +217,10 @@ class RunLayout:
     @property
     def explored(self) -> Path:
         return self.root / EXPLORED_FILE
+
+    @property
+    def explore_library(self) -> Path:
+        return self.root / EXPLORE_LIBRARY_DIR
 
     def round(self, round_index: int) -> Path:
         """``round_k/``: the save_dir of the surrogate finetuned to acquire round k's batch."""

@@ -95,7 +95,7 @@ class ExploreConfig(SurrogateSettings):  # type: ignore[misc, valid-type]  # a c
                       smiles_column=TRAINING_SMILES, target_columns=[TRAINING_SCORE],
                       split_sizes=(1.0 - self.validation_share, self.validation_share, 0.0))
         try:
-            return FinetuneConfig(**values)
+            return FinetuneConfig(**values).with_split_flag("--validation_share")
         except ValidationError as error:
             raise UserError(f"the surrogate's settings: {error.errors()[0]['msg'].removeprefix('Value error, ')}"
                             ) from None

@@ -1,22 +1,28 @@
 """The library an exploration draws from: its SMILES column, row by row (row i of the file is molecule i).
 
 The driver keeps the SMILES column only (Arrow strings: about 50 MB for a million molecules), to name the molecules
-a batch acquires and to count the rows; the molecules' graphs are computed where the surrogate predicts
-(``ray_app.explore.surrogate``). A library featurised once into shards that every round reuses would replace
-:func:`open_library`'s reader and the prediction's featurisation (not done yet: each round featurises again).
+a batch acquires and to count the rows. The molecules' graphs and features are computed once, by the first round
+that predicts, into ``DIR/library/`` (:func:`featurised_library`, :mod:`ray_app.screening.shards`), which every
+round's prediction reads (``ray_app.explore.surrogate``), a resumed exploration's too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from kermt.data.formats import input_format
 from kermt.errors import UserError
+from kermt.run_layout import RunLayout
 from ray_app.screening.files import InputTable
+
+if TYPE_CHECKING:
+    from ray_app.explore.config import ExploreConfig
+    from ray_app.screening.shards import Shards
 
 
 @dataclass(frozen=True)
@@ -72,4 +78,20 @@ def open_library(path: str, smiles_column: str | None) -> Library:
     return Library(path, column, read.column(column).combine_chunks())
 
 
-__all__ = ["Library", "open_library", "smiles_column_of"]
+def featurised_library(config: ExploreConfig, layout: RunLayout, library: Library,
+                       batch_size: int) -> Shards:
+    """The library's molecules featurised for ``config``'s surrogates (``DIR/library/``): written by the first call,
+    read by every later one (each round, a resumed exploration)."""
+    from kermt.chem.standardize import MoleculePrep
+    from ray_app.screening.shards import read_shards, write_shards  # torch: only when a round predicts
+    from ray_app.screening.stream import InputSpec
+
+    spec = InputSpec(library.smiles_column, features_generator=tuple(config.features_generator or ()),
+                     prep=MoleculePrep(config.standardize, config.max_heavy_atoms))
+    shards = read_shards(layout.explore_library)
+    if shards is not None and shards.spec == spec and shards.rows == library.rows:
+        return shards
+    return write_shards(InputTable.open(library.path), spec, layout.explore_library, config.address, batch_size)
+
+
+__all__ = ["Library", "featurised_library", "open_library", "smiles_column_of"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +23,7 @@ from kermt.explore.explored import Explored
 from kermt.inference.columns import STD_SUFFIX
 from kermt.run_layout import ROUND_LOGS, RunLayout
 from ray_app.explore.config import TRAINING_SCORE, TRAINING_SMILES, ExploreConfig
-from ray_app.explore.library import Library
-from ray_app.screening.config import LOCAL_MAX_ROWS
+from ray_app.explore.library import Library, featurised_library
 
 
 def train_surrogate(config: ExploreConfig, layout: RunLayout, round_index: int, explored: Explored) -> Path:
@@ -51,22 +49,22 @@ def train_surrogate(config: ExploreConfig, layout: RunLayout, round_index: int, 
 
 
 def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, library: Library) -> Surrogate:
-    """The round's surrogate's mean and std for every library row (NaN where a SMILES is invalid)."""
+    """The round's surrogate's mean and std for every library row (NaN where a SMILES is invalid), predicted from
+    the library featurised once (``DIR/library/``, written by the first round that predicts)."""
     from ray_app.screening.config import PredictConfig
     from ray_app.screening.run import run_predict
 
     path = layout.round_predictions(round_index)
     if not path.exists():
-        engine = "ray" if config.address or os.environ.get("RAY_ADDRESS") or library.rows > LOCAL_MAX_ROWS \
-            else "local"
         predict = PredictConfig(data_path=config.library, smiles_column=library.smiles_column,
                                 checkpoint_dir=str(layout.round(round_index)), output_path=str(path),
-                                uncertainty=True, drop_extra_columns=True, engine=engine, address=config.address,
+                                uncertainty=True, drop_extra_columns=True, address=config.address,
                                 max_heavy_atoms=config.max_heavy_atoms, use_gpu=config.use_gpu)
         # its lines (the engine, one model's zero spread) go to the round's log: the round line is the news
         with open(layout.round(round_index) / ROUND_LOGS["predict"], "a") as log, contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
-            run_predict(predict)
+            shards = featurised_library(config, layout, library, predict.batch_size)
+            run_predict(predict, shards)
     table = pq.read_table(path, columns=[TRAINING_SCORE, TRAINING_SCORE + STD_SUFFIX])
     mean, std = (_floats(table.column(i)) for i in range(2))
     return Surrogate(mean, std)  # one model's std is 0: recorded, never read (the settings refuse such acquisitions)

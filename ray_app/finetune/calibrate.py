@@ -190,6 +190,7 @@ def _skipped(setup: RunSetup, fold: int, on: CalibrationSet, reason: str) -> dic
     calibration of the same models left behind (a re-run with other calibration settings recalibrates)."""
     for path in (setup.layout.calibration(fold), setup.layout.class_calibration(fold)):
         path.unlink(missing_ok=True)
+    reason = reason.replace("--split_sizes", setup.config.split_flag)  # the calibration's advice, in this run's flag
     print(f"fold {fold}: no calibration ({reason}); its models predict, but not with --interval", flush=True)
     return {"file": None, "source": on.source, "reason": reason}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Optional
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from kermt.config import HeadConfig
 from kermt.names import did_you_mean
@@ -58,6 +58,17 @@ class FinetuneConfig(DataParallelSettings):
     OTHER_DEFAULTS: ClassVar[tuple[str, dict[str, Any]]] = ("without a checkpoint", {
         **{k: getattr(FROM_SCRATCH, k) for k in ("hidden_size", "depth", "num_attn_head")},
         **FROM_SCRATCH_TRAINING.settings()})
+    # how messages name the flag that sets split_sizes: kermt explore's surrogates get theirs from its
+    # --validation_share (with_split_flag), so a surrogate's "validation split too small" names that flag
+    _split_flag: str = PrivateAttr("--split_sizes")
+
+    @property
+    def split_flag(self) -> str:
+        return self._split_flag
+
+    def with_split_flag(self, flag: str) -> "FinetuneConfig":
+        self._split_flag = flag
+        return self
 
     # data
     data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets")

@@ -166,7 +166,7 @@ def check_train_labels(config: FinetuneConfig, data: SourceData, train_targets: 
                             f"is labelled for it; label some, {fix}")
         raise UserError(f"fold {fold}: task {task!r} has no label in {split}: the {labelled} molecule(s) of "
                         f"{data.path} labelled for it all went to val/test (--split_type {config.split_type}, "
-                        f"--seed {config.seed}); label more, change --split_sizes or --seed, {fix}")
+                        f"--seed {config.seed}); label more, change {config.split_flag} or --seed, {fix}")
 
 
 def subset(data: SourceData, positions: list[int]) -> tuple[FeaturizedMolecules, np.ndarray]:

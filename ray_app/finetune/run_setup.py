@@ -221,5 +221,6 @@ def fold_splits(setup: RunSetup, fold: int) -> tuple[Split, ScaledSplits]:
     parts["test"] = subset(setup.test, list(range(len(setup.test)))) if setup.test else subset(setup.data, split.test)
     for name, (molecules, _) in parts.items():
         if len(molecules) == 0 and name != "test":
-            raise UserError(f"fold {fold}: the {name} split is empty; check --split_sizes or the separate files")
+            raise UserError(f"fold {fold}: the {name} split is empty; check {config.split_flag} or the separate "
+                            "files")
     return split, scale_splits(parts, setup.dataset_type, wants_feature_scaling(config))

@@ -47,3 +47,10 @@ def test_an_ensemble_or_mve_gives_the_uncertainty_ucb_needs():
     assert _config("--acquisition", "thompson", "--loss", "mve").uncertainty_missing() is None
     assert _config("--acquisition", "ei", "--ensemble_size", "2").uncertainty_missing() is None
     assert "no spread" in _config().uncertainty_missing()
+
+
+def test_a_surrogates_messages_name_validation_share_not_split_sizes():
+    surrogate = _config("--validation_share", "0.2").surrogate(1, "scored.csv", "round_1")
+    assert surrogate.split_flag == "--validation_share"  # e.g. a validation split too small to calibrate on
+    assert surrogate.model_copy(update={"epochs": 3}).split_flag == "--validation_share"
+    assert FinetuneConfig(data_path="x.csv").split_flag == "--split_sizes"

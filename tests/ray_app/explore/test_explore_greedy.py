@@ -72,6 +72,14 @@ def test_explored_records_the_surrogates_prediction(greedy_run):
     assert np.nanmean(scored) > np.nanmean(explored.score[~later])  # it went after high logP
 
 
+def test_the_library_is_featurised_by_round_1_only(greedy_run):
+    shards = sorted((greedy_run / "library").iterdir())
+    assert [p.name for p in shards] == ["manifest.json", "shard_000000.parquet", "shard_000001.parquet"]
+    written = max(p.stat().st_mtime_ns for p in shards)
+    assert written <= (greedy_run / "round_1" / "library_predictions.parquet").stat().st_mtime_ns
+    assert written < (greedy_run / "round_2" / "scored.csv").stat().st_mtime_ns  # round 2 read them as they were
+
+
 def test_resuming_after_a_finished_round_makes_the_same_choices(greedy_run, tmp_path):
     resumed = tmp_path / "greedy"
     shutil.copytree(greedy_run, resumed)
@@ -80,3 +88,8 @@ def test_resuming_after_a_finished_round_makes_the_same_choices(greedy_run, tmp_
     write_explored(str(resumed / "explored.csv"), whole.before_round(2))
     assert _explore(resumed, "greedy") == 0
     assert (resumed / "explored.csv").read_text() == (greedy_run / "explored.csv").read_text()
+
+
+def test_a_validation_split_too_small_to_calibrate_names_validation_share(greedy_run):
+    log = (greedy_run / "round_1" / "finetune.log").read_text()  # 156 scored: 16 held out, under the 20 it needs
+    assert "no calibration" in log and "--validation_share" in log and "--split_sizes" not in log
