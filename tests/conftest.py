@@ -50,6 +50,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Under pytest-xdist (README: `pytest -n 2 --dist loadgroup`) each test file runs whole on one worker, as with
+# --dist loadfile, so its module fixtures are built once. Two kinds of file share more than a module: the serve
+# tests share one Serve application (and one HTTP proxy) per Ray session, and the tune and report tests read one
+# session-wide `kermt tune` sweep; each kind runs on one worker so that its Serve app and its sweep exist once.
+SHARED_SESSION_GROUPS = {"serve": "tests/ray_app/serve/", "tune_sweep": "tune_sweep"}
+
+
+def _xdist_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """Each test file's group: its own path, or the shared-session group of any of its tests."""
+    groups: dict[str, str] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(SHARED_SESSION_GROUPS["serve"]):
+            groups[path] = "serve"
+        elif SHARED_SESSION_GROUPS["tune_sweep"] in getattr(item, "fixturenames", ()):
+            groups[path] = "tune_sweep"
+        else:
+            groups.setdefault(path, path)
+    return groups
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    groups = _xdist_groups(items)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::", 1)[0]]))
+    # the shared groups are the largest: handed out first (to xdist's workers), they do not leave one worker busy
+    # at the end
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: groups[item.nodeid.split("::", 1)[0]] not in SHARED_SESSION_GROUPS)
+
+
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     return FIXTURE_DIR
