@@ -62,7 +62,16 @@ def run_explore(config: ExploreConfig) -> Explored:
             raise Interrupted(f"{kept}; the same command resumes at round {round_index}") from stop
         write_explored(str(layout.explored), explored)  # the round is kept before the next one starts
         print(round_line(config, explored, round_index, time.perf_counter() - started), flush=True)
+        write_round_report(layout)
     return explored
+
+
+def write_round_report(layout: RunLayout) -> None:
+    """``DIR/report.html`` of the rounds so far; a report that cannot be built is a line, never the round's
+    failure (explored.csv holds what matters, and `kermt report DIR` rebuilds it)."""
+    from ray_app.report.build import report_of_finished_run
+
+    report_of_finished_run(layout.root)
 
 
 def acquire_batch(config: ExploreConfig, layout: RunLayout, library: Library, explored: Explored, round_index: int,
@@ -133,4 +142,4 @@ def _settings_record(config: ExploreConfig) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in RESUMABLE_CHANGES}
 
 
-__all__ = ["RESUMABLE_CHANGES", "acquire_batch", "round_line", "run_explore"]
+__all__ = ["RESUMABLE_CHANGES", "acquire_batch", "round_line", "run_explore", "write_round_report"]

@@ -37,6 +37,10 @@ def write_report(path: Path | str, dataset_type: str | None = None, tasks: Seque
         return write_page(eval_report(path, dataset_type, model, trust_checkpoint), report_path(path))
     if not path.is_dir():
         raise UserError(f"{path} does not exist: give a finetune --save_dir or a file kermt eval wrote")
+    if RunLayout(path).explore_settings.exists():
+        from ray_app.report.explore import explore_report
+
+        return write_page(explore_report(path), report_path(path))
     if RunLayout(path).sweep.exists() or RunLayout(path).all_trials.exists():
         from ray_app.report.tune import tune_report
 
