@@ -82,15 +82,31 @@ def explain(requests: Mapping[str, Sequence[str]], trust_checkpoint: bool = Fals
         except Exception as error:  # any: a report must never fail its run (module docstring)
             found.why_not[model] = f"attributions not drawn: {type(error).__name__}: {first_line(error)}"
             continue
-        for text in unique:
-            per_task = _row(rows[text], tasks) if text in rows else {}
-            if per_task:
-                found.values[(model, text)] = per_task
-            else:
-                found.why_not[(model, text)] = (_why_empty(rows[text]) if text in rows else
-                                                f"no attributions: {Path(model).name} has no row of the molecule")
+        _keep(found, model, unique, rows, tasks)
     found.seconds = time.perf_counter() - started
     return found
+
+
+def read_off_rows(source: str, rows: Mapping[str, dict], tasks: Sequence[str], smiles_column: str) -> Explanations:
+    """The attributions in rows of a `kermt predict --attributions` file (SMILES -> its row, which holds
+    ``<task>_atoms``...: the predict report keeps its top rows whole), filed under ``source``: nothing computed."""
+    found, started = Explanations(), time.perf_counter()
+    _keep(found, source, list(rows), {s: {**row, SMILES_COLUMN: row[smiles_column]} for s, row in rows.items()},
+          tasks)
+    found.seconds = time.perf_counter() - started
+    return found
+
+
+def _keep(found: Explanations, model: str, smiles: Sequence[str], rows: Mapping[str, dict],
+          tasks: Sequence[str]) -> None:
+    """File each molecule's attributions from its row, or why there are none."""
+    for text in smiles:
+        per_task = _row(rows[text], tasks) if text in rows else {}
+        if per_task:
+            found.values[(model, text)] = per_task
+        else:
+            found.why_not[(model, text)] = (_why_empty(rows[text]) if text in rows else
+                                            f"no attributions: {Path(model).name} has no row of the molecule")
 
 
 def recorded_beside(path: Path) -> str | None:
@@ -198,4 +214,4 @@ def timing_note(explanations: Explanations, molecules: int, models: Sequence[str
 
 
 __all__ = ["Explained", "Explanations", "NO_MODEL", "UNCOLOURED_SHARE", "atom_colours",
-           "colour_molecules", "explain", "legend", "recorded_beside", "timing_note"]
+           "colour_molecules", "explain", "legend", "read_off_rows", "recorded_beside", "timing_note"]

@@ -5,7 +5,8 @@ exact histograms over those ranges. Memory is a batch plus a few numbers per col
 
 The output's layout (ray_app.screening.stream.PredictStage): the SMILES column, a column per task, then when asked
 ``<task>_std``, ``<task>_lower``/``<task>_upper``, ``<task>_calibrated``, ``<task>_set``,
-``domain_distance``/``in_domain``, then the carried input columns, ``valid`` and ``error`` (kermt.inference.columns).
+``<task>_atoms``/``<task>_baseline``/``<task>_descriptors``, ``domain_distance``/``in_domain``, then the carried input
+columns, ``valid`` and ``error`` (kermt.inference.columns).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from kermt.inference.columns import (DISTANCE_COLUMN, IN_DOMAIN_COLUMN, LOWER_SUFFIX, STD_SUFFIX, TASK_SUFFIXES,
-                                    UPPER_SUFFIX)
+from kermt.inference.columns import (ATOMS_SUFFIX, ATTRIBUTION_SUFFIXES, DISTANCE_COLUMN, IN_DOMAIN_COLUMN,
+                                     LOWER_SUFFIX, MODEL_SMILES_COLUMN, STD_SUFFIX, TASK_SUFFIXES, UPPER_SUFFIX)
 
 BATCH_ROWS = 65_536
 CSV_BLOCK_BYTES = 1 << 20  # the reader reads ahead some blocks: small ones bound its memory (~40 MB)
@@ -70,13 +71,21 @@ class OutputLayout:
     upper: dict[str, str]
     distance: str | None
     in_domain: str | None
+    # --attributions' columns (and model_smiles beside them), read with the rows and kept with the top ones, so
+    # that the report draws the top molecules by the file's values instead of computing them again
+    attributions: tuple[str, ...] = ()
 
     def numeric(self) -> list[str]:
         return [*self.tasks, *self.std.values(), *self.lower.values(), *self.upper.values(),
                 *([self.distance] if self.distance else [])]
 
     def columns(self) -> list[str]:
-        return [self.smiles, *self.numeric(), *([self.in_domain] if self.in_domain else []), "valid", "error"]
+        return [self.smiles, *self.numeric(), *([self.in_domain] if self.in_domain else []), *self.attributions,
+                "valid", "error"]
+
+    def text(self) -> list[str]:
+        """The columns read as strings (besides ``error``): the SMILES, the atoms' JSON lists, model_smiles."""
+        return [self.smiles, *(c for c in self.attributions if c.endswith(ATOMS_SUFFIX) or c == MODEL_SMILES_COLUMN)]
 
 
 def output_layout(path: Path, tasks: Sequence[str] | None = None) -> OutputLayout:
@@ -91,9 +100,12 @@ def output_layout(path: Path, tasks: Sequence[str] | None = None) -> OutputLayou
     def pick(suffix: str) -> dict[str, str]:
         return {t: t + suffix for t in tasks if t + suffix in present}
 
+    explained = [t for t in tasks if t + ATOMS_SUFFIX in present]
+    attributions = tuple(c for t in explained for c in (t + s for s in ATTRIBUTION_SUFFIXES) if c in present)
     return OutputLayout(names[0], tuple(tasks), pick(STD_SUFFIX), pick(LOWER_SUFFIX), pick(UPPER_SUFFIX),
                         DISTANCE_COLUMN if DISTANCE_COLUMN in present else None,
-                        IN_DOMAIN_COLUMN if IN_DOMAIN_COLUMN in present else None)
+                        IN_DOMAIN_COLUMN if IN_DOMAIN_COLUMN in present else None,
+                        attributions + ((MODEL_SMILES_COLUMN,) if explained and MODEL_SMILES_COLUMN in present else ()))
 
 
 def _tasks_read_off(path: Path, names: list[str]) -> list[str]:
@@ -183,7 +195,7 @@ def library_stats(path: Path, tasks: Sequence[str] | None = None, top_n: int = T
     layout = stats.layout
     stats.moments = {c: Moments() for c in layout.numeric()}
     stats.widths = {t: Moments() for t in layout.lower if t in layout.upper}
-    for batch in batches(path, layout.columns(), text=[layout.smiles]):
+    for batch in batches(path, layout.columns(), text=layout.text()):
         _count(stats, batch, top_n)
     shown = [*layout.tasks, *([layout.distance] if layout.distance else [])]
     counts = {c: np.zeros(bins, dtype=np.int64) for c in shown}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 
 from ray_app.report import figures
-from ray_app.report.attributions import colour_molecules, explain, timing_note
+from kermt.inference.columns import ATOMS_SUFFIX
+from ray_app.report.attributions import colour_molecules, explain, read_off_rows, timing_note
 from ray_app.report.library import BATCH_ROWS, LibraryStats, library_stats
 from ray_app.report.molecules import molecule_uri
 from ray_app.report.page import Figure, Molecule, Report, Section, Table, fmt
@@ -38,7 +39,7 @@ def predict_report(path: Path, dataset_type: str | None = None, tasks: Sequence[
     if spread is not None:
         sections.append(spread)
     per_task = [_task_section(stats, task, dataset_type) for task in stats.layout.tasks]
-    _colour_top(per_task, stats, model, trust_checkpoint, dataset_type == "classification", sections[0].notes)
+    _colour_top(per_task, stats, path, model, trust_checkpoint, dataset_type == "classification", sections[0].notes)
     sections += per_task
     return Report(f"kermt predict report: {path.name}", str(path), sections)
 
@@ -110,13 +111,24 @@ def _task_section(stats: LibraryStats, task: str, dataset_type: str) -> Section:
     return section
 
 
-def _colour_top(sections: list[Section], stats: LibraryStats, model: str | None, trust_checkpoint: bool,
-                classification: bool, notes: list[str]) -> None:
-    """Colour each task's top molecules by their attribution to it: every task's in one call of the model."""
-    top = {task: [str(row[stats.layout.smiles]) for row in stats.top_rows(task)] for task in stats.layout.tasks}
-    found = explain({model: [s for smiles in top.values() for s in smiles]} if model else {}, trust_checkpoint)
-    if model and any(top.values()):
-        notes.append(timing_note(found, len({s for smiles in top.values() for s in smiles}), [model]))
+def _colour_top(sections: list[Section], stats: LibraryStats, path: Path, model: str | None,
+                trust_checkpoint: bool, classification: bool, notes: list[str]) -> None:
+    """Colour each task's top molecules by their attribution to it: read off the file when it holds them (kermt
+    predict --attributions; the top rows were kept whole), else every task's in one call of ``model``."""
+    layout = stats.layout
+    top = {task: [str(row[layout.smiles]) for row in stats.top_rows(task)] for task in layout.tasks}
+    drawn = len({s for smiles in top.values() for s in smiles})
+    if layout.attributions:
+        model = str(path)
+        rows = {str(row[layout.smiles]): row for task in layout.tasks for row in stats.top_rows(task)}
+        found = read_off_rows(model, rows, layout.tasks, layout.smiles)
+        named = ", ".join(c for c in layout.attributions if c.endswith(ATOMS_SUFFIX))
+        notes.append(f"atom attributions of the {drawn} drawn molecule(s) read from this file's {named} "
+                     "(not computed again)")
+    else:
+        found = explain({model: [s for smiles in top.values() for s in smiles]} if model else {}, trust_checkpoint)
+        if model and drawn:
+            notes.append(timing_note(found, drawn, [model]))
     for section, (task, smiles) in zip(sections, top.items()):
         if smiles:
             colour_molecules(section, task, [found.get(model, s, task) for s in smiles], classification)

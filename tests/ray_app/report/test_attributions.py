@@ -125,6 +125,28 @@ def test_predict_report_colours_the_top_ranked_molecules(tmp_path):
         assert_coloured_by_sign(section, run, task)
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_predict_report_reads_the_attributions_the_file_holds(tmp_path, suffix):
+    """A file of kermt predict --attributions: the top molecules are coloured by its <task>_atoms cells, never
+    computed again (the model given does not exist, and the edited cell's colours are drawn)."""
+    smiles = list(pd.read_csv(FIXTURE_DIR / "smiles.csv").smiles)
+    run = kermt.load_run(REGRESSION)
+    frame = run.predict(smiles, attributions=True)
+    top = frame[frame.valid].sort_values("t1", ascending=False, kind="stable").index[0]
+    fresh = np.array(json.loads(frame.at[top, "t1_atoms"]))
+    frame.at[top, "t1_atoms"] = json.dumps((-fresh).tolist())  # every atom's sign flipped
+    path = tmp_path / f"screen{suffix}"
+    frame.to_csv(path, index=False) if suffix == ".csv" else frame.to_parquet(path, index=False)
+    report = predict_report(path, "regression", run.tasks, str(tmp_path / "no_such_model"))
+    assert any(note.startswith("atom attributions of the ") and note.endswith(
+        "read from this file's t1_atoms, t2_atoms (not computed again)") for note in report.sections[0].notes)
+    section = next(s for s in report.sections if s.title == "Task t1")
+    assert section.molecules[0].smiles == frame.at[top, "smiles"] and section.legend is not None
+    discs = disc_colours(section.molecules[0].uri)
+    assert discs and all((red > blue) == (fresh[i] < 0) for i, (red, _, blue) in discs.items())
+    assert_coloured_by_sign(next(s for s in report.sections if s.title == "Task t2"), run, "t2")
+
+
 def test_a_model_that_cannot_explain_leaves_plain_drawings_and_says_why(tmp_path):
     path, _ = scored_file(tmp_path, REGRESSION, "smiles.csv")
     gone = tmp_path / "deleted_run"
