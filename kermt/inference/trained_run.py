@@ -79,7 +79,8 @@ class TrainedRun:
         prep = self.features.prep(self.max_heavy_atoms)
         molecules = featurize_smiles(smiles, self.features.generator, prep=prep)
         prediction = self.ensemble.predict(molecules, self.batch_size)
-        scored = self._domain_scorer()(molecules, self.batch_size) if domain else None
+        # the distance is also read by a mondrian_domain calibration's intervals (its columns only with domain)
+        scored = self._domain_scorer()(molecules, self.batch_size) if domain or outputs.needs_distance else None
         valid = np.asarray(molecules.valid, dtype=bool)
         explained = self._attributions(molecules) if attributions else None
         columns = prediction_columns(outputs, prediction.mean, prediction.std, valid, scored, explained)

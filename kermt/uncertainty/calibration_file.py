@@ -1,7 +1,8 @@
 """A model's calibrations as one JSON file (no pickle: a calibration is numbers a reader can check by eye).
 
 Layout: ``{"format": "kermt-calibration", "version": 1, "source": "...", "tasks": {task: {"method", "scores", "z_scale",
-"sigma_floor"}}}`` (a ``mondrian`` task also has ``"sigmas"``, one per score). Written atomically (a reader never sees
+"sigma_floor"}}}`` (a ``mondrian`` task also has ``"sigmas"``, a ``mondrian_domain`` task ``"distances"``, one per
+score). Written atomically (a reader never sees
 half a file); read with errors that name the file and the key. Classification calibrations have a sibling format (at the
 end of this file).
 """
@@ -16,7 +17,7 @@ from typing import Any
 from kermt.data import atomic_files
 from kermt.errors import UserError
 from kermt.uncertainty.classification import CLASSIFICATION_METHODS, PLATT, ClassCalibration
-from kermt.uncertainty.conformal import METHODS, MONDRIAN, Calibration
+from kermt.uncertainty.conformal import METHODS, MONDRIAN, MONDRIAN_DOMAIN, Calibration
 
 CALIBRATION_FORMAT = "kermt-calibration"
 CALIBRATION_VERSION = 1
@@ -26,7 +27,8 @@ def save_calibrations(path: str, calibrations: Mapping[str, Calibration], source
     """Write every task's calibration to ``path``; ``source``: what they were fitted on (e.g. "fold_0 validation
     split, 2 members")."""
     tasks = {name: {"method": c.method, "n": c.n, "scores": list(c.scores), "z_scale": c.z_scale,
-                    "sigma_floor": c.sigma_floor, **({"sigmas": list(c.sigmas)} if c.sigmas is not None else {})}
+                    "sigma_floor": c.sigma_floor, **({"sigmas": list(c.sigmas)} if c.sigmas is not None else {}),
+                    **({"distances": list(c.distances)} if c.distances is not None else {})}
              for name, c in calibrations.items()}
     record = {"format": CALIBRATION_FORMAT, "version": CALIBRATION_VERSION, "source": source, "tasks": tasks}
     atomic_files.write_text(path, json.dumps(record, indent=1, allow_nan=False) + "\n")
@@ -84,9 +86,15 @@ def _calibration(path: str, task: str, entry: Any) -> Calibration:
     if method == MONDRIAN and not (isinstance(sigmas, list) and len(sigmas) == len(scores)
                                    and all(_number(v) and v > 0 for v in sigmas)):
         raise UserError(f"{where}.sigmas' must list one positive sigma per score: a mondrian calibration needs them")
+    distances = entry.get("distances")
+    if method == MONDRIAN_DOMAIN and not (isinstance(distances, list) and len(distances) == len(scores)
+                                          and all(_number(v) and math.isfinite(v) and v >= 0 for v in distances)):
+        raise UserError(f"{where}.distances' must list one non-negative distance per score: a mondrian_domain "
+                        "calibration needs them")
     return Calibration(task=task, method=method, scores=tuple(float(s) for s in scores),
                        z_scale=entry.get("z_scale"), sigma_floor=entry.get("sigma_floor"),
-                       sigmas=tuple(float(v) for v in sigmas) if method == MONDRIAN else None)
+                       sigmas=tuple(float(v) for v in sigmas) if method == MONDRIAN else None,
+                       distances=tuple(float(v) for v in distances) if method == MONDRIAN_DOMAIN else None)
 
 
 def _number(value: Any) -> bool:

@@ -17,6 +17,13 @@ Methods (the name is stored with the calibration):
   bins when it is small: each holds at least :data:`MONDRIAN_MIN_BIN_ROWS`). Group-conditional conformal: the
   coverage holds within each bin, so the molecules the ensemble is least sure of are not under-covered to pay for
   the confident ones. Keeps each calibration molecule's sigma beside its score.
+* ``mondrian_domain``: normalised scores, with one quantile per bin of the applicability-domain distance
+  (``domain_distance``, :mod:`kermt.uncertainty.domain`: the calibration set's distance terciles, fewer bins when it
+  is small, as ``mondrian``'s). The coverage holds within each distance bin, so molecules far from the training set
+  get the quantile of the far calibration molecules (wider where those were predicted worse) instead of a share of
+  one quantile that the near ones dominate. A molecule farther than every calibration molecule takes the farthest
+  bin's quantile: no extrapolation beyond what was calibrated. Keeps each score's distance beside it; predicting
+  needs the same distance for each new molecule (the model's own domain index).
 * ``zscaling``: ``sigma`` scaled by the factor that minimises the Gaussian NLL on the calibration set
   (``s² = mean(r² / sigma²)``), interval ``mu ± z·s·sigma``; no coverage guarantee, kept for NLL and comparison.
 
@@ -35,7 +42,7 @@ from kermt.errors import UserError
 from kermt.registry import CALIBRATION_METHODS, DEFAULT_CALIBRATION_METHOD
 
 METHODS = CALIBRATION_METHODS
-NORMALISED, PLAIN, MONDRIAN, ZSCALING = METHODS
+NORMALISED, PLAIN, MONDRIAN, ZSCALING, MONDRIAN_DOMAIN = METHODS
 DEFAULT_METHOD = DEFAULT_CALIBRATION_METHOD
 MIN_CALIBRATION_ROWS = 20  # below this the conformal quantile of a 90 % interval is the largest score or undefined
 SIGMA_FLOOR_FRACTION = 0.01  # of the median calibration spread: a floor that only exact ties ever reach
@@ -47,7 +54,8 @@ MONDRIAN_MIN_BIN_ROWS = 30  # a 90 % quantile of fewer scores is mostly the larg
 class Calibration:
     """One task's calibration. ``scores``: the sorted nonconformity scores (the method's), ``n`` of them;
     ``z_scale``: the NLL-fitted factor for sigma (None without a spread); ``sigma_floor``: the smallest sigma used
-    (None for ``plain``); ``sigmas``: ``mondrian`` only, each score's (floored) sigma, aligned with ``scores``."""
+    (None for ``plain``); ``sigmas``: ``mondrian`` only, each score's (floored) sigma, aligned with ``scores``;
+    ``distances``: ``mondrian_domain`` only, each score's applicability-domain distance, aligned with ``scores``."""
 
     task: str
     method: str
@@ -55,6 +63,7 @@ class Calibration:
     z_scale: float | None
     sigma_floor: float | None
     sigmas: tuple[float, ...] | None = None
+    distances: tuple[float, ...] | None = None
 
     @property
     def n(self) -> int:
@@ -64,16 +73,28 @@ class Calibration:
         """The finite-sample conformal quantile for a ``level`` interval: the ceil((n+1)·level)-th smallest score."""
         return conformal_quantile(self.scores, level, self.task)
 
+    @property
+    def needs_distance(self) -> bool:
+        """Whether intervals from it need each molecule's applicability-domain distance."""
+        return self.method == MONDRIAN_DOMAIN
+
+    def _bin_by(self) -> tuple[np.ndarray, str]:
+        """The calibration molecules' values its bins split (sigmas, or distances) and what they are called."""
+        if self.method == MONDRIAN_DOMAIN:
+            return np.asarray(self.distances), "distance"
+        return np.asarray(self.sigmas), "sigma"
+
     def bin_edges(self) -> np.ndarray:
-        """``mondrian``: the sigmas that separate its bins (quantiles of the calibration sigmas; empty: one bin)."""
+        """``mondrian`` / ``mondrian_domain``: the sigmas / distances that separate its bins (quantiles of the
+        calibration molecules' values; empty: one bin)."""
         bins = max(1, min(MONDRIAN_BINS, self.n // MONDRIAN_MIN_BIN_ROWS))
-        return np.quantile(np.asarray(self.sigmas), np.arange(1, bins) / bins)
+        return np.quantile(self._bin_by()[0], np.arange(1, bins) / bins)
 
     def bin_quantiles(self, level: float) -> np.ndarray:
-        """``mondrian``: one conformal quantile per bin, from the scores of the calibration molecules in it."""
-        scores, edges = np.asarray(self.scores), self.bin_edges()
-        where = np.searchsorted(edges, np.asarray(self.sigmas), side="right")
-        return np.array([conformal_quantile(np.sort(scores[where == b]), level, f"{self.task} (sigma bin {b + 1})")
+        """One conformal quantile per bin, from the scores of the calibration molecules in it."""
+        (values, what), scores, edges = self._bin_by(), np.asarray(self.scores), self.bin_edges()
+        where = np.searchsorted(edges, values, side="right")
+        return np.array([conformal_quantile(np.sort(scores[where == b]), level, f"{self.task} ({what} bin {b + 1})")
                          for b in range(len(edges) + 1)])
 
     def calibrated_sigma(self, sigma: np.ndarray) -> np.ndarray:
@@ -101,9 +122,11 @@ def check_level(level: float) -> None:
 
 
 def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray | None,
-                    method: str = DEFAULT_METHOD, source: str = "the calibration set") -> Calibration:
+                    method: str = DEFAULT_METHOD, source: str = "the calibration set",
+                    distance: np.ndarray | None = None) -> Calibration:
     """Fit one task's calibration on ``mu`` (predictions), ``y`` (labels, NaN = unlabelled: skipped) and ``sigma``
-    (the ensemble's spread; None for a single model). ``source`` names the file/split in error messages."""
+    (the ensemble's spread; None for a single model). ``source`` names the file/split in error messages;
+    ``distance``: each molecule's applicability-domain distance (``mondrian_domain`` needs it)."""
     if method not in METHODS:
         raise UserError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
     mu, y = np.asarray(mu, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -121,8 +144,15 @@ def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray 
     scores = residual if method == PLAIN else residual / np.maximum(spread, floor)
     order = np.argsort(scores, kind="stable")
     sigmas = tuple(float(s) for s in np.maximum(spread, floor)[order]) if method == MONDRIAN else None
+    distances = None
+    if method == MONDRIAN_DOMAIN:
+        if distance is None:
+            raise UserError(f"{source}: column {task!r}: method {method!r} needs each molecule's applicability-domain "
+                            "distance, and the model has no domain index")
+        checked = _checked_distance(np.asarray(distance, dtype=np.float64)[labelled], task, source)
+        distances = tuple(float(d) for d in checked[order])
     return Calibration(task=task, method=method, scores=tuple(float(s) for s in scores[order]), z_scale=z_scale,
-                       sigma_floor=None if method == PLAIN else floor, sigmas=sigmas)
+                       sigma_floor=None if method == PLAIN else floor, sigmas=sigmas, distances=distances)
 
 
 def labelled_rows(y: np.ndarray, task: str, source: str) -> np.ndarray:
@@ -137,9 +167,9 @@ def labelled_rows(y: np.ndarray, task: str, source: str) -> np.ndarray:
 
 
 def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None,
-              level: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) at ``level`` for predictions ``mu`` with spreads ``sigma``; NaN where ``mu`` is NaN (invalid
-    molecules)."""
+              level: float, distance: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) at ``level`` for predictions ``mu`` with spreads ``sigma`` (and applicability-domain
+    distances ``distance``, which ``mondrian_domain`` needs); NaN where ``mu`` is NaN (invalid molecules)."""
     mu = np.asarray(mu, dtype=np.float64)
     if calibration.method == PLAIN:
         half = np.full_like(mu, calibration.quantile(level))
@@ -153,8 +183,9 @@ def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None
         floored = np.maximum(spread, calibration.sigma_floor)
         if calibration.method == NORMALISED:
             half = calibration.quantile(level) * floored
-        elif calibration.method == MONDRIAN:
-            bins = np.searchsorted(calibration.bin_edges(), np.nan_to_num(floored), side="right")
+        elif calibration.method in (MONDRIAN, MONDRIAN_DOMAIN):
+            by = floored if calibration.method == MONDRIAN else _prediction_distance(calibration, distance, valid)
+            bins = np.searchsorted(calibration.bin_edges(), np.nan_to_num(by), side="right")
             half = calibration.bin_quantiles(level)[bins] * floored
         else:
             check_level(level)
@@ -162,9 +193,27 @@ def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None
     return mu - half, mu + half
 
 
+def _prediction_distance(calibration: Calibration, distance: np.ndarray | None, valid: np.ndarray) -> np.ndarray:
+    if distance is None:
+        raise UserError(f"task {calibration.task!r}: its {calibration.method} calibration needs each molecule's "
+                        "applicability-domain distance (the model's domain index)")
+    distance = np.asarray(distance, dtype=np.float64)
+    _checked_distance(distance[valid], calibration.task, "the predictions")
+    return distance
+
+
+def _checked_distance(distance: np.ndarray, task: str, source: str) -> np.ndarray:
+    return _finite_non_negative(distance, task, source, "applicability-domain distance(s)", "a distance")
+
+
 def _checked_sigma(sigma: np.ndarray, task: str, source: str) -> np.ndarray:
-    bad = ~np.isfinite(sigma) | (sigma < 0)
+    return _finite_non_negative(sigma, task, source, "sigma value(s)", "an ensemble's spread")
+
+
+def _finite_non_negative(values: np.ndarray, task: str, source: str, what: str, one: str) -> np.ndarray:
+    """``values``, or a UserError naming ``source``, the task and the first NaN, infinite or negative one."""
+    bad = ~np.isfinite(values) | (values < 0)
     if bad.any():
-        raise UserError(f"{source}: column {task!r}: {int(bad.sum())} sigma value(s) are NaN, infinite or negative "
-                        f"(first: {sigma[bad][0]}); an ensemble's spread must be finite and >= 0")
-    return sigma
+        raise UserError(f"{source}: column {task!r}: {int(bad.sum())} {what} are NaN, infinite or negative "
+                        f"(first: {values[bad][0]}); {one} must be finite and >= 0")
+    return values

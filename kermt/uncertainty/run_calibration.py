@@ -79,21 +79,24 @@ def _one_method(calibrations: list) -> None:
 
 def pooled(calibrations: list[Calibration]) -> Calibration:
     """One calibration from several folds' (same task and method): scores merged, floors and z-scales averaged
-    (z-scales as a root mean square weighted by n, the fit on the pooled scores)."""
+    (z-scales as a root mean square weighted by n, the fit on the pooled scores). A ``mondrian_domain`` fold's
+    distances are to its own domain index, and predict reads fold 0's: pooled, they are an approximation too."""
     first = calibrations[0]
     if len(calibrations) == 1:
         return first
     _one_method(calibrations)
-    pairs = sorted((s, sigma) for c in calibrations for s, sigma in zip(c.scores, c.sigmas or [None] * c.n))
-    scores = tuple(s for s, _ in pairs)
-    sigmas = tuple(sigma for _, sigma in pairs) if first.sigmas is not None else None
+    rows = sorted((s, sigma, d) for c in calibrations
+                  for s, sigma, d in zip(c.scores, c.sigmas or [0.0] * c.n, c.distances or [0.0] * c.n))
+    scores = tuple(s for s, _, _ in rows)
+    sigmas = tuple(sigma for _, sigma, _ in rows) if first.sigmas is not None else None
+    distances = tuple(d for _, _, d in rows) if first.distances is not None else None
     n = np.array([c.n for c in calibrations], dtype=np.float64)
     zs = [c.z_scale for c in calibrations]
     z_scale = None if None in zs else float(np.sqrt(np.sum(n * np.square(zs)) / n.sum()))
     floors = [c.sigma_floor for c in calibrations]
     floor = None if None in floors else float(np.mean(floors))
     return Calibration(task=first.task, method=first.method, scores=scores, z_scale=z_scale, sigma_floor=floor,
-                       sigmas=sigmas)
+                       sigmas=sigmas, distances=distances)
 
 
 def pooled_class(calibrations: list[ClassCalibration]) -> ClassCalibration:

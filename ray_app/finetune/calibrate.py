@@ -28,6 +28,7 @@ from kermt.run_layout import IN_TRAINING_SPLIT_KEY, fold_name
 from kermt.uncertainty import fit_calibration, intervals, save_calibrations, total_std
 from kermt.uncertainty.calibration_file import save_class_calibrations
 from kermt.uncertainty.classification import class_calibration_record, fit_class_calibrations
+from kermt.uncertainty.conformal import MONDRIAN_DOMAIN
 from ray_app.finetune.inputs import check_calibration_labels
 from kermt.inference.widths import WidthRule
 from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scaled_set
@@ -116,12 +117,18 @@ def calibration_predictions(model, splits: ScaledSplits, on: CalibrationSet, bat
                                                  precision, rule)
 
 
+def needs_distance(setup: RunSetup) -> bool:
+    """Whether the run's calibration conditions on the applicability-domain distance (``mondrian_domain``)."""
+    return setup.dataset_type == "regression" and setup.config.calibration_method == MONDRIAN_DOMAIN
+
+
 def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray],
                    member_variances: list[np.ndarray | None] | None = None,
-                   on: CalibrationSet | None = None) -> dict[str, Any]:
+                   on: CalibrationSet | None = None, distances: np.ndarray | None = None) -> dict[str, Any]:
     """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json. ``member_preds``: each
     member's predictions of ``on``'s molecules (default: the fold's validation split); ``member_variances``: each
-    member's predicted variances in label units (None for a plain member; None: all plain)."""
+    member's predicted variances in label units (None for a plain member; None: all plain); ``distances``: the
+    molecules' applicability-domain distances (:func:`needs_distance`; None: the fold has no domain index)."""
     on = on or validation_set(fold, splits)
     if not is_calibrated(setup):
         return _skipped(setup, fold, on, f"{setup.dataset_type} models are not calibrated")
@@ -132,7 +139,7 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
     mu, sigma = ensemble_mean(members), total_std(members, variances)
     method = setup.config.calibration_method if len(member_preds) > 1 or variances is not None else PLAIN_FALLBACK
     try:
-        fitted = {task: fit_calibration(task, mu[:, t], on.labels[:, t], sigma[:, t], method, on.source)
+        fitted = {task: fit_calibration(task, mu[:, t], on.labels[:, t], sigma[:, t], method, on.source, distances)
                   for t, task in enumerate(setup.task_names)}
     except UserError as error:
         return _skipped(setup, fold, on, str(error))
@@ -143,7 +150,7 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
     save_calibrations(str(path), fitted, source=f"{on.source}, {len(member_preds)} member(s)")
     record = _record(setup, path, method, on)
     for t, (task, calibration) in enumerate(fitted.items()):
-        lower, upper = intervals(calibration, mu[:, t], sigma[:, t], REPORTED_LEVEL)
+        lower, upper = intervals(calibration, mu[:, t], sigma[:, t], REPORTED_LEVEL, distances)
         record["tasks"][task] = {"n": calibration.n, "z_scale": calibration.z_scale,
                                  f"width_{REPORTED_LEVEL}": float(np.nanmean(upper - lower))}
     print(f"fold {fold}: calibrated ({method} conformal) on {on.source}: " + ", ".join(
@@ -196,4 +203,4 @@ def _skipped(setup: RunSetup, fold: int, on: CalibrationSet, reason: str) -> dic
 
 
 __all__ = ["CalibrationSet", "calibrate_fold", "calibration_predictions", "file_set", "in_training_split",
-           "is_calibrated", "load_calibration_file", "overlap_line", "validation_set"]
+           "is_calibrated", "load_calibration_file", "needs_distance", "overlap_line", "validation_set"]

@@ -123,8 +123,9 @@ class FinetuneConfig(DataParallelSettings):
     calibration_method: CalibrationMethod = Field(
         DEFAULT_CALIBRATION_METHOD, description="how each fold's regression intervals are calibrated (on its "
         "validation split, or --calibration_path): normalised (adapt per molecule), mondrian (normalised, coverage "
-        "within sigma bins), plain (one width), zscaling (Gaussian, for NLL; no guarantee); one model per fold "
-        "always uses plain (unless --loss mve)")
+        "within sigma bins), mondrian_domain (normalised, coverage within bins of the applicability-domain "
+        "distance: wider far from the training set), plain (one width), zscaling (Gaussian, for NLL; no "
+        "guarantee); one model per fold always uses plain (unless --loss mve)")
     class_calibration_method: ClassCalibrationMethod = Field(
         DEFAULT_CLASS_CALIBRATION_METHOD, description="how each fold's classification probabilities are recalibrated: "
         "platt (two numbers, needs few molecules) or isotonic (a monotone step function, a few hundred molecules or "

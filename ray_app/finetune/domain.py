@@ -21,7 +21,8 @@ from kermt.data.featurize import FeaturizedMolecules
 from kermt.inference.widths import WidthRule
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import DOMAIN_FILE, fold_name
-from kermt.uncertainty.domain import embedding_identity, fit_domain, model_embeddings, save_domain, training_rows
+from kermt.uncertainty.domain import (DomainIndex, DomainSearch, embedding_identity, fit_domain, model_embeddings,
+                                      save_domain, training_rows)
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
 
@@ -49,9 +50,9 @@ def _embed_on_gpu(model: KermtFinetuneModel, molecules: FeaturizedMolecules, bat
 
 
 def write_fold_domain(setup: RunSetup, fold: int, splits: ScaledSplits, member0: KermtFinetuneModel,
-                      rule: WidthRule | None = None) -> None:
-    """Fit and save the fold's domain from member 0 (one line says what, or why not); ``rule``: the run's width
-    rule, the one predict reads the embedding with."""
+                      rule: WidthRule | None = None) -> DomainIndex | None:
+    """Fit and save the fold's domain from member 0 (one line says what, or why not) and return it; ``rule``: the
+    run's width rule, the one predict reads the embedding with."""
     c = setup.config
     kept = _featurized(splits.train).select(training_rows(len(splits.train)))  # only the index's molecules
     train, val = (split_embeddings(member0, part, c.step_batch_size, c.use_gpu, rule)
@@ -62,11 +63,23 @@ def write_fold_domain(setup: RunSetup, fold: int, splits: ScaledSplits, member0:
     except ValueError as error:
         print(f"fold {fold}: no applicability domain ({error}); predict --applicability_domain needs one",
               flush=True)
-        return
+        return None
     save_domain(str(setup.layout.fold(fold)), index)
     print(f"fold {fold}: applicability domain ({DOMAIN_FILE}): {index.training.shape[0]} training molecule(s), "
           f"k={index.k}, threshold {index.threshold:.4g} = the {index.quantile:.0%} quantile of "
           f"{len(val)} validation molecules' distances", flush=True)
+    return index
 
 
-__all__ = ["split_embeddings", "write_fold_domain"]
+def domain_distances(setup: RunSetup, index: DomainIndex | None, molecules: MoleculeSet,
+                     member0: KermtFinetuneModel, rule: WidthRule | None = None) -> np.ndarray | None:
+    """float64 [n]: each of ``molecules``' ``domain_distance`` as `kermt predict` computes it (member 0's
+    embedding, the fold's index), for a calibration that conditions on it; None without an index."""
+    if index is None:
+        return None
+    c = setup.config
+    return DomainSearch(index).distances(split_embeddings(member0, _featurized(molecules), c.step_batch_size,
+                                                          c.use_gpu, rule))
+
+
+__all__ = ["domain_distances", "split_embeddings", "write_fold_domain"]

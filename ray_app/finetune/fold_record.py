@@ -1,6 +1,7 @@
 """What a fold's report needs that the other files do not hold, recorded when the fold finishes: its split sizes and
 labelled molecules per task (run.json ``folds``), each member's test score per task (run.json), and the members'
-spread on each test molecule (``fold_k/test_spread.csv``, which turns the fold's calibration into test intervals)."""
+spread on each test molecule (``fold_k/test_spread.csv``, which turns the fold's calibration into test intervals;
+with a ``mondrian_domain`` calibration, each test molecule's ``domain_distance`` after the tasks)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from kermt.inference.columns import ensemble_spread
+from kermt.inference.columns import DISTANCE_COLUMN, ensemble_spread
 from kermt.metrics import task_scores
 from ray_app.common import outputs
 from ray_app.finetune.prepare import ScaledSplits
@@ -23,8 +24,10 @@ def _labels(targets: np.ndarray, tasks: list[str], classification: bool) -> dict
     return counts
 
 
-def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray]) -> dict[str, Any]:
-    """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has 2 or more members."""
+def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray],
+                test_distances: np.ndarray | None = None) -> dict[str, Any]:
+    """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has 2 or more members
+    (``test_distances``: the test molecules' domain distances, which a mondrian_domain calibration reads)."""
     tasks, classification = list(setup.task_names), setup.dataset_type == "classification"
     parts = {"train": splits.train.targets, "val": splits.val.targets, "test": splits.test_targets_raw}
     # an empty test split (kermt explore's surrogates have none) is (0, tasks), which reshape cannot infer
@@ -42,8 +45,11 @@ def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
         for preds in member_preds] if scorable else None
     if len(member_preds) > 1 and tasks:  # one member has no spread (its calibration is plain conformal)
         spread = ensemble_spread(member_preds)  # the population spread, as calibrate_fold's sigma
+        names = tasks if test_distances is None else [*tasks, DISTANCE_COLUMN]
+        if test_distances is not None:
+            spread = np.column_stack([spread, test_distances])
         outputs.atomic_write_text(setup.layout.test_spread(fold),
-                                  outputs.test_result_csv(splits.test.smiles, tasks, spread, None))
+                                  outputs.test_result_csv(splits.test.smiles, names, spread, None))
     return record
 
 

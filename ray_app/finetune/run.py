@@ -30,9 +30,9 @@ from ray_app.common.remote_files import publish
 from ray_app.common.settings import Source, to_yaml
 from ray_app.common.storage import is_uri
 from ray_app.finetune.calibrate import calibrate_fold, calibration_predictions, file_set, in_training_split, \
-    is_calibrated, load_calibration_file, overlap_line, validation_set
+    is_calibrated, load_calibration_file, needs_distance, overlap_line, validation_set
 from ray_app.finetune.config import FinetuneConfig
-from ray_app.finetune.domain import write_fold_domain
+from ray_app.finetune.domain import domain_distances, write_fold_domain
 from ray_app.finetune.dry_run import dry_run_finetune
 from ray_app.finetune.ensemble import train_members
 from ray_app.finetune.fold_record import fold_record
@@ -98,7 +98,7 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
         parts: ScaledSplits = ray.get(ref)
         on = file_set(calibration, parts) if calibration is not None else validation_set(fold, parts)
-        member_preds, member_cal, member_cal_variances = [], [], []
+        member_preds, member_cal, member_cal_variances, distances, test_distances = [], [], [], None, None
         for member in range(c.ensemble_size):
             found = finished_member(setup.layout.member(fold, member), setup.run_id, config)
             assert found is not None, "train_members leaves every member in save_dir"
@@ -110,10 +110,14 @@ def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: l
                 member_cal.append(preds)
                 member_cal_variances.append(variances)
             if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
-                write_fold_domain(setup, fold, parts, found[0], rule)
+                index = write_fold_domain(setup, fold, parts, found[0], rule)
+                if needs_distance(setup):  # a mondrian_domain calibration: its molecules' distances, the test's
+                    distances, test_distances = (domain_distances(setup, index, part, found[0], rule)
+                                                 for part in (on.molecules, parts.test))
         scores.append(finish_fold(setup, fold, parts, member_preds))
-        calibrations[fold_name(fold)] = calibrate_fold(setup, fold, parts, member_cal, member_cal_variances, on)
-        folds[fold_name(fold)] = fold_record(setup, fold, parts, member_preds)
+        calibrations[fold_name(fold)] = calibrate_fold(setup, fold, parts, member_cal, member_cal_variances, on,
+                                                       distances)
+        folds[fold_name(fold)] = fold_record(setup, fold, parts, member_preds, test_distances)
     return scores, calibrations, folds
 
 

@@ -245,12 +245,12 @@ def _interval(fold_dir: Path, result: TestResult, task: str, t: int, notes: list
         calibration = load_calibrations(str(path)).get(task)
         if calibration is None:
             return None
-        spread = read_spread(fold_dir / TEST_SPREAD_FILE, result.tasks)
+        spread, distance = read_spread(fold_dir / TEST_SPREAD_FILE, result.tasks)
         if calibration.method != "plain" and spread is None:
             notes.append(f"intervals not drawn: the members' spread on the test set is {NOT_RECORDED} "
                          f"({fold_dir.name}/{TEST_SPREAD_FILE}; runs made before the report do not have it)")
             return None
-        return intervals(calibration, result.preds[:, t], None if spread is None else spread[:, t], LEVEL)
+        return intervals(calibration, result.preds[:, t], None if spread is None else spread[:, t], LEVEL, distance)
     except UserError as error:
         notes.append(f"intervals not drawn for {task}: {error}")
         return None

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from kermt.errors import UserError
+from kermt.inference.columns import DISTANCE_COLUMN
 
 
 @dataclass
@@ -55,13 +56,16 @@ def read_test_result(path: Path) -> TestResult:
     return TestResult([row[0] for row in body], tasks, preds, targets)
 
 
-def read_spread(path: Path, tasks: list[str]) -> np.ndarray | None:
-    """The members' spread per test molecule (``fold_k/test_spread.csv``, one header row), or None when the run did
-    not write it (older runs) or its tasks differ."""
+def read_spread(path: Path, tasks: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The members' spread per test molecule [N, T] (``fold_k/test_spread.csv``, one header row) and, when the run
+    wrote it (a mondrian_domain calibration), each one's ``domain_distance`` [N]; (None, None) when the run did not
+    write the file (older runs) or its tasks differ."""
     if not path.exists():
-        return None
+        return None, None
     spread = read_test_result(path)
-    return spread.preds if spread.tasks == tasks else None
+    if spread.tasks == [*tasks, DISTANCE_COLUMN]:
+        return spread.preds[:, :-1], spread.preds[:, -1]
+    return (spread.preds, None) if spread.tasks == tasks else (None, None)
 
 
 __all__ = ["TestResult", "read_spread", "read_test_result"]

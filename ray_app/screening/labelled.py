@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 from kermt.data.tables import check_classification_labels, parse_labels
-from kermt.inference.columns import STD_SUFFIX
+from kermt.inference.columns import DISTANCE_COLUMN, STD_SUFFIX
 from ray_app.screening.stream import LABEL_PREFIX
 
 
@@ -28,6 +28,7 @@ class LabelledRows:
     preds: list[np.ndarray] = field(default_factory=list)
     targets: list[np.ndarray] = field(default_factory=list)
     spreads: list[np.ndarray] = field(default_factory=list)
+    distances: list[np.ndarray] = field(default_factory=list)
 
     def add(self, block: pa.Table) -> None:
         columns = [parse_labels(self.path, pd.Series(block.column(LABEL_PREFIX + name).to_pylist(), dtype=object),
@@ -40,6 +41,8 @@ class LabelledRows:
         self.preds.append(self._columns(block, "")[valid])
         if self.tasks[0] + STD_SUFFIX in block.column_names:
             self.spreads.append(self._columns(block, STD_SUFFIX)[valid])
+        if DISTANCE_COLUMN in block.column_names:
+            self.distances.append(block.column(DISTANCE_COLUMN).to_numpy(zero_copy_only=False)[valid])
         self.targets.append(targets[valid])
         self.rows_seen += block.num_rows
 
@@ -57,6 +60,10 @@ class LabelledRows:
     def spread(self) -> np.ndarray:
         """The valid rows' ``<task>_std`` [N, T] (the stream must carry it)."""
         return self._stacked(self.spreads)
+
+    def distance(self) -> np.ndarray | None:
+        """The valid rows' ``domain_distance`` [N] (None when the stream does not carry it)."""
+        return np.concatenate(self.distances).astype(np.float64) if self.distances else None
 
 
 __all__ = ["LabelledRows"]

@@ -85,14 +85,15 @@ class PredictPlan:
     file_features: tuple[np.ndarray, np.ndarray] | None
     source: Source
     calibrations: dict[str, Calibration] | None = None  # --interval: each task's calibration
-    domain: DomainIndex | None = None  # --applicability_domain: fold 0's index
+    # fold 0's index: for --applicability_domain's columns, or for intervals that read the distance
+    domain: DomainIndex | None = None
     class_calibrations: dict[str, ClassCalibration] | None = None  # classification: each task's calibration
     calibration_file: CalibrationFile | None = None  # --calibration_path, checked (the fit waits for Ray)
 
     def outputs(self, config: ModelScreeningConfig) -> OutputPlan:
         """The prediction columns ``config`` asks of this plan (:mod:`kermt.inference.columns`)."""
-        return output_plan(config, self.members, self.calibrations, self.class_calibrations, self.domain is not None,
-                           self.calibration_file is not None)
+        return output_plan(config, self.members, self.calibrations, self.class_calibrations,
+                           config.applicability_domain, self.calibration_file is not None)
 
 
 def output_plan(config: ModelScreeningConfig, members: list[Checkpoint], calibrations, class_calibrations,
@@ -154,10 +155,11 @@ def plan_predict(config: ModelScreeningConfig, carry_other_columns: bool = False
         classes = plan_class_calibration(config, members)  # first: it refuses a class file beside regression
         calibrations = plan_intervals(config, members)
         names = task_names(members[0].spec)
-        domain = plan_domain(config, members)
+        domain = plan_domain(config, members, calibrations)
         plan, from_file = _feature_plan(config, [m.spec for m in members])
         calibration_file = check_calibration_file(config, names, from_file)
-        outputs = output_plan(config, members, calibrations, classes, domain is not None, calibration_file is not None)
+        outputs = output_plan(config, members, calibrations, classes, config.applicability_domain,
+                              calibration_file is not None)
         written = {SMILES_COLUMN, *outputs.names(), VALID_COLUMN, ERROR_COLUMN}
         if plan.prep(config.max_heavy_atoms).standardizes:
             written.add(MODEL_SMILES_COLUMN)

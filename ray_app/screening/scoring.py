@@ -86,7 +86,7 @@ def run_eval(config: EvalConfig) -> int:
     scored = IntervalRows(tasks, checked.calibrations, config.interval) if checked.calibrations else None
     if scored is not None:  # the spread is needed for the metrics
         config = config.model_copy(update={"uncertainty": True})
-    domain = DomainRows(checked.domain.threshold) if checked.domain is not None else None
+    domain = DomainRows(checked.domain.threshold) if config.applicability_domain else None
     attributed = AttributionFile(config, checked, labels) if config.attributions else None
     sinks = [sink.add for sink in (rows, scored, domain, attributed) if sink is not None]
     stats = drain(predict_stream(config, checked, labels), lambda block: [add(block) for add in sinks],

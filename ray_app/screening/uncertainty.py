@@ -28,7 +28,10 @@ intervals or probabilities and the applicability domain (the columns themselves:
   Ray Data puts a stage's constructor arguments in the object store once, and each actor reads them once, in its
   constructor, where it also fits the scikit-learn index; a block costs member 0's encoder pass and one k-NN query.
   With several folds, predict's ensemble is every fold's members but the domain is fold 0's (its member 0's
-  embedding, its training split): the one index whose embedding the actor computes.
+  embedding, its training split): the one index whose embedding the actor computes. A ``mondrian_domain``
+  calibration (one conformal quantile per distance bin) needs the same distance for every molecule it gives an
+  interval, so the index is loaded for ``--interval`` with such a calibration too, its columns written only with the
+  flag; recalibrating such a run on ``--calibration_path`` reads the file's distances through the same index.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from kermt.run_layout import CALIBRATION_FILE, CLASS_CALIBRATION_FILE
 from kermt.uncertainty import (DEFAULT_METHOD, MIN_CALIBRATION_ROWS, Calibration, ClassCalibration,
                                fit_calibration, fit_class_calibrations)
 from kermt.uncertainty.classification import DEFAULT_CLASSIFICATION_METHOD
-from kermt.uncertainty.conformal import PLAIN
+from kermt.uncertainty.conformal import MONDRIAN_DOMAIN, PLAIN
 from kermt.uncertainty.domain import DOMAIN_FILE, DomainIndex, run_domain
 from kermt.uncertainty.run_calibration import (HOW_TO_CALIBRATE, calibration_files, run_calibration,
                                                run_class_calibration)
@@ -188,22 +191,37 @@ def _calibration_features(config: ModelScreeningConfig,
     return features
 
 
-def plan_domain(config: ModelScreeningConfig, members: list[Checkpoint]) -> DomainIndex | None:
-    """The index of members[0]'s fold when the flag is given (an error if it has none or it is another model's)."""
-    if not config.applicability_domain:
+def plan_domain(config: ModelScreeningConfig, members: list[Checkpoint],
+                calibrations: dict[str, Calibration] | None = None) -> DomainIndex | None:
+    """The index of members[0]'s fold when the flag is given or the intervals' calibration reads the distance
+    (an error if it has none or it is another model's)."""
+    needs = _needs_distance(config, calibrations, members)
+    if not (config.applicability_domain or needs):
         return None
+    flag = DOMAIN_FLAG if config.applicability_domain else f"--interval with a {MONDRIAN_DOMAIN} calibration"
     if config.checkpoint_dir is None:
-        raise UserError(f"{DOMAIN_FLAG} needs the finetune run: pass --checkpoint_dir with its --save_dir (each "
+        raise UserError(f"{flag} needs the finetune run: pass --checkpoint_dir with its --save_dir (each "
                         f"fold_k/ holds {DOMAIN_FILE}), not --checkpoint_path of one member")
     found = run_domain(config.checkpoint_dir, members[0])
     if found.index is None:
-        raise UserError(f"{DOMAIN_FLAG}: --checkpoint_dir {config.checkpoint_dir} has no applicability domain "
+        raise UserError(f"{flag}: --checkpoint_dir {config.checkpoint_dir} has no applicability domain "
                         f"({found.why_not})")
     index = found.index
     log(f"applicability domain: {found.path}, {index.training.shape[0]} of {index.n_training_total} "
         f"training molecule(s), k={index.k}, in_domain = domain_distance <= {index.threshold:.4g} (as close as "
         f"{index.quantile:.0%} of the validation molecules)")
     return index
+
+
+def _needs_distance(config: ModelScreeningConfig, calibrations: dict[str, Calibration] | None,
+                    members: list[Checkpoint]) -> bool:
+    """Whether the served intervals read the domain distance: the run's calibration, or the one --calibration_path
+    will fit with the run's method, is ``mondrian_domain``."""
+    if config.interval is None or members[0].spec.head.dataset_type != "regression":
+        return False
+    if config.calibration_path is not None:
+        return _run_method(config, task_names(members[0].spec), False) == MONDRIAN_DOMAIN
+    return bool(calibrations) and any(c.needs_distance for c in calibrations.values())
 
 
 def calibrated_on_file(config: ModelScreeningConfig, checked: PredictPlan) -> PredictPlan:
@@ -228,7 +246,7 @@ def calibrated_on_file(config: ModelScreeningConfig, checked: PredictPlan) -> Pr
     method = _run_method(config, tasks, False) if has_spread else PLAIN
     spread = rows.spread() if has_spread else None
     calibrations = {t: fit_calibration(t, preds[:, i], targets[:, i], None if spread is None else spread[:, i],
-                                       method, source) for i, t in enumerate(tasks)}
+                                       method, source, rows.distance()) for i, t in enumerate(tasks)}
     for calibration in calibrations.values():
         calibration.quantile(config.interval)  # too small a file for the level: the error names the task
     log(f"{config.interval:.0%} intervals: {method} conformal, calibrated on {what}")
@@ -240,9 +258,11 @@ def _predicted(config: ModelScreeningConfig, checked: PredictPlan) -> LabelledRo
     tasks, file = task_names(checked.members[0].spec), checked.calibration_file
     path = file.path
     # the calibration needs the mean and std only: no attributions (about 40 predictions' work per molecule)
+    distance = _needs_distance(config, None, checked.members)  # a mondrian_domain fit reads the file's distances
     plain = config.model_copy(update={"data_path": path, "uncertainty": True, "interval": None,
-                                      "attributions": False})
-    plan = replace(checked, source=Source(file.table, file.smiles_column, ()), calibrations=None, domain=None,
+                                      "attributions": False, "applicability_domain": distance})
+    plan = replace(checked, source=Source(file.table, file.smiles_column, ()), calibrations=None,
+                   domain=checked.domain if distance else None,
                    class_calibrations=None, calibration_file=None, file_features=file.features)
     rows = LabelledRows(path, tasks, tasks, checked.members[0].spec.head.dataset_type == "classification")
     try:

@@ -115,12 +115,14 @@ class Predictor:
         explained = self.attributions(jobs, blocks)
         out = []
         for job, molecules, prediction, attributions in zip(jobs, blocks, predictions, explained):
-            # the domain and the embedding are computed per request that asks (their forwards are not shared)
-            domain = self.domain(molecules, self.batch_size) if self.domain is not None and job.domain else None
+            # the domain and the embedding are computed per request that asks (their forwards are not shared), the
+            # domain also for intervals that read its distance (a mondrian_domain calibration)
+            outputs = _job_outputs(self.outputs, job, self.domain is not None)
+            wanted = job.domain or outputs.needs_distance
+            domain = self.domain(molecules, self.batch_size) if self.domain is not None and wanted else None
             extras = self.embedding(molecules, self.batch_size) if job.embed else {}
             if job.attributions:
                 extras[ATTRIBUTIONS_NOTE] = self.attributions.notes(molecules.valid, attributions)
-            outputs = _job_outputs(self.outputs, job, self.domain is not None)
             out.append(_entries(outputs, job, molecules, prediction, domain, extras, self.prep.standardizes,
                                 attributions))
         return out

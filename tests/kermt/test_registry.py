@@ -106,9 +106,10 @@ def test_every_calibration_method_fits_and_gives_intervals_around_the_prediction
     rng = np.random.default_rng(0)
     mu, sigma = rng.normal(size=200), 0.1 + rng.random(200)
     y = mu + sigma * rng.normal(size=200)
+    distance = rng.random(200)  # the applicability-domain distance mondrian_domain bins by (the others ignore it)
     for method in registry.CALIBRATION_METHODS:
-        calibration = fit_calibration("t", mu, y, sigma, method=method)
-        lower, upper = intervals(calibration, mu, sigma, 0.8)
+        calibration = fit_calibration("t", mu, y, sigma, method=method, distance=distance)
+        lower, upper = intervals(calibration, mu, sigma, 0.8, distance)
         assert calibration.method == method and np.all(lower < mu) and np.all(mu < upper), method
     with pytest.raises(Exception, match="not one of"):
         fit_calibration("t", mu, y, sigma, method="isotonic")

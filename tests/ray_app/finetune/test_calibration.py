@@ -100,3 +100,69 @@ def test_eval_scores_the_intervals_of_a_calibrated_model(calibrated_run, tmp_pat
         assert values["coverage"] >= 0.89 and values["mean_width"] > 0 and np.isfinite(values["nll"])
         assert set(values) == {"coverage", "mean_width", "width_over_rmse", "miscalibration_area", "ence",
                                "spearman", "nll"}
+
+
+def test_mondrian_domain_calibration_is_fitted_and_served_with_the_domain_distance(calibrated_run, tmp_path, capsys):
+    """--calibration_method mondrian_domain calibrates on the validation molecules' applicability-domain distances
+    (a copy of the run: in another save_dir it trains again); predict --interval reads the same distances without
+    --applicability_domain, and --calibration_path refits the same method on the file's distances."""
+    from kermt.uncertainty import intervals
+
+    save_dir, _, _, val_csv = calibrated_run
+    run = shutil.copytree(save_dir, tmp_path / "run")
+    _, printed = tiny_finetune(run, save_dir.parent / "data.csv", "--ensemble_size", "2", "--split_sizes", "0.2",
+                               "0.7", "0.1", "--calibration_method", "mondrian_domain")
+    assert "fold 0: calibrated (mondrian_domain conformal) on fold_0 validation split" in printed
+    calibrations = load_calibrations(str(run / "fold_0" / "calibration.json"))
+    # the report draws the test intervals from each test molecule's spread and distance
+    assert (run / "fold_0" / "test_spread.csv").read_text().splitlines()[0] == ",logp,tpsa_100,fsp3,domain_distance"
+    assert "intervals not drawn" not in (run / "report.html").read_text()
+    with_domain = tmp_path / "domain.csv"
+    assert main_predict(["--data_path", str(val_csv), "--output_path", str(with_domain), "--checkpoint_dir",
+                         str(run), "--uncertainty", "--applicability_domain", "--drop_extra_columns"]) == 0
+    seen, labels = pd.read_csv(with_domain), pd.read_csv(val_csv)
+    distance = seen["domain_distance"].to_numpy()
+    for task in TASKS:
+        labelled = labels[task].notna().to_numpy()
+        assert calibrations[task].method == "mondrian_domain"
+        np.testing.assert_allclose(sorted(calibrations[task].distances), np.sort(distance[labelled]), rtol=1e-4)
+    out = tmp_path / "preds.csv"
+    assert main_predict(["--data_path", str(val_csv), "--output_path", str(out), "--checkpoint_dir", str(run),
+                         "--interval", "0.9", "--drop_extra_columns"]) == 0
+    frame = pd.read_csv(out)
+    assert "domain_distance" not in frame.columns  # the distance is read, its columns only with the flag
+    for task in TASKS:
+        lower, upper = intervals(calibrations[task], seen[task].to_numpy(), seen[f"{task}_std"].to_numpy(), 0.9,
+                                 distance)
+        np.testing.assert_allclose(frame[f"{task}_lower"], lower, rtol=1e-6)
+        np.testing.assert_allclose(frame[f"{task}_upper"], upper, rtol=1e-6)
+        y = labels[task].to_numpy(float)
+        covered = np.mean((lower <= y) & (y <= upper), where=~np.isnan(y))
+        assert covered >= 0.89, (task, covered)  # its own calibration set, within each distance bin
+    capsys.readouterr()
+    assert main_predict(["--data_path", str(val_csv), "--output_path", str(tmp_path / "file.csv"),
+                         "--checkpoint_dir", str(run), "--interval", "0.9", "--calibration_path", str(val_csv),
+                         "--drop_extra_columns"]) == 0
+    assert "90% intervals: mondrian_domain conformal, calibrated on --calibration_path" in capsys.readouterr().err
+    refitted = pd.read_csv(tmp_path / "file.csv")  # the same molecules as the run's validation split: same bounds
+    np.testing.assert_allclose(refitted["logp_upper"], frame["logp_upper"], rtol=1e-5)
+    # the service's replica and the Python API serve the same bounds from the same run (the distance read, not shown)
+    from kermt.inference.trained_run import load_run
+    from ray_app.serve.models import load_served_model
+    from ray_app.serve.predictor import Predictor
+    from ray_app.serve.schemas import PredictJob
+
+    smiles = tuple(frame["smiles"])
+    entries = Predictor(load_served_model("m", str(run), default=True, trust_checkpoint=False), 32).predict_smiles(
+        [PredictJob(smiles, interval=0.9)])[0]
+    assert "domain_distance" not in entries[0]
+    np.testing.assert_allclose([e["logp_upper"] for e in entries], frame["logp_upper"], rtol=1e-6)
+    api = load_run(run).predict(list(smiles), interval=0.9)
+    np.testing.assert_allclose(api["logp_lower"], frame["logp_lower"], rtol=1e-6)
+    from tests.ray_app.screening.engines import main_eval
+
+    capsys.readouterr()
+    assert main_eval(["--data_path", str(val_csv), "--output_path", str(tmp_path / "eval.csv"), "--checkpoint_dir",
+                      str(run)]) == 0
+    report = json.loads((tmp_path / "eval_uncertainty.json").read_text())
+    assert report["method"] == "mondrian_domain" and report["tasks"]["logp"]["coverage"] >= 0.89

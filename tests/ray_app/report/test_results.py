@@ -27,8 +27,17 @@ def test_blinded_file_and_spread(tmp_path):
     path = tmp_path / "test_spread.csv"
     path.write_text(outputs.test_result_csv(SMILES, ["a", "b"], PREDS, None))
     assert read_test_result(path).targets is None
-    np.testing.assert_array_equal(read_spread(path, ["a", "b"]), PREDS)
-    assert read_spread(path, ["a"]) is None and read_spread(tmp_path / "missing.csv", ["a", "b"]) is None
+    spread, distance = read_spread(path, ["a", "b"])
+    np.testing.assert_array_equal(spread, PREDS)
+    assert distance is None
+    assert read_spread(path, ["a"]) == (None, None) == read_spread(tmp_path / "missing.csv", ["a", "b"])
+    # a mondrian_domain run writes each test molecule's domain_distance after the tasks
+    distances = np.arange(len(SMILES), dtype=np.float64) + 0.5
+    path.write_text(outputs.test_result_csv(SMILES, ["a", "b", "domain_distance"],
+                                            np.column_stack([PREDS, distances]), None))
+    spread, distance = read_spread(path, ["a", "b"])
+    np.testing.assert_array_equal(spread, PREDS)
+    np.testing.assert_array_equal(distance, distances)
 
 
 def test_a_run_without_a_test_split_reads_as_no_molecules(tmp_path):
