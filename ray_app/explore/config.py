@@ -63,6 +63,9 @@ class ExploreConfig(SurrogateSettings):  # type: ignore[misc, valid-type]  # a c
                                       "program)")
     validation_share: float = Field(0.1, gt=0, lt=1, description="share of the scored molecules each surrogate "
                                     "holds out for early stopping and calibration (no test split)")
+    warm_start: bool = Field(False, description="each round's surrogate after the first starts from the previous "
+                             "round's model (its encoder and head; an ensemble's members all from its first) "
+                             "instead of --checkpoint_path, and trains on everything scored as before")
     save_dir: str = Field("runs/explore", description="output directory: explored.csv, round_k/ (each round's "
                           "surrogate), report.html; the same command on it resumes the exploration")
 
@@ -88,12 +91,16 @@ class ExploreConfig(SurrogateSettings):  # type: ignore[misc, valid-type]  # a c
         return ("one model (--ensemble_size 1, --loss mse) has no spread; give --ensemble_size 3 (or more), or --loss "
                 "mve")
 
-    def surrogate(self, round_index: int, data_path: str, save_dir: str) -> FinetuneConfig:
-        """Round ``round_index``'s surrogate: a `kermt finetune` of ``data_path`` into ``save_dir``."""
+    def surrogate(self, round_index: int, data_path: str, save_dir: str,
+                  previous_model: str | None = None) -> FinetuneConfig:
+        """Round ``round_index``'s surrogate: a `kermt finetune` of ``data_path`` into ``save_dir``, starting from
+        ``previous_model`` (--warm_start: the previous round's) when given, else from --checkpoint_path."""
         values = {name: getattr(self, name) for name in SurrogateSettings.model_fields}
         values.update(data_path=data_path, save_dir=save_dir, seed=self.seed, dataset_type="regression",
                       smiles_column=TRAINING_SMILES, target_columns=[TRAINING_SCORE],
                       split_sizes=(1.0 - self.validation_share, self.validation_share, 0.0))
+        if previous_model is not None:
+            values.update(checkpoint_path=previous_model, pretrained_release=False)
         try:
             return FinetuneConfig(**values).with_split_flag("--validation_share")
         except ValidationError as error:

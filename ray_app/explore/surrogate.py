@@ -41,11 +41,22 @@ def train_surrogate(config: ExploreConfig, layout: RunLayout, round_index: int, 
     rows.writerows(zip(scored.smiles, scored.score.tolist()))
     training = layout.round_training(round_index)
     write_text(str(training), text.getvalue())
-    finetune = config.surrogate(round_index, str(training), str(directory))
+    finetune = config.surrogate(round_index, str(training), str(directory), _previous_model(config, layout,
+                                                                                         round_index))
     sources = {name: "user" for name in type(finetune).model_fields}
     with open(directory / ROUND_LOGS["finetune"], "a") as log, contextlib.redirect_stdout(log):
         run_finetune(finetune, sources)
     return directory
+
+
+def _previous_model(config: ExploreConfig, layout: RunLayout, round_index: int) -> str | None:
+    """--warm_start: the previous round's first member, where this round's surrogate starts (None: round 1, or
+    no warm start)."""
+    if not config.warm_start or round_index < 2:
+        return None
+    from kermt.inference import find_checkpoints
+
+    return str(find_checkpoints(layout.round(round_index - 1))[0])
 
 
 def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, library: Library) -> Surrogate:

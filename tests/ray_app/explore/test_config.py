@@ -54,3 +54,10 @@ def test_a_surrogates_messages_name_validation_share_not_split_sizes():
     assert surrogate.split_flag == "--validation_share"  # e.g. a validation split too small to calibrate on
     assert surrogate.model_copy(update={"epochs": 3}).split_flag == "--validation_share"
     assert FinetuneConfig(data_path="x.csv").split_flag == "--split_sizes"
+
+
+def test_warm_start_starts_a_surrogate_from_the_previous_rounds_model():
+    config = _config("--warm_start", "--checkpoint_path", "encoder.pt")
+    assert config.surrogate(1, "scored.csv", "round_1").checkpoint_path == "encoder.pt"  # round 1: no previous
+    warm = config.surrogate(2, "scored.csv", "round_2", previous_model="round_1/fold_0/model_0/model")
+    assert (warm.checkpoint_path, warm.pretrained_release) == ("round_1/fold_0/model_0/model", False)
