@@ -1,7 +1,7 @@
 """Entry point for `ray job submit`: the same finetune as `kermt finetune`, with the same flags.
 
     ray job submit --address http://HEAD:8265 --working-dir . --runtime-env jobs/runtime_env.yaml -- \
-        python -m jobs.finetune --config jobs/configs/demo.yaml --num_workers 4 --use_gpu
+        python -m jobs.finetune --config jobs/configs/demo_distributed.yaml --num_workers 4 --use_gpu
 
 Inside a job, Ray sets RAY_ADDRESS, so the run attaches to the cluster instead of starting a local one.
 """

@@ -33,7 +33,7 @@ def test_pending_members_scale_a_cluster_out_from_zero_worker_nodes(autoscaling_
     cluster = autoscaling_cluster
     assert cluster.worker_nodes_ever_started() == 0
     save_dir = cluster.root / "ens"
-    args = ["finetune", "--config", str(ROOT / "jobs/configs/demo.yaml"), "--data_path",
+    args = ["finetune", "--config", str(ROOT / "jobs/configs/demo_distributed.yaml"), "--data_path",
             str(ROOT / "data/sample/admet_demo.csv"), "--checkpoint_path",
             str(ROOT / "tests/data/kermt_upstream/ckpt_pretrain_vocab.pt"), "--max_data_size", "200",
             "--epochs", "1", "--num_workers", "1", "--ensemble_size", "4", "--save_dir", str(save_dir),

@@ -18,7 +18,7 @@ from tests.multinode.loopback import BIN
 
 # A small finetune of the demo: 300 molecules, 6 epochs (enough left to interrupt after the first checkpoint),
 # rdkit_2d_normalized features.
-SMALL = ["--config", str(ROOT / "jobs/configs/demo.yaml"), "--max_data_size", "300", "--epochs", "6",
+SMALL = ["--config", str(ROOT / "jobs/configs/demo_distributed.yaml"), "--max_data_size", "300", "--epochs", "6",
          "--batch_size", "16"]
 pytestmark = pytest.mark.multinode
 SUMMARY = re.compile(r"^overall_scaffold_balanced_test_rmse=([0-9.]+)$", re.M)
