@@ -23,8 +23,10 @@ points spaced evenly in log(alpha); ``gradxinput``, the gradient at the molecule
 Residual: mean |sum of values - (prediction - baseline)| over mean |prediction - baseline| (0 for an exactly
 additive method). Molecules/s: the held-out molecules over the method's wall time on this machine, one model, one
 torch thread (``--threads``); per CPU-second: over the process's CPU time, which a shared machine's load changes
-less. chemprop 2.3.1's Myerson attributions need their own environment and are not run
-here.
+less. ``--chemprop PYTHON`` (chemprop 2.3.1's own environment) adds chemprop's Myerson values and its MCTS
+rationales from a chemprop model trained on the same molecules (bench/chemprop_compare.py,
+bench/chemprop_myerson.py), on the first ``--chemprop_limit`` held-out molecules, and each kermt method's scores
+on those molecules alone beside its scores on all of them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.chemprop_compare import chemprop_rows, run_chemprop  # noqa: E402
 from kermt.checkpoint import CheckpointSpec, read_checkpoint, save_native  # noqa: E402
 from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig  # noqa: E402
 from kermt.data.dataset import MoleculeSet  # noqa: E402
@@ -246,36 +249,60 @@ def halogen_share(values: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> 
     return float(np.mean(shares))
 
 
-def score_task(task: str, ensemble: Ensemble, smiles: list[str], methods: Sequence[str]) -> list[dict]:
+def truths_of(task: str, smiles: Sequence[str]) -> list[np.ndarray]:
+    """Per molecule: Crippen's atom contributions (logp), or the halogen indicator (halogens)."""
+    return ([crippen_contributions(s) for s in smiles] if task == "logp"
+            else [halogen_mask(s).astype(np.float64) for s in smiles])
+
+
+def scored(task: str, method: str, values: list[np.ndarray], truths: list[np.ndarray]) -> dict:
+    """The agreement of per-molecule atom ``values`` with ``truths`` (halogens: on the molecules with one)."""
+    row = {"task": task, "method": method, "pearson": mean_pearson(values, truths)}
+    if task == "halogens":
+        with_halogen = [i for i, t in enumerate(truths) if t.any()]
+        row["pearson"] = mean_pearson([values[i] for i in with_halogen], [truths[i] for i in with_halogen])
+        row["halogen_share"] = halogen_share(values, [t.astype(bool) for t in truths])
+    return row
+
+
+def score_task(task: str, ensemble: Ensemble, smiles: list[str], methods: Sequence[str],
+               first: int = 0) -> list[dict]:
+    """Each method's row; ``first`` > 0: also its scores on the first ``first`` molecules alone (``*_first``:
+    the molecules chemprop's explanations were run on)."""
     molecules = featurize_smiles(smiles)
     assert molecules.valid.all()
-    truths = ([crippen_contributions(s) for s in smiles] if task == "logp"
-              else [halogen_mask(s).astype(np.float64) for s in smiles])
+    truths = truths_of(task, smiles)
     table, rows = method_table(ensemble), []
     for name in methods:
         started, cpu_started = time.perf_counter(), time.process_time()
         values, residual = table[name](molecules)
         seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
         values = [v[:, 0] for v in values]
-        row = {"task": task, "method": name, "pearson": mean_pearson(values, truths), "residual": residual,
-               "molecules_per_s": len(smiles) / seconds, "molecules_per_cpu_s": len(smiles) / cpu_seconds}
-        if task == "halogens":
-            with_halogen = [i for i, t in enumerate(truths) if t.any()]
-            row["pearson"] = mean_pearson([values[i] for i in with_halogen], [truths[i] for i in with_halogen])
-            row["halogen_share"] = halogen_share(values, [t.astype(bool) for t in truths])
+        row = scored(task, name, values, truths)
+        row.update(residual=residual, molecules=len(smiles), molecules_per_s=len(smiles) / seconds,
+                   molecules_per_cpu_s=len(smiles) / cpu_seconds)
+        if first:
+            row.update({f"{k}_first": v for k, v in scored(task, name, values[:first], truths[:first]).items()
+                        if k in ("pearson", "halogen_share")})
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
-    print("\n| task | method | mean Pearson | halogen share | residual | molecules/s | molecules per CPU-s |")
-    print("|---|---|---|---|---|---|---|")
+    """The figures as a markdown table; ``on the first n``: the scores on the molecules chemprop explained."""
+    print("\n| task | method | molecules | mean Pearson | halogen share | on the first n: Pearson, share | residual "
+          "| molecules/s | molecules per CPU-s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         share = f"{row['halogen_share']:.2f}" if "halogen_share" in row else ""
+        first = (f"{row['pearson_first']:.3f}" + (f", {row['halogen_share_first']:.2f}"
+                                                    if "halogen_share_first" in row else "")
+                 if "pearson_first" in row else "")
         residual = f"{row['residual']:.3f}" if row["residual"] is not None else "not additive"
-        print(f"| {row['task']} | {row['method']} | {row['pearson']:.3f} | {share} | {residual} | "
-              f"{row['molecules_per_s']:.0f} | {row['molecules_per_cpu_s']:.0f} |")
+        rationale = f" ({row['with_rationale']} with a rationale)" if "with_rationale" in row else ""
+        print(f"| {row['task']} | {row['method']} | {row['molecules']}{rationale} | {row['pearson']:.3f} | {share} "
+              f"| {first} | {residual} | {row['molecules_per_s']:.2f} | {row['molecules_per_cpu_s']:.2f} |")
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
@@ -288,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", default=["logp", "halogens"], choices=["logp", "halogens"])
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: on a shared machine, 2 threads spin against other work)")
+    parser.add_argument("--chemprop", default=None, metavar="PYTHON",
+                        help="chemprop 2.3.1's environment's python: also run bench/chemprop_myerson.py")
+    parser.add_argument("--chemprop_epochs", type=int, default=50, help="chemprop train's epochs (its default 50)")
+    parser.add_argument("--chemprop_limit", type=int, default=40, help="held-out molecules chemprop explains")
+    parser.add_argument("--chemprop_seconds", type=float, default=900.0,
+                        help="per chemprop method and task and run (a rerun resumes from its cache)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = pd.read_csv(DEMO)
@@ -307,7 +340,14 @@ def main(argv: list[str] | None = None) -> int:
         rmse = float(np.sqrt(np.mean((predicted - targets[-args.test:]) ** 2)))
         print(f"{task}: held-out RMSE {rmse:.3f} (std of the held-out values {targets[-args.test:].std():.3f}); "
               f"the prediction alone: {rate:.0f} molecules/s")
-        rows += score_task(task, ensemble, test, args.methods or list(method_table(ensemble)))
+        first = 0
+        if args.chemprop:
+            results = run_chemprop(args.chemprop, args.work, task, train, targets[: -args.test], test,
+                                   args.chemprop_epochs, args.chemprop_limit, args.chemprop_seconds)
+            chemprop = chemprop_rows(task, results, test, targets[-args.test:], truths_of(task, test), scored)
+            first = max([row["molecules"] for row in chemprop], default=0)
+        rows += score_task(task, ensemble, test, args.methods or list(method_table(ensemble)), first)
+        rows += chemprop if args.chemprop else []
     print_table(rows)
     return 0
 

@@ -2,6 +2,7 @@
 
     python bench/predict.py [--sizes 10000 100000] [--checkpoint tests/data/kermt_upstream/ckpt_ft_cls.pt]
                             [--engines auto local ray] [--concurrency 1] [--upstream /path/to/KERMT] [--moses]
+                            [--attributions]
 
 Each size runs ``kermt predict --engine E`` for every E of ``--engines`` (auto picks local, in this process, or
 ray by the input's size: ray_app/screening/local.py), cold: a new process each time, as a user's command is.
@@ -10,7 +11,8 @@ Input: upstream's sample SMILES (tests/data/kermt_upstream_splits/train_val.csv)
 column. Each command runs as a child process; a sampler reads /proc every 0.2 s and records the peak RSS of the
 command's own process (the driver) and of its whole process tree (for ours: driver + the local Ray cluster it
 starts: GCS, raylet, workers, actors). Wall time includes start-up (Ray cluster / imports); molecules/s divides N by
-it. Streaming means the driver's peak RSS must not grow from 10k to 100k rows; upstream holds the whole dataset.
+it. ``--attributions``: each engine's command again with ``--attributions``, in the same run. Streaming means the
+driver's peak RSS must not grow from 10k to 100k rows; upstream holds the whole dataset.
 """
 
 from __future__ import annotations
@@ -120,13 +122,14 @@ def measure(cmd: list[str], cwd: Path | None = None, env: dict | None = None) ->
     return Measured(time.perf_counter() - started, peaks["driver"] / 1024, peaks["tree"] / 1024)
 
 
-def run_ours(data: Path, checkpoint: Path, args: argparse.Namespace, out: Path, engine: str) -> Measured:
+def run_ours(data: Path, checkpoint: Path, args: argparse.Namespace, out: Path, engine: str,
+             attributions: bool = False) -> Measured:
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     env.pop("RAY_ADDRESS", None)  # a cluster named in the environment would decide auto's engine
     concurrency = ["--concurrency", str(args.concurrency)] if args.concurrency is not None else []
     cmd = [sys.executable, "-m", "ray_app.cli", "predict", "--data_path", str(data), "--checkpoint_path",
            str(checkpoint), "--output_path", str(out / "ours.csv"), "--batch_size", str(args.batch_size),
-           "--id_columns", "compound", "--engine", engine, *concurrency]
+           "--id_columns", "compound", "--engine", engine, *concurrency, *(["--attributions"] if attributions else [])]
     measured = measure(cmd, cwd=ROOT, env=env)
     with open(out / "ours.csv") as f:  # every input row has its output row, in order
         rows = sum(1 for _ in f) - 1
@@ -155,6 +158,8 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", default=["auto", "ray"], choices=["auto", "local", "ray"])
     parser.add_argument("--concurrency", type=int, help="model actors (--engine ray; default: kermt's own)")
     parser.add_argument("--upstream", type=Path, help="upstream KERMT checkout to measure in the same run")
+    parser.add_argument("--attributions", action="store_true", help="also run each engine's command with "
+                        "--attributions (per-atom attributions of every task), next to the plain one")
     parser.add_argument("--moses", action="store_true", help="the first N MOSES molecules instead of the sample "
                         "SMILES repeated (scripts/fetch_moses.py; --sizes 1584663 is all of them)")
     args = parser.parse_args()
@@ -168,6 +173,9 @@ def main() -> None:
             data = make_data(n, out / f"in_{n}.csv", moses=args.moses)
             runs = [(f"kermt predict --engine {engine}", functools.partial(run_ours, data, args.checkpoint, args, out,
                                                                             engine)) for engine in args.engines]
+            runs += [(f"kermt predict --engine {engine} --attributions", functools.partial(
+                run_ours, data, args.checkpoint, args, out, engine, True)) for engine in args.engines
+                     if args.attributions]
             if args.upstream:
                 plain = make_data(n, out / f"in_{n}_smiles_only.csv", ids=False, moses=args.moses)
                 runs.append(("upstream main.py predict",
