@@ -14,7 +14,9 @@ Strategies, each from the same random first batch (the same --seed):
     .venv/bin/python bench/explore.py --scores Enamine10k_scores.csv.gz --save_dir runs/bench_explore
 
 Prints one table: per strategy and round, the share of the top 1 % found and the round's wall time. Extra flags
-after ``--`` go to every `kermt explore` (the surrogate's finetune flags).
+after ``--`` go to every `kermt explore` (the surrogate's finetune flags, ``--warm_start``). ``--ucb_uncertainty
+mve`` gives ucb one mean-variance model instead of an ensemble of 3. Round 1's time includes featurising the
+library once (DIR/library/), which later rounds read. Figures: docs/explore.md#measured.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ ROUNDS, SHARE = 5, "0.01"
 # the surrogate: the small fixture encoder with RDKit's normalised 2D descriptors (as jobs/configs/demo.yaml), the
 # settings that learned the demo's logP from 200 molecules (r 0.86 on the rest of the library, docs/explore.md)
 ROOT = Path(__file__).resolve().parents[1]
+# ucb's surrogate uncertainty (--ucb_uncertainty): an ensemble's spread (three finetunes a round) or one model's
+# mean-variance head (one finetune a round, as greedy's)
+UNCERTAINTY = {"ensemble": ["--ensemble_size", "3"], "mve": ["--loss", "mve"]}
 SURROGATE = ["--checkpoint_path", str(ROOT / "tests" / "data" / "kermt_upstream" / "ckpt_pretrain_vocab.pt"),
              "--epochs", "30", "--batch_size", "32", "--features_generator", "rdkit_2d_normalized",
              "--no_features_scaling", "--max_lr", "0.002", "--final_lr", "0.0002", "--warmup_epochs", "1",
@@ -56,15 +61,15 @@ def top_share(found_rows: np.ndarray, top: set[int]) -> float:
     return len(top.intersection(found_rows.tolist())) / len(top)
 
 
-def run_kermt(strategy: str, scores_path: str, save_dir: Path, seed: int,
-              extra: list[str]) -> list[tuple[float, float]]:
+def run_kermt(strategy: str, scores_path: str, save_dir: Path, seed: int, extra: list[str],
+              uncertainty: str = "ensemble") -> list[tuple[float, float]]:
     """(top-1 % share, seconds) after each round of `kermt explore --acquisition strategy`."""
     from ray_app.cli import main
 
     top = true_top(read_scores(scores_path)[1])
     flags = ["explore", "--library", scores_path, "--objective", f"lookup:{scores_path}:score", "--minimize",
              "--init_size", SHARE, "--acquire_size", SHARE, "--acquisition", strategy, "--seed", str(seed),
-             "--save_dir", str(save_dir / strategy), *(["--ensemble_size", "3"] if strategy == "ucb" else []),
+             "--save_dir", str(save_dir / strategy), *(UNCERTAINTY[uncertainty] if strategy == "ucb" else []),
              *SURROGATE, *extra]
     results = []
     for k in range(1, ROUNDS + 1):  # the same command with --iterations k resumes after round k - 1
@@ -119,13 +124,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--save_dir", default="runs/bench_explore")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategies", default="random,rf,greedy,ucb")
+    parser.add_argument("--ucb_uncertainty", choices=tuple(UNCERTAINTY), default="ensemble",
+                        help="ucb's surrogate: an ensemble of 3 or one mean-variance (mve) model")
     args = parser.parse_args(ours)
     table = {}
     for strategy in args.strategies.split(","):
         if strategy == "rf":
             table[strategy] = run_forest(args.scores, args.seed)
         else:
-            table[strategy] = run_kermt(strategy, args.scores, Path(args.save_dir), args.seed, extra)
+            table[strategy] = run_kermt(strategy, args.scores, Path(args.save_dir), args.seed, extra,
+                                        args.ucb_uncertainty)
         print(f"{strategy}: " + "  ".join(f"r{k} {share:.3f} ({seconds:.0f} s)"
                                           for k, (share, seconds) in enumerate(table[strategy])), flush=True)
     print("\nshare of the true top 1 % found after each round (1 % random start, 5 rounds of 1 %)")
