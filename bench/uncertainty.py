@@ -119,14 +119,14 @@ def run(command: list[str], log: Path) -> None:
 def kermt_ensemble(paths: dict[str, Path], save_dir: Path, members: int, flags: list[str]) -> dict[str, np.ndarray]:
     """y, mu, sigma and domain distance of val and test (``val_y``, ``test_mu``, ...) from a kermt ensemble with the
     from-scratch defaults trained on train (val: its epochs and domain threshold, test: held out); cached in
-    ``<save_dir>_arrays.npz``, and a finished run (run.json) is not trained again."""
+    ``<save_dir>_arrays.npz``; a finished run (run.json) is not trained again, an interrupted one resumes."""
     cached = save_dir.parent / f"{save_dir.name}_arrays.npz"
     if cached.exists():
         return dict(np.load(cached))
     if not (save_dir / "run.json").exists():
         run(KERMT + ["finetune", "--data_path", str(paths["train"]), "--separate_val_path", str(paths["val"]),
                      "--separate_test_path", str(paths["test"]), "--dataset_type", "regression", "--ensemble_size",
-                     str(members), "--save_dir", str(save_dir), "--overwrite", *flags],
+                     str(members), "--save_dir", str(save_dir), *flags],  # an interrupted run resumes
             save_dir.with_suffix(".finetune.log"))
     out = {}
     for part in ("val", "test"):
