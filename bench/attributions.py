@@ -299,7 +299,8 @@ def print_table(rows: list[dict]) -> None:
         first = (f"{row['pearson_first']:.3f}" + (f", {row['halogen_share_first']:.2f}"
                                                     if "halogen_share_first" in row else "")
                  if "pearson_first" in row else "")
-        residual = f"{row['residual']:.3f}" if row["residual"] is not None else "not additive"
+        residual = (f"{row['residual']:.3f}" if row["residual"] is not None else
+                    "not measured" if row["method"].startswith("chemprop") else "not additive")
         rationale = f" ({row['with_rationale']} with a rationale)" if "with_rationale" in row else ""
         print(f"| {row['task']} | {row['method']} | {row['molecules']}{rationale} | {row['pearson']:.3f} | {share} "
               f"| {first} | {residual} | {row['molecules_per_s']:.2f} | {row['molecules_per_cpu_s']:.2f} |")
