@@ -166,7 +166,7 @@ def main() -> None:
     args.features = "reg" in args.checkpoint.name  # the fixture regression models use rdkit_2d_normalized
     print(f"checkpoint {args.checkpoint.name}, batch {args.batch_size}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'run':<34}{'rows':>8}{'wall s':>9}{'mol/s':>9}{'driver peak MB':>16}{'tree peak MB':>14}")
+    print(f"{'run':<48}{'rows':>8}{'wall s':>9}{'mol/s':>9}{'driver peak MB':>16}{'tree peak MB':>14}")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         for n in args.sizes:
@@ -182,7 +182,7 @@ def main() -> None:
                              functools.partial(run_upstream, plain, args.checkpoint, args.upstream, args, out)))
             for name, run in runs:
                 m = run()
-                print(f"{name:<34}{n:>8}{m.seconds:>9.1f}{n / m.seconds:>9.0f}{m.driver_peak_mb:>16.0f}"
+                print(f"{name:<48}{n:>8}{m.seconds:>9.1f}{n / m.seconds:>9.0f}{m.driver_peak_mb:>16.0f}"
                       f"{m.tree_peak_mb:>14.0f}", flush=True)
 
 
