@@ -19,12 +19,13 @@ forward). bench/attributions.py chose the baseline and the steps by measurement 
 sum (docs/attributions.md).
 
 Batched: the ``steps + 1`` copies of many molecules are one graph, one forward and one backward per task, of at most
-``atoms_per_forward`` atom rows (by default fewer the wider the encoder). Each molecule is collated at its reference
-width (:mod:`kermt.inference.widths`; any width for a zero-padding model), so its values depend on the molecule and
-the model only, never on its batch-mates. Atom order: the graph's, which is RDKit's parse order of the SMILES the
-model saw (``model_smiles`` where standardisation changed the input). Members run in eval mode: MC dropout does not
-enter. Cost: the preset 800-wide encoder gave 0.2 molecules/s on one CPU thread (a 64-wide one 35): a screen wants
-GPUs.
+``atoms_per_forward`` atom rows (by default fewer the wider the encoder, and never more than a fixed cap), so
+memory is bounded by that budget, not by the batch's size times the path's points. Each molecule is collated at
+its reference width (:mod:`kermt.inference.widths`; any width for a zero-padding model), so its values depend on
+the molecule and the model only, never on its batch-mates. Atom order: the graph's, which is RDKit's parse order
+of the SMILES the model saw (``model_smiles`` where standardisation changed the input). Members run in eval mode:
+MC dropout does not enter. Cost: the preset 800-wide encoder gave 0.2 molecules/s on one CPU thread (a 64-wide
+one 35): a screen wants GPUs.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ OVER_BUDGET = f"more than {MAX_HEAVY_ATOMS} heavy atoms, the attributions' budge
 # atom rows (path copies included) x hidden size x attention heads per forward and backward: 2,048 rows of the
 # 800-wide, 4-head preset held ~3 GB of activations on the CPU (25,600 rows of a 64-wide 2-head model)
 FORWARD_BUDGET = 2_048 * 800 * 4
+# ... and at most this many atom rows whatever the width: the inputs on the path (151 atom and 165 bond features a
+# row, their differences and gradients) cost about 25 KB per atom row even for a 16-wide encoder, so FORWARD_BUDGET
+# alone let the 16-wide fixture classifier take 204,800 rows per forward, 4.3 GB (docs/attributions.md); 4,096 rows
+# hold about 110 MB of it there and were no slower (smaller forwards stay in cache)
+MAX_ATOM_ROWS = 4_096
 
 
 @dataclass(frozen=True)
@@ -117,11 +123,12 @@ class Attributor:
     def __init__(self, ensemble: Ensemble, path: PathRule | None = None, *, max_heavy_atoms: int = MAX_HEAVY_ATOMS,
                  atoms_per_forward: int | None = None, baseline: Baseline | None = None) -> None:
         """``atoms_per_forward``: atom rows per forward (path copies included; a molecule's copies are never
-        split); default: :data:`FORWARD_BUDGET` over the encoder's width."""
+        split); default: :data:`FORWARD_BUDGET` over the encoder's width, at most :data:`MAX_ATOM_ROWS`."""
         self.ensemble, self.path = ensemble, path or PathRule.integrated_gradients()
         encoder = ensemble.specs[0].encoder
         self.max_heavy_atoms = max_heavy_atoms
-        self.atoms_per_forward = atoms_per_forward or FORWARD_BUDGET // (encoder.hidden_size * encoder.num_attn_head)
+        self.atoms_per_forward = atoms_per_forward or min(
+            FORWARD_BUDGET // (encoder.hidden_size * encoder.num_attn_head), MAX_ATOM_ROWS)
         self.baseline = baseline or Baseline.reference()
         # the batch-independent rule whatever the ensemble predicts with (unavailable_reason refuses the one case
         # where that differs from its numbers)
@@ -261,5 +268,5 @@ def _integral(products: torch.Tensor, weights: torch.Tensor, rows: int) -> torch
     return weights @ products.sum(dim=1).double().view(len(weights), rows)
 
 
-__all__ = ["Attributions", "Attributor", "Baseline", "DEFAULT_STEPS", "FORWARD_BUDGET", "MAX_HEAVY_ATOMS",
-           "OVER_BUDGET", "PathRule", "unavailable_reason"]
+__all__ = ["Attributions", "Attributor", "Baseline", "DEFAULT_STEPS", "FORWARD_BUDGET", "MAX_ATOM_ROWS",
+           "MAX_HEAVY_ATOMS", "OVER_BUDGET", "PathRule", "unavailable_reason"]

@@ -14,7 +14,7 @@ import torch
 from bench.attributions import TinySettings, ensemble_of, halogen_counts, halogen_mask, train_model
 from kermt.data.featurize import featurize_smiles
 from kermt.inference import Ensemble, plan_features, read_members
-from kermt.inference.attributions import Attributor, PathRule, unavailable_reason
+from kermt.inference.attributions import MAX_ATOM_ROWS, Attributor, PathRule, unavailable_reason
 from kermt.inference.columns import OutputPlan, filled_rows, prediction_columns
 from kermt.inference.reference_atom import mean_rows, reference_rows
 from tests.conftest import FIXTURE_DIR
@@ -55,6 +55,7 @@ def test_values_add_up_to_the_prediction_minus_the_baseline(name):
 def test_a_molecules_values_do_not_depend_on_its_batch_mates():
     ensemble, generator = _ensemble("ckpt_ft_reg.pt")
     molecules = featurize_smiles(SMILES[:10], generator)
+    assert Attributor(ensemble).atoms_per_forward == MAX_ATOM_ROWS  # a narrow encoder: the cap bounds memory
     together = Attributor(ensemble).attribute(molecules)
     small_forwards = Attributor(ensemble, atoms_per_forward=200).attribute(molecules)  # a few molecules each
     for row in (0, 7):
