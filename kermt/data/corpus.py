@@ -26,7 +26,7 @@ Ids are uint16 while a vocab has at most 65,536 entries, int32 beyond.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -150,22 +150,35 @@ def _concat_graphs(parts: Sequence[FlatGraphs]) -> FlatGraphs:
     )
 
 
+def parsed(smiles: Sequence[str], mols: Sequence[bytes] | None = None) -> Iterator[Chem.Mol | None]:
+    """The molecules of cleaned SMILES, one at a time: rebuilt from their pickles when given (as
+    :func:`kermt.data.corpus_prep.clean_smiles_mols` returns them), else parsed."""
+    if mols is not None:
+        yield from map(Chem.Mol, mols)
+        return
+    with rdBase.BlockLogs():
+        yield from map(Chem.MolFromSmiles, smiles)
+
+
 def corpus_rows(smiles: Sequence[str], atom_vocab: ContextVocab, bond_vocab: ContextVocab,
-                smiles_vocab: SmilesVocab) -> CorpusArrays:
+                smiles_vocab: SmilesVocab, mols: Sequence[bytes] | None = None) -> CorpusArrays:
     """Featurise valid SMILES (as ``kermt.data.corpus_prep.clean_smiles`` keeps them) into corpus rows.
 
     Each molecule is parsed from its SMILES as given (no canonicalisation here), so graphs, labels and tokens all
-    follow that string's atom order. ValueError naming the row if one does not parse or cannot be featurised.
+    follow that string's atom order; ``mols``: the molecules' pickles from cleaning (the same molecules, rebuilt
+    without parsing). ValueError naming the row if one does not parse or cannot be featurised.
     """
-    parts = [_featurize_chunk(smiles[start:start + FEATURIZE_CHUNK], start, atom_vocab, bond_vocab, smiles_vocab)
-             for start in range(0, len(smiles), FEATURIZE_CHUNK)]
-    return CorpusArrays.concat(parts) if parts else _featurize_chunk([], 0, atom_vocab, bond_vocab, smiles_vocab)
+    def chunk(start: int) -> CorpusArrays:
+        stop = start + FEATURIZE_CHUNK
+        molecules = list(parsed(smiles[start:stop], None if mols is None else mols[start:stop]))
+        return _featurize_chunk(smiles[start:stop], molecules, start, atom_vocab, bond_vocab, smiles_vocab)
+
+    parts = [chunk(start) for start in range(0, len(smiles), FEATURIZE_CHUNK)]
+    return CorpusArrays.concat(parts) if parts else chunk(0)
 
 
-def _featurize_chunk(smiles: Sequence[str], first_row: int, atom_vocab: ContextVocab, bond_vocab: ContextVocab,
-                     smiles_vocab: SmilesVocab) -> CorpusArrays:
-    with rdBase.BlockLogs():
-        mols = [Chem.MolFromSmiles(s) for s in smiles]
+def _featurize_chunk(smiles: Sequence[str], mols: list[Chem.Mol | None], first_row: int, atom_vocab: ContextVocab,
+                     bond_vocab: ContextVocab, smiles_vocab: SmilesVocab) -> CorpusArrays:
     graphs, errors = build_graphs(mols)
     bad = next((i for i, (m, e) in enumerate(zip(mols, errors)) if m is None or e is not None), None)
     if bad is not None:
@@ -378,5 +391,5 @@ def open_corpus(path: str) -> Corpus:
 
 __all__ = ["ATOM_VOCAB_FILE", "BOND_VOCAB_FILE", "FORMAT_VERSION", "INVALID_FILE", "MANIFEST_FILE",
            "SMILES_VOCAB_FILE", "Corpus", "CorpusArrays", "CorpusManifest", "InputInfo", "ShardInfo",
-           "arrays_from_table", "corpus_rows", "corpus_table", "open_corpus", "read_listed_shard", "read_shard",
-           "shard_path", "write_manifest", "write_shard", "write_vocabs"]
+           "arrays_from_table", "corpus_rows", "corpus_table", "open_corpus", "parsed", "read_listed_shard",
+           "read_shard", "shard_path", "write_manifest", "write_shard", "write_vocabs"]

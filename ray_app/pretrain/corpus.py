@@ -44,7 +44,7 @@ from kermt.data.corpus_prep import (
     NO_VOCABS,
     VocabSettings,
     check_not_empty,
-    clean_smiles,
+    clean_smiles_mols,
     count_vocab_tokens,
     invalid_report,
     load_vocab,
@@ -61,13 +61,16 @@ ROWS, INVALID, DUPLICATES = "rows", "invalid", "duplicates"
 
 
 def clean_block(batch: pa.Table, canonicalize: bool) -> pa.Table:
-    """(source, row, raw) -> (source, row, smiles, reason, raw, duplicate); ``raw`` kept only for rejected rows,
-    ``duplicate`` False until :func:`ray_app.pretrain.corpus_dedupe.mark_duplicates` sets it."""
+    """(source, row, raw) -> (source, row, smiles, reason, mol, raw, duplicate); ``raw`` kept only for rejected
+    rows, ``duplicate`` False until :func:`ray_app.pretrain.corpus_dedupe.mark_duplicates` sets it. ``mol``: the
+    kept molecule as RDKit's binary pickle (~310 bytes for a MOSES molecule), so deduplication, counting and
+    featurising rebuild it instead of parsing its SMILES again (each parse costs about what featurising does)."""
     raw = batch.column("raw").to_pylist()
-    smiles, reasons = clean_smiles(raw, canonicalize)
+    smiles, reasons, mols = clean_smiles_mols(raw, canonicalize)
     return pa.table({
         "source": batch.column("source"), "row": batch.column("row"),
         "smiles": pa.array(smiles, pa.string()), "reason": pa.array(reasons, pa.string()),
+        "mol": pa.array(mols, pa.binary()),
         "raw": pa.array([r if reason else None for r, reason in zip(raw, reasons)], pa.string()),
         "duplicate": pa.array(np.zeros(len(raw), dtype=bool)),
     })
@@ -84,7 +87,8 @@ def _per_source(sources: np.ndarray) -> Counter:
 
 def count_block(batch: pa.Table) -> pa.Table:
     """Map side of the vocab reduce: (kind, key, count) rows for this block's contexts, tokens, rows, rejects."""
-    counts = count_vocab_tokens(_valid(batch).column("smiles").to_pylist())
+    valid = _valid(batch)
+    counts = count_vocab_tokens(valid.column("smiles").to_pylist(), valid.column("mol").to_pylist())
     sources = batch.column("source").to_numpy()
     rejected = batch.column("reason").is_null().to_numpy(zero_copy_only=False) == 0
     counts[ROWS], counts[INVALID] = _per_source(sources), _per_source(sources[rejected])
@@ -97,7 +101,7 @@ def count_block(batch: pa.Table) -> pa.Table:
 
 def featurize_block(batch: pa.Table, vocabs: tuple[ContextVocab, ContextVocab, SmilesVocab]) -> pa.Table:
     """Valid cleaned rows -> shard columns, plus ``source`` and ``row`` (provenance; also the shard order key)."""
-    table = corpus_table(corpus_rows(batch.column("smiles").to_pylist(), *vocabs))
+    table = corpus_table(corpus_rows(batch.column("smiles").to_pylist(), *vocabs, batch.column("mol").to_pylist()))
     return table.append_column("source", batch.column("source")).append_column("row", batch.column("row"))
 
 

@@ -36,7 +36,8 @@ def row_ids(block: pa.Table) -> np.ndarray:
 def bucket_keys(block: pa.Table, buckets: int, canonicalize: bool) -> tuple[pa.Table, ...]:
     """Map: the (key, id) of the block's valid rows, one table per bucket."""
     valid = block.filter(pc.is_null(block.column("reason"))) if block.num_rows else None  # empty: may lack columns
-    keys = duplicate_keys(valid.column("smiles").to_pylist(), canonicalize) if valid is not None else []
+    keys = (duplicate_keys(valid.column("smiles").to_pylist(), canonicalize, valid.column("mol").to_pylist())
+            if valid is not None else [])
     ids = row_ids(valid) if valid is not None else np.zeros(0, dtype=np.int64)
     bucket = np.array([zlib.crc32(k.encode()) % buckets for k in keys], dtype=np.int64)  # stable across processes
     table = pa.table({"key": pa.array(keys, pa.string()), "id": pa.array(ids, pa.int64())})
