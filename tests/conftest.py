@@ -50,10 +50,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# Under pytest-xdist (README: `pytest -n 2 --dist loadgroup`) each test file runs whole on one worker, as with
-# --dist loadfile, so its module fixtures are built once. Two kinds of file share more than a module: the serve
-# tests share one Serve application (and one HTTP proxy) per Ray session, and the tune and report tests read one
-# session-wide `kermt tune` sweep; each kind runs on one worker so that its Serve app and its sweep exist once.
+# Under pytest-xdist (`pytest -n N --dist loadgroup`, docs/getting-started.md#the-tests) each test file runs whole
+# on one worker, as with --dist loadfile, so its module fixtures are built once. Two kinds of file share more than a
+# module: the serve tests share one Serve application (and one HTTP proxy) per Ray session, and the tune and report
+# tests read one session-wide `kermt tune` sweep; each kind runs on one worker so that its Serve app and its sweep
+# exist once. Every xdist worker starts its own local Ray cluster.
 SHARED_SESSION_GROUPS = {"serve": "tests/ray_app/serve/", "tune_sweep": "tune_sweep"}
 
 
