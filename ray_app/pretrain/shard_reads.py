@@ -13,8 +13,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kermt.data.corpus import Corpus, CorpusArrays, ShardInfo, read_listed_shard
 from kermt.data.shard_stream import Load
-from ray_app.common.cluster import ClusterLayout
 from ray_app.common.storage import is_uri
+from ray_app.pretrain.corpus_read import reading_node
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,8 @@ class CorpusShards:
     @classmethod
     def of(cls, corpus: Corpus) -> "CorpusShards":
         """Called on the driver, connected: a Ray worker's working directory is not the driver's."""
-        if is_uri(corpus.path):
-            return cls(corpus.path, corpus.manifest.shards)
-        node = ray.get_runtime_context().get_node_id() if ClusterLayout.current().multi_node else None
-        return cls(str(Path(corpus.path).resolve()), corpus.manifest.shards, node)
+        path = corpus.path if is_uri(corpus.path) else str(Path(corpus.path).resolve())
+        return cls(path, corpus.manifest.shards, reading_node([corpus.path]))
 
     def loader(self) -> Load:
         """Reads shard i where this process runs, or on ``node`` when this process is elsewhere."""
