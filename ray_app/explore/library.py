@@ -1,13 +1,17 @@
 """The library an exploration draws from: its SMILES column, row by row (row i of the file is molecule i).
 
-The driver keeps the SMILES column only (Arrow strings: about 50 MB for a million molecules), to name the molecules
-a batch acquires and to count the rows. The molecules' graphs and features are computed once, by the first round
-that predicts, into ``DIR/library/`` (:func:`featurised_library`, :mod:`ray_app.screening.shards`), which every
-round's prediction reads (``ray_app.explore.surrogate``), a resumed exploration's too.
+The driver never holds the library. It counts the rows once, when the exploration starts (a Parquet file's footer
+says; a CSV is read through once), and reads the SMILES of the rows a batch acquires by streaming the column again,
+one block at a time, keeping only those rows (:meth:`Library.smiles`): a pass over the SMILES column per round, the
+way the featurisation reads the file, so row i is the same molecule in both. The molecules' graphs and features
+are computed once, by the first round that predicts, into ``DIR/library/`` (:func:`featurised_library`,
+:mod:`ray_app.screening.shards`), which every round's prediction reads (``ray_app.explore.surrogate``), a resumed
+exploration's too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,29 +22,52 @@ import pyarrow as pa
 from kermt.data.formats import input_format
 from kermt.errors import UserError
 from kermt.run_layout import RunLayout
-from ray_app.screening.files import InputTable
+from ray_app.screening.files import InputTable, filesystem_of
 
 if TYPE_CHECKING:
     from ray_app.explore.config import ExploreConfig
     from ray_app.screening.shards import Shards
 
+READ_ROWS = 65_536  # rows of the SMILES column held at once while the file is read through
+
 
 @dataclass(frozen=True)
 class Library:
-    """``path``'s SMILES (``smiles_column``), one per data row."""
+    """``path``'s SMILES column (``smiles_column``): ``rows`` data rows, read from the file when asked, never held."""
 
     path: str
     smiles_column: str
-    smiles_array: pa.Array
-
-    @property
-    def rows(self) -> int:
-        return len(self.smiles_array)
+    rows: int
 
     def smiles(self, rows: np.ndarray) -> list[str]:
-        """The SMILES of data rows ``rows`` ("" for an empty cell), in that order."""
-        taken = self.smiles_array.take(pa.array(np.asarray(rows, dtype=np.int64)))
-        return ["" if s is None else s for s in taken.to_pylist()]
+        """The SMILES of data rows ``rows`` ("" for an empty cell), in that order: one pass over the column that
+        stops after the last row asked for, holding a block and the rows asked for."""
+        wanted = np.asarray(rows, dtype=np.int64)
+        order = np.argsort(wanted, kind="stable")
+        ascending = wanted[order]
+        found = [""] * len(wanted)
+        start, taken = 0, 0
+        for block in self._blocks() if len(wanted) else ():
+            end = start + block.num_rows
+            upto = int(np.searchsorted(ascending, end))
+            if upto > taken:
+                cells = block.column(0).take(pa.array(ascending[taken:upto] - start)).to_pylist()
+                for position, cell in zip(order[taken:upto], cells):
+                    found[position] = cell or ""
+                taken = upto
+            if taken == len(wanted):
+                break
+            start = end
+        return found
+
+    def all_smiles(self) -> list[str]:
+        """Every row's SMILES ("" for an empty cell): for a retrospective study's report, not for a round."""
+        return ["" if s is None else s for block in self._blocks() for s in block.column(0).to_pylist()]
+
+    def _blocks(self) -> Iterator[pa.Table]:
+        from ray_app.screening.local import read_blocks  # torch: imported with the reader the featurisation uses
+
+        return read_blocks(InputTable.open(self.path), (self.smiles_column,), READ_ROWS)
 
 
 def smiles_column_of(columns: tuple[str, ...], given: str | None, path: str) -> str:
@@ -53,7 +80,7 @@ def smiles_column_of(columns: tuple[str, ...], given: str | None, path: str) -> 
 
 
 def open_library(path: str, smiles_column: str | None) -> Library:
-    """The library's SMILES column; a one-line error for a file that is missing, empty or of another format."""
+    """The library, its rows counted; a one-line error for a file that is missing, empty or of another format."""
     if "://" not in path and not Path(path).is_file():
         raise UserError(f"--library {path} does not exist or is not a file")
     kind = input_format(path).kind
@@ -62,20 +89,24 @@ def open_library(path: str, smiles_column: str | None) -> Library:
     table = InputTable.open(path)
     column = smiles_column_of(table.columns, smiles_column, path)
     try:
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            read = pq.read_table(path, columns=[column])
-        else:
-            import pyarrow.csv as pacsv
-
-            read = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
-                include_columns=[column], column_types={column: pa.string()}))
-    except pa.ArrowInvalid as error:
+        rows = _count_rows(table, column)
+    except pa.ArrowInvalid as error:  # a CSV that cannot be split is malformed_csv's error, naming the file
         raise UserError(f"--library {path}: cannot read it ({' '.join(str(error).split())})") from None
-    if read.num_rows == 0:
+    if rows == 0:
         raise UserError(f"--library {path} has no molecules (a header only)")
-    return Library(path, column, read.column(column).combine_chunks())
+    return Library(path, column, rows)
+
+
+def _count_rows(table: InputTable, column: str) -> int:
+    if table.format.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        filesystem, inner = filesystem_of(table.path)
+        with filesystem.open_input_file(inner) as handle:
+            return pq.ParquetFile(handle).metadata.num_rows
+    from ray_app.screening.local import count_rows
+
+    return count_rows(table, column)
 
 
 def featurised_library(config: ExploreConfig, layout: RunLayout, library: Library,

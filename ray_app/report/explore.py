@@ -1,10 +1,16 @@
 """The report of a `kermt explore` save_dir (``DIR/report.html``, rewritten after every round): what each round
 found against random, the scores of each batch, and the last surrogate's predictions of what was scored.
 
-Random's expectation: round 0 is a uniform random sample of the library, so its scores stand for the library's.
-Random's best (and mean of the best k) after n molecules is estimated by drawing n of round 0's scores with
-replacement, :data:`RANDOM_DRAWS` times with a fixed seed. It cannot exceed round 0's best: past that the
-exploration found what random sampling of round 0's size had not shown could exist.
+Random's expectation after n molecules acquired:
+
+- a ``lookup:`` objective whose files are still there knows every library molecule's score, so random's best, mean
+  of the best k and share of the true top 1 % found are exact expectations of picking n library rows at random
+  (hypergeometric: :mod:`kermt.explore.baseline`), and the report shows what share of the true top 1 % each round
+  had found;
+- any other objective knows only what was scored. Round 0 is a uniform random sample of the library, so its scores
+  stand for the library's: random's best and mean of the best k are estimated by drawing as many of round 0's
+  scores with replacement, :data:`RANDOM_DRAWS` times with a fixed seed. That estimate cannot exceed round 0's
+  best: past that the exploration found what random sampling of round 0's size had not shown could exist.
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import yaml
 
+from kermt.errors import UserError
+from kermt.explore.baseline import TRUE_TOP_SHARE, expected_best_mean, expected_found_share, true_top_rows
 from kermt.explore.explored import Explored, read_explored
+from kermt.explore.objective_spec import parse_objective
+from kermt.explore.scorers import lookup_scorer
 from kermt.inference.columns import STD_SUFFIX
 from kermt.run_layout import RunLayout
 from ray_app.report.figures import COLOURS, data_uri, plt
@@ -32,13 +42,11 @@ def explore_report(save_dir: Path) -> Report:
     settings = yaml.safe_load(layout.explore_settings.read_text()) or {}
     minimize = bool(settings.get("minimize", False))
     explored = read_explored(str(layout.explored))
-    curves = _curves(explored, minimize)
+    library = library_scores(settings)
+    curves = _curves(explored, minimize, library)
     sections = [_summary(save_dir, settings, explored, curves),
-                Section("Found per round against random", notes=[
-                    f"Best score and mean of the {TOP_K} best found after each round (lines), and random sampling's "
-                    f"expectation for as many molecules, estimated from round 0's scores ({RANDOM_DRAWS} seeded "
-                    "draws with replacement; it cannot exceed round 0's best)."],
-                    figures=[Figure("found per round against random", _found_figure(curves, minimize))]),
+                Section("Found per round against random", notes=[_random_note(library)],
+                        figures=[Figure("found per round against random", _found_figure(curves, minimize))]),
                 Section("Scores of each batch", figures=[Figure("scores of each batch",
                                                                 _batches_figure(explored, minimize))])]
     parity = _parity_section(layout, explored)
@@ -55,18 +63,57 @@ def _best(values: np.ndarray, minimize: bool, k: int = 1) -> float:
     return float(best.mean())
 
 
-def _curves(explored: Explored, minimize: bool) -> dict[str, np.ndarray]:
-    """Per round: molecules scored so far, best and top-k mean found, random's expected best and top-k mean."""
+def library_scores(settings: dict) -> np.ndarray | None:
+    """Every library row's score (NaN: none) when the objective is a lookup whose files can still be read; None
+    for any other objective, or when they cannot (the report then estimates random from round 0)."""
+    from ray_app.explore.library import open_library
+
+    try:
+        spec = parse_objective(str(settings.get("objective", "")))
+        if spec.kind != "lookup":
+            return None
+        library = open_library(str(settings.get("library")), settings.get("library_smiles_column"))
+        return lookup_scorer(spec)(library.all_smiles()).values
+    except (UserError, OSError):
+        return None
+
+
+def _random_note(library: np.ndarray | None) -> str:
+    found = f"Best score and mean of the {TOP_K} best found after each round (lines), and random sampling's "
+    if library is None:
+        return found + (f"expectation for as many molecules, estimated from round 0's scores ({RANDOM_DRAWS} seeded "
+                        "draws with replacement; it cannot exceed round 0's best).")
+    top = len(true_top_rows(library, False))
+    return found + (f"exact expectation for as many molecules picked at random from the library (the lookup file "
+                    f"knows every score: hypergeometric, kermt.explore.baseline); right, the share of the library's "
+                    f"true top {TRUE_TOP_SHARE:.0%} ({top:,} molecules) found, against random's n / N.")
+
+
+def _curves(explored: Explored, minimize: bool, library: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per round: molecules scored so far, best and top-k mean found, random's expected best and top-k mean (exact
+    from ``library``, every library row's score, when known; else estimated from round 0), and with ``library``
+    the share of its true top 1 % found and random's expectation of it."""
     rounds = np.arange(explored.rounds_done)
     first = explored.score[(explored.round == 0) & explored.scored]
     rng = np.random.default_rng(RANDOM_SEED)
-    out: dict[str, list[float]] = {k: [] for k in ("scored", "best", "top", "random_best", "random_top")}
+    top = None if library is None else true_top_rows(library, minimize)
+    out: dict[str, list[float]] = {k: [] for k in ("acquired", "best", "top", "random_best", "random_top")}
+    if top is not None:
+        out.update(found_share=[], random_share=[])
     for r in rounds:
         so_far = explored.score[explored.round <= r]
         n = int(np.isfinite(so_far).sum())
-        out["scored"].append(n)
+        out["acquired"].append(len(so_far))
         out["best"].append(_best(so_far, minimize))
         out["top"].append(_best(so_far, minimize, TOP_K))
+        if library is not None and top is not None:
+            picked = len(so_far)  # random picks as many library rows as were acquired, scored or not
+            out["random_best"].append(expected_best_mean(library, minimize, picked))
+            out["random_top"].append(expected_best_mean(library, minimize, picked, TOP_K))
+            found = np.isin(top, explored.library_row[explored.round <= r])
+            out["found_share"].append(float(found.mean()))
+            out["random_share"].append(expected_found_share(len(library), len(top), picked))
+            continue
         draws = rng.choice(first, size=(RANDOM_DRAWS, n)) if len(first) and n else np.full((1, 1), np.nan)
         out["random_best"].append(float(np.mean([_best(d, minimize) for d in draws])))
         out["random_top"].append(float(np.mean([_best(d, minimize, TOP_K) for d in draws])))
@@ -82,24 +129,31 @@ def _summary(save_dir: Path, settings: dict, explored: Explored, curves: dict[st
         rows.append([str(r), fmt(int(this.sum())), fmt(int((this & ~explored.scored).sum())),
                      fmt(_best(explored.score[this], bool(settings.get("minimize")))), fmt(curves["best"][r]),
                      fmt(curves["top"][r]), fmt(curves["random_best"][r]), fmt(curves["random_top"][r])])
+        if "found_share" in curves:
+            rows[-1] += [fmt(curves["found_share"][r]), fmt(curves["random_share"][r])]
+    shares = [f"true top {TRUE_TOP_SHARE:.0%} found", f"random: true top {TRUE_TOP_SHARE:.0%}"] if (
+        "found_share" in curves) else []
     return Section("Exploration", notes=[f"{len(explored):,} molecules acquired in {explored.rounds_done} rounds, "
                                          f"{int(explored.scored.sum()):,} scored; from {save_dir / 'explored.csv'}."],
                    tables=[Table(["setting", "value"], settings_rows),
                            Table(["round", "molecules", "not scored", "batch best", "best so far",
-                                  f"top-{TOP_K} mean so far", "random: best", f"random: top-{TOP_K} mean"], rows,
+                                  f"top-{TOP_K} mean so far", "random: best", f"random: top-{TOP_K} mean", *shares],
+                                 rows,
                                  caption="per round")])
 
 
 def _found_figure(curves: dict[str, np.ndarray], minimize: bool) -> str:
-    figure, axes = plt.subplots(1, 2, figsize=(8.6, 3.4))
-    for ax, (found, random, title) in zip(axes, (("best", "random_best", "best score found"),
-                                                 ("top", "random_top", f"mean of the {TOP_K} best found"))):
-        ax.plot(curves["scored"], curves[found], marker="o", color=COLOURS[0], label="explored")
-        ax.plot(curves["scored"], curves[random], marker="s", linestyle="--", color=COLOURS[1], label="random")
-        for x, y, r in zip(curves["scored"], curves[found], curves["round"]):
+    panels = [("best", "random_best", "best score found"), ("top", "random_top", f"mean of the {TOP_K} best found")]
+    if "found_share" in curves:
+        panels.append(("found_share", "random_share", f"share of the true top {TRUE_TOP_SHARE:.0%} found"))
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.3 * len(panels), 3.4))
+    for ax, (found, random, title) in zip(axes, panels):
+        ax.plot(curves["acquired"], curves[found], marker="o", color=COLOURS[0], label="explored")
+        ax.plot(curves["acquired"], curves[random], marker="s", linestyle="--", color=COLOURS[1], label="random")
+        for x, y, r in zip(curves["acquired"], curves[found], curves["round"]):
             ax.annotate(f"r{r}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.set_xlabel("molecules scored")
-        ax.set_ylabel("score" + (" (lower is better)" if minimize else ""))
+        ax.set_xlabel("molecules acquired")
+        ax.set_ylabel("share" if found == "found_share" else "score" + (" (lower is better)" if minimize else ""))
         ax.set_title(title)
         ax.legend(fontsize=7)
     figure.tight_layout()
@@ -155,4 +209,4 @@ def _parity_section(layout: RunLayout, explored: Explored) -> Section | None:
                    figures=[Figure("parity of the last surrogate", data_uri(figure))])
 
 
-__all__ = ["RANDOM_DRAWS", "TOP_K", "explore_report"]
+__all__ = ["RANDOM_DRAWS", "TOP_K", "explore_report", "library_scores"]

@@ -1,21 +1,27 @@
 """DIR/report.html of `kermt explore`, rewritten after every round: the rounds' best and top-k found against random's
 expectation, each batch's scores, and the last surrogate's parity on what was scored; opened in headless
-Chromium (every figure decodes, no console error, the per-round table shows every round with its values)."""
+Chromium (every figure decodes, no console error, the per-round table shows every round with its values). A lookup
+objective knows every library score, so random's expectations are exact: checked here against scipy's
+hypergeometric mean and a sum over every rank written out with exact binomial coefficients."""
 
 from __future__ import annotations
 
+import math
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from scipy.stats import hypergeom
 
 from kermt.explore.explored import read_explored
 from ray_app.cli import main
 from ray_app.report.build import write_report
-from ray_app.report.explore import TOP_K
+from ray_app.report.explore import TOP_K, explore_report, library_scores
 from tests.browser import console_errors, headless_chromium, keep_screenshot, rendered_images, requires_browser
 
 DEMO = Path(__file__).resolve().parents[3] / "data" / "sample" / "admet_demo.csv"
@@ -59,9 +65,42 @@ def test_the_report_shows_every_round_against_random_in_chromium(random_run):
         so_far = np.sort(so_far[np.isfinite(so_far)])[::-1]
         assert float(row[4]) == pytest.approx(so_far[0], rel=1e-3)  # best so far
         assert float(row[5]) == pytest.approx(so_far[:TOP_K].mean(), rel=1e-3)
-        assert float(row[6]) <= so_far[0] + 1e-9 or r == 0  # random's best is drawn from round 0's scores
-    first = explored.score[(explored.round == 0) & np.isfinite(explored.score)]
-    assert float(rows[0][6]) < first.max()  # 100 draws with replacement miss the best now and then
+    assert rows == explore_report(random_run).sections[0].tables[1].rows  # the page shows the table checked below
+
+
+def test_a_lookups_random_expectations_are_exact(random_run):
+    explored = read_explored(str(random_run / "explored.csv"))
+    rows = explore_report(random_run).sections[0].tables[1].rows
+    library = pd.read_csv(DEMO)["logp"].to_numpy()  # the lookup's scores of every library row (NaN: none)
+    assert len(pd.read_csv(DEMO)["smiles"].unique()) == len(library)  # so the lookup gives each row its own
+    ranked = np.sort(library[np.isfinite(library)])[::-1]
+    top = set(np.argsort(np.nan_to_num(-library, nan=np.inf), kind="stable")[:math.ceil(0.01 * len(ranked))])
+    assert len(top) == 16  # 1,584 scored rows of 2,000
+    for r, row in enumerate(rows):
+        picked = int((explored.round <= r).sum())
+        assert float(row[6]) == pytest.approx(_expected_best(ranked, len(library), picked), rel=1e-3)
+        found = len(top & set(explored.library_row[explored.round <= r].tolist())) / len(top)
+        assert float(row[8]) == pytest.approx(found, rel=1e-3)
+        assert float(row[9]) == pytest.approx(hypergeom(len(library), len(top), picked).mean() / len(top), rel=1e-3)
+
+def _expected_best(ranked: np.ndarray, rows: int, picked: int) -> float:
+    """E[best of ``picked`` rows drawn from ``rows``], ``ranked`` the scores best first: rank i (1-based) is the
+    best of a pick that holds it and none of the i - 1 above it, C(rows - i, picked - 1) of the C(rows, picked)."""
+    chances = [Fraction(math.comb(rows - i, picked - 1), math.comb(rows, picked)) for i in range(1, len(ranked) + 1)]
+    return float(sum(c * Fraction(float(s)) for c, s in zip(chances, ranked)) / sum(chances))
+
+
+def test_without_a_lookup_random_is_estimated_from_round_0(random_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(random_run, run)
+    settings = run / "explore_config.yaml"
+    settings.write_text(settings.read_text().replace(f"lookup:{DEMO}:logp", "python:my_scores:logp"))
+    assert library_scores({"objective": "python:my_scores:logp", "library": str(DEMO)}) is None
+    summary = explore_report(run).sections[0].tables[1]
+    assert len(summary.columns) == 8 and "true top" not in " ".join(summary.columns)
+    first = read_explored(str(run / "explored.csv"))
+    first = first.score[(first.round == 0) & np.isfinite(first.score)]
+    assert max(float(row[6]) for row in summary.rows) <= first.max() + 1e-9  # drawn from round 0's scores
 
 
 def test_the_last_surrogates_parity_is_shown(random_run, tmp_path):
