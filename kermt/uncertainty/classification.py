@@ -29,7 +29,7 @@ from sklearn.linear_model import LogisticRegression
 
 from kermt.errors import UserError
 from kermt.registry import CLASS_CALIBRATION_METHODS, DEFAULT_CLASS_CALIBRATION_METHOD
-from kermt.uncertainty.conformal import conformal_quantile, labelled_rows
+from kermt.uncertainty.conformal import DEFAULT_SPLIT_FLAG, conformal_quantile, labelled_rows
 from kermt.uncertainty.metrics import probability_report, set_report
 
 CLASSIFICATION_METHODS = CLASS_CALIBRATION_METHODS  # the names, once, in kermt.registry
@@ -73,13 +73,15 @@ class ClassCalibration:
 
 
 def fit_class_calibration(task: str, p: np.ndarray, y: np.ndarray, method: str = DEFAULT_CLASSIFICATION_METHOD,
-                          source: str = "the calibration set") -> ClassCalibration:
+                          source: str = "the calibration set",
+                          split_flag: str | None = DEFAULT_SPLIT_FLAG) -> ClassCalibration:
     """Fit one task's calibration on ``p`` (the model's probability of class 1) and ``y`` (labels 0/1, NaN =
-    unlabelled: skipped). ``source`` names the file/split in error messages."""
+    unlabelled: skipped). ``source`` names the file/split in error messages, ``split_flag`` the flag that sizes
+    it (``conformal.labelled_rows``)."""
     if method not in CLASSIFICATION_METHODS:
         raise UserError(f"classification calibration method {method!r} is not one of "
                         f"{', '.join(CLASSIFICATION_METHODS)}")
-    p, y = _labelled(task, p, y, source)
+    p, y = _labelled(task, p, y, source, split_flag)
     if method == PLATT:
         fit = LogisticRegression(C=1e6).fit(logit(np.clip(p, PROBABILITY_CLIP, 1 - PROBABILITY_CLIP))[:, None], y)
         params = ((float(fit.coef_[0, 0]), float(fit.intercept_[0])),)
@@ -90,9 +92,10 @@ def fit_class_calibration(task: str, p: np.ndarray, y: np.ndarray, method: str =
     return ClassCalibration(task=task, method=method, params=params, scores=tuple(float(s) for s in scores))
 
 
-def _labelled(task: str, p: np.ndarray, y: np.ndarray, source: str) -> tuple[np.ndarray, np.ndarray]:
+def _labelled(task: str, p: np.ndarray, y: np.ndarray, source: str,
+              split_flag: str | None) -> tuple[np.ndarray, np.ndarray]:
     p, y = np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    labelled = labelled_rows(y, task, source)
+    labelled = labelled_rows(y, task, source, split_flag)
     p, y = p[labelled], y[labelled]
     if not set(np.unique(y)) <= {0.0, 1.0}:
         raise UserError(f"{source}: column {task!r} has labels other than 0 and 1 (e.g. {y[(y != 0) & (y != 1)][0]})"
@@ -108,7 +111,8 @@ def _labelled(task: str, p: np.ndarray, y: np.ndarray, source: str) -> tuple[np.
 
 def fit_class_calibrations(tasks: tuple[str, ...] | list[str], member_probs: np.ndarray, labels: np.ndarray,
                            method: str = DEFAULT_CLASSIFICATION_METHOD,
-                           source: str = "the validation split") -> dict[str, ClassCalibration]:
+                           source: str = "the validation split",
+                           split_flag: str | None = DEFAULT_SPLIT_FLAG) -> dict[str, ClassCalibration]:
     """Every task's calibration of an ensemble from its validation predictions: ``member_probs`` [K, N, T] (each
     member's probabilities; [N, T] for one model or an already averaged ensemble), ``labels`` [N, T] (0/1, NaN =
     unlabelled). All or nothing, as the regression calibration is: a task that cannot be calibrated (fewer than 20
@@ -119,7 +123,8 @@ def fit_class_calibrations(tasks: tuple[str, ...] | list[str], member_probs: np.
     if mean.shape != labels.shape or mean.shape[1] != len(tasks):
         raise ValueError(f"predictions {mean.shape} and labels {labels.shape} must both be (molecules, "
                          f"{len(tasks)} tasks)")
-    return {task: fit_class_calibration(task, mean[:, t], labels[:, t], method, source) for t, task in enumerate(tasks)}
+    return {task: fit_class_calibration(task, mean[:, t], labels[:, t], method, source, split_flag)
+            for t, task in enumerate(tasks)}
 
 
 def class_calibration_record(calibrations: dict[str, ClassCalibration], mean_probs: np.ndarray,

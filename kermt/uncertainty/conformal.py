@@ -121,16 +121,20 @@ def check_level(level: float) -> None:
         raise UserError(f"--interval {level}: an interval level must lie strictly between 0 and 1 (e.g. 0.9)")
 
 
+DEFAULT_SPLIT_FLAG = "--split_sizes"  # kermt finetune's; callers with another flag pass theirs
+
+
 def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray | None,
                     method: str = DEFAULT_METHOD, source: str = "the calibration set",
-                    distance: np.ndarray | None = None) -> Calibration:
+                    distance: np.ndarray | None = None, split_flag: str | None = DEFAULT_SPLIT_FLAG) -> Calibration:
     """Fit one task's calibration on ``mu`` (predictions), ``y`` (labels, NaN = unlabelled: skipped) and ``sigma``
     (the ensemble's spread; None for a single model). ``source`` names the file/split in error messages;
-    ``distance``: each molecule's applicability-domain distance (``mondrian_domain`` needs it)."""
+    ``distance``: each molecule's applicability-domain distance (``mondrian_domain`` needs it); ``split_flag``: the
+    caller's flag that sizes the split ``y`` comes from (:func:`labelled_rows`)."""
     if method not in METHODS:
         raise UserError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
     mu, y = np.asarray(mu, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    labelled = labelled_rows(y, task, source)
+    labelled = labelled_rows(y, task, source, split_flag)
     if not np.isfinite(mu[labelled]).all():
         raise UserError(f"{source}: column {task!r}: a labelled molecule has no finite prediction")
     residual = np.abs(y[labelled] - mu[labelled])
@@ -155,14 +159,16 @@ def fit_calibration(task: str, mu: np.ndarray, y: np.ndarray, sigma: np.ndarray 
                        sigma_floor=None if method == PLAIN else floor, sigmas=sigmas, distances=distances)
 
 
-def labelled_rows(y: np.ndarray, task: str, source: str) -> np.ndarray:
-    """The mask of ``y``'s labelled rows (not NaN); fewer than :data:`MIN_CALIBRATION_ROWS` is a UserError."""
+def labelled_rows(y: np.ndarray, task: str, source: str, split_flag: str | None = DEFAULT_SPLIT_FLAG) -> np.ndarray:
+    """The mask of ``y``'s labelled rows (not NaN); fewer than :data:`MIN_CALIBRATION_ROWS` is a UserError whose
+    advice names ``split_flag``, the flag that sizes the split ``y`` comes from in the calling command (finetune's
+    --split_sizes, explore's --validation_share; None: ``y`` is a file of its own, no split to enlarge)."""
     labelled = ~np.isnan(y)
     n = int(labelled.sum())
     if n < MIN_CALIBRATION_ROWS:
+        larger = f"a larger validation split ({split_flag}) or " if split_flag else ""
         raise UserError(f"{source}: column {task!r} has {n} labelled molecule(s); a calibration needs at least "
-                        f"{MIN_CALIBRATION_ROWS}: use a larger validation split (--split_sizes) or more labelled "
-                        "molecules")
+                        f"{MIN_CALIBRATION_ROWS}: use {larger}more labelled molecules")
     return labelled
 
 

@@ -139,7 +139,8 @@ def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_pred
     mu, sigma = ensemble_mean(members), total_std(members, variances)
     method = setup.config.calibration_method if len(member_preds) > 1 or variances is not None else PLAIN_FALLBACK
     try:
-        fitted = {task: fit_calibration(task, mu[:, t], on.labels[:, t], sigma[:, t], method, on.source, distances)
+        fitted = {task: fit_calibration(task, mu[:, t], on.labels[:, t], sigma[:, t], method, on.source, distances,
+                                        _split_flag(setup, on))
                   for t, task in enumerate(setup.task_names)}
     except UserError as error:
         return _skipped(setup, fold, on, str(error))
@@ -164,7 +165,7 @@ def _calibrate_classes(setup: RunSetup, fold: int, on: CalibrationSet, member_pr
     """``fold_F/classification_calibration.json`` from the members' probabilities [K, N, T] of ``on``."""
     probs, method = np.stack(member_preds), setup.config.class_calibration_method
     try:
-        fitted = fit_class_calibrations(setup.task_names, probs, on.labels, method, on.source)
+        fitted = fit_class_calibrations(setup.task_names, probs, on.labels, method, on.source, _split_flag(setup, on))
     except UserError as error:
         return _skipped(setup, fold, on, str(error))
     path = setup.layout.class_calibration(fold)
@@ -174,6 +175,11 @@ def _calibrate_classes(setup: RunSetup, fold: int, on: CalibrationSet, member_pr
     print(f"fold {fold}: calibrated ({method} probabilities, conformal sets) on {on.source}: "
           + ", ".join(f"{task} n={entry['n']}" for task, entry in record["tasks"].items()), flush=True)
     return record
+
+
+def _split_flag(setup: RunSetup, on: CalibrationSet) -> str | None:
+    """The flag that sizes ``on`` in this run's command, for a calibration's advice (None: a file of its own)."""
+    return setup.config.split_flag if on.in_training is None else None
 
 
 def _record(setup: RunSetup, path, method: str, on: CalibrationSet) -> dict[str, Any]:
@@ -197,7 +203,6 @@ def _skipped(setup: RunSetup, fold: int, on: CalibrationSet, reason: str) -> dic
     calibration of the same models left behind (a re-run with other calibration settings recalibrates)."""
     for path in (setup.layout.calibration(fold), setup.layout.class_calibration(fold)):
         path.unlink(missing_ok=True)
-    reason = reason.replace("--split_sizes", setup.config.split_flag)  # the calibration's advice, in this run's flag
     print(f"fold {fold}: no calibration ({reason}); its models predict, but not with --interval", flush=True)
     return {"file": None, "source": on.source, "reason": reason}
 

@@ -89,6 +89,29 @@ def test_too_few_labelled_rows_names_the_column():
         fit_calibration("logS", mu, y, sigma, source="fold_0 validation split")
 
 
+def test_too_few_labelled_rows_advises_the_callers_flag():
+    """kermt finetune sizes its validation split with --split_sizes, kermt explore with --validation_share, and a
+    calibration file has no split: each caller's message names its own (regression and classification alike)."""
+    from kermt.uncertainty.classification import fit_class_calibrations
+
+    mu, y, sigma = heteroscedastic(30, seed=4)
+    y[:15] = np.nan
+    labels = np.where(np.isnan(y), np.nan, (y > np.nanmedian(y)).astype(float))[:, None]
+    probs = np.full((30, 1), 0.5)
+    for flag, advice in (("--split_sizes", "use a larger validation split (--split_sizes) or more labelled molecules"),
+                         ("--validation_share", "use a larger validation split (--validation_share) or more labelled "
+                          "molecules"),
+                         (None, "use more labelled molecules")):
+        with pytest.raises(UserError) as regression:
+            fit_calibration("logS", mu, y, sigma, split_flag=flag)
+        with pytest.raises(UserError) as classification:
+            fit_class_calibrations(["logS"], probs, labels, split_flag=flag)
+        for caught in (regression, classification):
+            assert str(caught.value).endswith(f"at least 20: {advice}")
+    with pytest.raises(UserError, match=r"\(--split_sizes\)"):  # finetune's flag unless told otherwise
+        fit_calibration("logS", mu, y, sigma)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -0.1])
 def test_bad_sigma_is_an_error(bad):
     mu, y, sigma = heteroscedastic(40, seed=5)

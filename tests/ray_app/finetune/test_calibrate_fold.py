@@ -61,6 +61,14 @@ def test_one_member_falls_back_to_plain_and_a_small_split_is_skipped(tmp_path, c
     assert "fold 1: no calibration (" in capsys.readouterr().out
 
 
+def test_a_small_split_names_the_flag_of_the_command_that_sized_it(tmp_path):
+    setup, splits, _, members = _fold_inputs(tmp_path, rows=10)
+    assert "use a larger validation split (--split_sizes)" in calibrate_fold(setup, 0, splits, members)["reason"]
+    setup.config = FinetuneConfig(data_path="d.csv").with_split_flag("--validation_share")  # an explore surrogate
+    reason = calibrate_fold(setup, 0, splits, members)["reason"]
+    assert "use a larger validation split (--validation_share)" in reason and "--split_sizes" not in reason
+
+
 @pytest.mark.parametrize("method", ["platt", "isotonic"])
 def test_a_classification_fold_gets_calibrated_probabilities_and_set_scores(tmp_path, capsys, method):
     from kermt.uncertainty.calibration_file import load_class_calibrations
