@@ -64,7 +64,7 @@ class ExploreConfig(SurrogateSettings):  # type: ignore[misc, valid-type]  # a c
     validation_share: float = Field(0.1, gt=0, lt=1, description="share of the scored molecules each surrogate "
                                     "holds out for early stopping and calibration (no test split)")
     warm_start: bool = Field(False, description="each round's surrogate after the first starts from the previous "
-                             "round's model (its encoder and head; an ensemble's members all from its first) "
+                             "round's model (its encoder and head; an ensemble's member k from its member k) "
                              "instead of --checkpoint_path, and trains on everything scored as before")
     save_dir: str = Field("runs/explore", description="output directory: explored.csv, round_k/ (each round's "
                           "surrogate), report.html; the same command on it resumes the exploration")

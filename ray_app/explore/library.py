@@ -109,10 +109,10 @@ def _count_rows(table: InputTable, column: str) -> int:
     return count_rows(table, column)
 
 
-def featurised_library(config: ExploreConfig, layout: RunLayout, library: Library,
-                       batch_size: int) -> Shards:
-    """The library's molecules featurised for ``config``'s surrogates (``DIR/library/``): written by the first call,
-    read by every later one (each round, a resumed exploration)."""
+def featurised_library(config: ExploreConfig, layout: RunLayout, library: Library, batch_size: int,
+                       engine: str | None = None) -> Shards:
+    """The library's molecules featurised for ``config``'s surrogates (``DIR/library/``): written by the first call
+    (on ``engine``, None: --engine auto's choice), read by every later one (each round, a resumed exploration)."""
     from kermt.chem.standardize import MoleculePrep
     from ray_app.screening.shards import read_shards, write_shards  # torch: only when a round predicts
     from ray_app.screening.stream import InputSpec
@@ -122,7 +122,8 @@ def featurised_library(config: ExploreConfig, layout: RunLayout, library: Librar
     shards = read_shards(layout.explore_library)
     if shards is not None and shards.spec == spec and shards.rows == library.rows:
         return shards
-    return write_shards(InputTable.open(library.path), spec, layout.explore_library, config.address, batch_size)
+    return write_shards(InputTable.open(library.path), spec, layout.explore_library, config.address, batch_size,
+                        engine)
 
 
 __all__ = ["Library", "featurised_library", "open_library", "smiles_column_of"]

@@ -41,40 +41,48 @@ def train_surrogate(config: ExploreConfig, layout: RunLayout, round_index: int, 
     rows.writerows(zip(scored.smiles, scored.score.tolist()))
     training = layout.round_training(round_index)
     write_text(str(training), text.getvalue())
-    finetune = config.surrogate(round_index, str(training), str(directory), _previous_model(config, layout,
-                                                                                         round_index))
+    previous = previous_members(config, layout, round_index)
+    finetune = config.surrogate(round_index, str(training), str(directory), previous[0] if previous else None)
     sources = {name: "user" for name in type(finetune).model_fields}
     with open(directory / ROUND_LOGS["finetune"], "a") as log, contextlib.redirect_stdout(log):
+        if len(previous) == config.ensemble_size:  # member k from the previous round's member k
+            finetune = finetune.with_member_checkpoints(previous)
+        elif previous:
+            print(f"warm start: the previous round saved {len(previous)} member(s) for an ensemble of "
+                  f"{config.ensemble_size}; every member starts from its first, {previous[0]}", flush=True)
         run_finetune(finetune, sources)
     return directory
 
 
-def _previous_model(config: ExploreConfig, layout: RunLayout, round_index: int) -> str | None:
-    """--warm_start: the previous round's first member, where this round's surrogate starts (None: round 1, or
-    no warm start)."""
+def previous_members(config: ExploreConfig, layout: RunLayout, round_index: int) -> tuple[str, ...]:
+    """--warm_start: the previous round's members in member order, where this round's start (none: round 1, or
+    no warm start). Member k starts from member k when the counts match; else each from the first."""
     if not config.warm_start or round_index < 2:
-        return None
+        return ()
     from kermt.inference import find_checkpoints
 
-    return str(find_checkpoints(layout.round(round_index - 1))[0])
+    return tuple(str(p) for p in find_checkpoints(layout.round(round_index - 1)))
 
 
 def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, library: Library) -> Surrogate:
     """The round's surrogate's mean and std for every library row (NaN where a SMILES is invalid), predicted from
     the library featurised once (``DIR/library/``, written by the first round that predicts)."""
     from ray_app.screening.config import PredictConfig
+    from ray_app.screening.engines import auto_engine
     from ray_app.screening.run import run_predict
 
     path = layout.round_predictions(round_index)
     if not path.exists():
-        predict = PredictConfig(data_path=config.library, smiles_column=library.smiles_column,
-                                checkpoint_dir=str(layout.round(round_index)), output_path=str(path),
-                                uncertainty=True, drop_extra_columns=True, address=config.address,
-                                max_heavy_atoms=config.max_heavy_atoms, use_gpu=config.use_gpu)
         # its lines (the engine, one model's zero spread) go to the round's log: the round line is the news
         with open(layout.round(round_index) / ROUND_LOGS["predict"], "a") as log, contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
-            shards = featurised_library(config, layout, library, predict.batch_size)
+            # --engine auto's choice, logged once: featurising the library (round 1) and predicting it share it
+            engine = auto_engine(config.library, config.address)
+            predict = PredictConfig(data_path=config.library, smiles_column=library.smiles_column,
+                                    checkpoint_dir=str(layout.round(round_index)), output_path=str(path),
+                                    uncertainty=True, drop_extra_columns=True, address=config.address,
+                                    max_heavy_atoms=config.max_heavy_atoms, use_gpu=config.use_gpu, engine=engine)
+            shards = featurised_library(config, layout, library, predict.batch_size, engine)
             run_predict(predict, shards)
     table = pq.read_table(path, columns=[TRAINING_SCORE, TRAINING_SCORE + STD_SUFFIX])
     mean, std = (_floats(table.column(i)) for i in range(2))
@@ -85,4 +93,4 @@ def _floats(column: pa.ChunkedArray) -> np.ndarray:
     return column.to_numpy().astype(np.float64)  # nulls (invalid rows) become NaN
 
 
-__all__ = ["predict_library", "train_surrogate"]
+__all__ = ["predict_library", "previous_members", "train_surrogate"]

@@ -70,6 +70,18 @@ class FinetuneConfig(DataParallelSettings):
         self._split_flag = flag
         return self
 
+    # kermt explore --warm_start: member m starts from _member_checkpoints[m] (the previous round's member m, so the
+    # ensemble keeps its spread) instead of checkpoint_path, which names the first of them (the architecture)
+    _member_checkpoints: tuple[str, ...] = PrivateAttr(())
+
+    @property
+    def member_checkpoints(self) -> tuple[str, ...]:
+        return self._member_checkpoints
+
+    def with_member_checkpoints(self, paths: tuple[str, ...]) -> "FinetuneConfig":
+        self._member_checkpoints = tuple(paths)
+        return self
+
     # data
     data_path: str = Field(description="CSV (also .csv.gz/.bz2/.zst) or Parquet with a SMILES column and targets")
     smiles_column: Optional[str] = Field(None, description="SMILES column (default: the first column)")

@@ -43,7 +43,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
     seed = member_seed(c.seed + fold, member)  # also the seed of save_member's width histogram
     # the workers build the starting model from the shared checkpoint: this process never holds one before the end
     plan = MemberPlan(
-        model_config=config, initial_state=StartingWeights(setup.without_inputs(), seed), train=None, val=None,
+        model_config=config, initial_state=StartingWeights(setup.without_inputs(), seed, member), train=None, val=None,
         target_scaler=splits.target_scaler, seed=seed, epochs=c.epochs, global_batch_size=c.step_batch_size,
         init_lr=c.init_lr, max_lr=c.max_lr, final_lr=c.final_lr, warmup_epochs=c.warmup_epochs,
         weight_decay=c.weight_decay, fine_tune_coff=c.fine_tune_coff, dist_coff=c.dist_coff,
@@ -89,7 +89,9 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
                                              data_scaler=splits.target_scaler, features_scaler=splits.features_scaler,
                                              reference_width=most_frequent_width(widths), training_widths=widths)
     passthrough = unbuilt_encoder_tensors(setup.source_checkpoint()) if setup.checkpoint else None
-    provenance = {"run_id": setup.run_id, "checkpoint_path": str(setup.checkpoint.path) if setup.checkpoint else None}
+    started = c.member_checkpoints[member] if c.member_checkpoints else setup.checkpoint.path if setup.checkpoint \
+        else None
+    provenance = {"run_id": setup.run_id, "checkpoint_path": None if started is None else str(started)}
     save_native(RunLayout(directory).model, model.state_dict(), spec, passthrough=passthrough, provenance=provenance)
     if model.config.head.variance:  # upstream's heads predict one value per task: no model.pt can hold this one
         print(f"{directory.name}: no upstream model.pt: a variance head (--loss mve) has no upstream counterpart; "

@@ -135,14 +135,16 @@ class StartingWeights:
 
     setup: RunSetup  # without inputs; its checkpoint shared
     seed: int
+    member: int = 0
 
     def build(self, config: FinetuneModelConfig) -> tuple[dict[str, torch.Tensor], str]:
-        return member_initial_state(self.setup, config, self.seed)
+        return member_initial_state(self.setup, config, self.seed, self.member)
 
 
-def member_initial_state(setup: RunSetup, config: FinetuneModelConfig,
-                         seed: int) -> tuple[dict[str, torch.Tensor], str]:
-    """The member's starting weights: head initialised as upstream (seeded), encoder from the checkpoint."""
+def member_initial_state(setup: RunSetup, config: FinetuneModelConfig, seed: int,
+                         member: int = 0) -> tuple[dict[str, torch.Tensor], str]:
+    """The member's starting weights: head initialised as upstream (seeded), encoder from the checkpoint (the
+    member's own when the config names one per member: FinetuneConfig.member_checkpoints)."""
     torch.manual_seed(seed)
     model = KermtFinetuneModel(config)
     # Upstream's init (1-D -> 0, else xavier) for the head only; a from-scratch encoder keeps PyTorch's init,
@@ -152,10 +154,12 @@ def member_initial_state(setup: RunSetup, config: FinetuneModelConfig,
             initialize_weights(module)
     if setup.checkpoint is None:
         return model.state_dict(), "trained from scratch (no checkpoint)"
-    ckpt = setup.source_checkpoint()
+    own = setup.config.member_checkpoints
+    ckpt = read_checkpoint(own[member], trust_pickle=setup.config.trust_checkpoint) if own else \
+        setup.source_checkpoint()  # a member's own is read where it trains, as the shared one is
     fresh = FRESH_HEAD_PREFIXES if ckpt.spec.kind != "finetuned" else ("mtl_log_sigma",)
     report = load_into_model(model, ckpt.state_dict, fresh, ckpt.ignored_entries())
-    return model.state_dict(), report.summary()
+    return model.state_dict(), (f"starts from {own[member]}\n" if own else "") + report.summary()
 
 
 def member_seed(fold_seed: int, member: int) -> int:

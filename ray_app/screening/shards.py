@@ -73,15 +73,16 @@ def read_shards(directory: Path) -> Shards | None:
 
 
 def write_shards(table: InputTable, spec: InputSpec, directory: Path, address: str | None,
-                 batch_size: int) -> Shards:
-    """``table`` featurised as ``spec`` says into ``directory`` (replacing what is there); its shards."""
+                 batch_size: int, engine: str | None = None) -> Shards:
+    """``table`` featurised as ``spec`` says into ``directory`` (replacing what is there); its shards. ``engine``:
+    "local" or "ray" as the caller already chose (and logged) it; None: ``--engine auto``'s choice, logged here."""
     from ray_app.screening.engines import auto_engine
 
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     block = rows_per_block(batch_size)
-    if auto_engine(table.path, address) == "local":
+    if (engine or auto_engine(table.path, address)) == "local":
         blocks: Iterator[pa.Table] = (featurize_block(b, spec) for b in read_blocks(table, spec.read_columns, block))
     else:
         from ray_app.common.cluster import connect
