@@ -7,6 +7,8 @@ from ray_app.common.remote_files import local_files
 from ray_app.common.settings import Source
 from ray_app.finetune.config import FinetuneConfig
 
+DRIVER_TORCH_THREADS = 1
+
 
 def main(argv: list[str]) -> int:
     """`kermt finetune ARGS`. Bad input raises :class:`~kermt.errors.UserError` (the entry point's guard prints it as
@@ -30,8 +32,14 @@ def _finetune(config: FinetuneConfig, sources: dict[str, Source]) -> None:
             dry_run_finetune(local, sources)
             return
         from ray_app.finetune.run import run_finetune  # Ray is imported only once the input is known to be good
+        from ray_app.screening.local import torch_threads
 
-        run_finetune(local, sources, recorded=config)
+        # The driver's own forwards (test and calibration predictions, the domain index, the report's attributions)
+        # on one thread, as the training workers (1 CPU each) run: OpenMP's threads spin while they wait, and with
+        # torch's default (every core) on a busy 2-core machine they took ~10x the CPU time and 7-40x the wall time
+        # of one thread, with the same numbers (bench/finetune_wall.py).
+        with torch_threads(DRIVER_TORCH_THREADS):
+            run_finetune(local, sources, recorded=config)
 
 
 __all__ = ["main"]

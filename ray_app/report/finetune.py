@@ -60,7 +60,7 @@ def _run_section(save_dir: Path, record: dict[str, Any], settings: dict[str, Any
     rows = [["run id", fmt(summary.get("run_id") or state.get("run_id"))],
             ["status", "finished (run.json written)" if finished else
              "not finished (interrupted, failed or still running): the report covers the members that finished"],
-            ["data", fmt(settings.get("data_path"))], ["checkpoint", fmt(settings.get("checkpoint_path"))],
+            ["data", fmt(settings.get("data_path"))], ["checkpoint", _starting_point(settings)],
             ["dataset type", fmt(summary.get("dataset_type") or settings.get("dataset_type"))],
             ["metric", fmt(summary.get("metric") or settings.get("metric"))], ["split", _split(record, settings)]]
     # upstream's summary keys name split_type whatever the separate files: the split row says what it was
@@ -68,6 +68,18 @@ def _run_section(save_dir: Path, record: dict[str, Any], settings: dict[str, Any
     rows += [["versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or NOT_RECORDED],
              ["git sha", fmt(record.get("git_sha"))], ["replay", fmt(record.get("replay"))]]
     return Section("Run", tables=[Table(["", "value"], rows)])
+
+
+def _starting_point(settings: dict[str, Any]) -> str:
+    """What the members started from: the checkpoint given, the release, or nothing (from scratch). A run whose
+    settings are not known at all says so."""
+    if settings.get("checkpoint_path"):
+        return str(settings["checkpoint_path"])
+    if settings.get("pretrained_release"):
+        return "the released NV-KERMT-70M-v2 (--pretrained_release)"
+    if not settings:
+        return NOT_RECORDED
+    return "none: trained from scratch"
 
 
 def _split(record: dict[str, Any], settings: dict[str, Any]) -> str:

@@ -65,6 +65,22 @@ def test_report_shows_every_part_of_a_finished_regression_run(regression_run):
     assert all(m.uri and m.uri.startswith("data:image/svg+xml") for m in task.molecules)
 
 
+def _run_row(report, name: str) -> str:
+    return next(row[1] for row in report.sections[0].tables[0].rows if row[0] == name)
+
+
+def test_run_table_says_what_the_members_started_from(regression_run, tmp_path):
+    save_dir, _ = regression_run
+    given = json.loads((save_dir / "run.json").read_text())["settings"]["checkpoint_path"]["value"]
+    assert given.endswith("ckpt_pretrain_vocab.pt") and _run_row(finetune_report(save_dir), "checkpoint") == given
+    # what run.json records for a run given no checkpoint: checkpoint_path null, no --pretrained_release
+    run = _copy(save_dir, tmp_path)
+    record = json.loads((run / "run.json").read_text())
+    record["settings"]["checkpoint_path"]["value"] = None
+    (run / "run.json").write_text(json.dumps(record))
+    assert _run_row(finetune_report(run), "checkpoint") == "none: trained from scratch"
+
+
 def test_worst_molecules_carry_their_errors_and_the_calibrated_interval(regression_run):
     save_dir, _ = regression_run
     result = read_test_result(save_dir / "fold_0" / "test_result.csv")
