@@ -12,6 +12,10 @@ the same plan:
   the training rows of a window are permuted from (seed, epoch, window) (a block shuffle). The epoch's order is the
   windows' orders one after the other, cut into global batches of the fixed global batch size (a batch may span
   two windows; the last one may be smaller), each rank taking its contiguous share (:func:`worker_share`).
+- one window that holds every shard is the plain full shuffle: the shards in their own order and the training rows
+  permuted from (seed, epoch) as :func:`kermt.data.sampling.epoch_order` draws them. So a set small enough for one
+  window (finetuning's usual case, or one held in memory as a single shard) gets exactly the order it had before it
+  was sharded, by this same rule.
 
 A molecule's id (the key of its labels, latent and dropout draws) is its corpus row: the shard's first row plus its
 row in the shard, as when the corpus was one array.
@@ -24,6 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
+from kermt.data.sampling import epoch_order
 from kermt.random_streams import Stream, stream_rng
 
 Pieces = list[tuple[int, int, int]]  # (window or shard index, start, stop): consecutive runs of a batch's rows
@@ -79,9 +84,16 @@ class ShardPlan:
         return np.sort(order[n_val:]).astype(np.int64), np.sort(order[:n_val]).astype(np.int64)
 
     def windows(self, epoch: int) -> list[np.ndarray]:
-        """The shards of each window of ``epoch``, in the epoch's order."""
+        """The shards of each window of ``epoch``, in the epoch's order (one window: every shard, in shard order)."""
+        if self.single_window:
+            return [np.arange(len(self.shard_rows), dtype=np.int64)]
         shards = stream_rng(self.seed, Stream.EPOCH_ORDER, epoch).permutation(len(self.shard_rows))
         return [shards[i:i + self.window].astype(np.int64) for i in range(0, len(shards), self.window)]
+
+    @property
+    def single_window(self) -> bool:
+        """Whether one window holds every shard (the full shuffle)."""
+        return len(self.shard_rows) <= self.window
 
     def window_sizes(self, epoch: int) -> np.ndarray:
         """int64 [windows]: training rows of each window of ``epoch``."""
@@ -95,8 +107,20 @@ class ShardPlan:
         rows = [self.split(int(s))[0] for s in shards]
         slots = np.repeat(np.arange(len(shards), dtype=np.int64), [len(r) for r in rows])
         within = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-        order = stream_rng(self.seed, Stream.SHUFFLE_WINDOW, epoch, window).permutation(len(within))
+        if self.single_window:
+            order = epoch_order(len(within), self.seed, epoch)
+        else:
+            order = stream_rng(self.seed, Stream.SHUFFLE_WINDOW, epoch, window).permutation(len(within))
         return slots[order], within[order]
+
+    def epoch_ids(self, epoch: int) -> np.ndarray:
+        """int64 [n_train]: the ids (rows of the whole set) of ``epoch``'s training rows in the epoch's order. Only
+        ints, drawn window by window; for what needs the whole order at once (a width histogram), never to read."""
+        parts = []
+        for window, shards in enumerate(self.windows(epoch)):
+            slots, within = self.window_rows(epoch, window)
+            parts.append(self.offsets[shards][slots] + within)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def batch_count(self, global_batch_size: int) -> int:
         """Global batches of every epoch."""

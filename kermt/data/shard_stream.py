@@ -1,13 +1,15 @@
-"""A rank's global batches read from the corpus shards that hold them (kermt.data.shard_plan draws the plan).
+"""A rank's global batches read from the shards that hold them (kermt.data.shard_plan draws the plan): a pretraining
+corpus's shards (:class:`~kermt.data.corpus.CorpusArrays`) or a finetune split's
+(:class:`~kermt.data.dataset.MoleculeSet`), anything with ``take``, ``concat`` and ``len``.
 
-A window's shards are read, joined and put in the epoch's order once; the global batches are slices of it, a batch
-that spans two windows joining its two slices. The next window is read by a background thread while the current
-one is consumed, so what one process holds is bounded by the windows a batch touches (usually one) plus
-``ahead`` windows read ahead, whatever the corpus size; reading a window holds its shards twice for a moment (the
-read shards and the reordered copy).
+A window's shards are read and joined once, with the epoch's order of its rows as positions into them; a global
+batch gathers its rows from there, a batch that spans two windows joining its two parts. The next window is read by
+a background thread while the current one is consumed, so what one process holds is bounded by the windows a batch
+touches (usually one) plus ``ahead`` windows read ahead, whatever the data set's size; reading a window holds its
+shards twice for a moment (the read shards and the joined copy).
 
-How a shard is read is the caller's (``load``: a local or URI read, or a Ray task on the node that has the files),
-so this module only needs the shards' indices.
+How a shard is read is the caller's (``load``: a local or URI read, or a Ray task on the node that has the files;
+a set held in memory is its own single shard), so this module only needs the shards' indices.
 """
 
 from __future__ import annotations
@@ -15,21 +17,34 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-from kermt.data.corpus import CorpusArrays
 from kermt.data.shard_plan import ShardPlan, runs_of
 
-Load = Callable[[int], CorpusArrays]  # shard index -> its molecules, in shard order
+
+class Molecules(Protocol):
+    """What a shard holds: molecules that can be gathered (``take``) and joined (``type(x).concat``)."""
+
+    def __len__(self) -> int: ...
+
+    def take(self, rows: np.ndarray) -> Any: ...
+
+
+Load = Callable[[int], Any]  # shard index -> its Molecules, in shard order
+
+
+def _join(parts: Sequence[Any]) -> Any:
+    return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
 
 
 @dataclass(frozen=True)
 class Rows:
-    """Molecules with their corpus rows (``ids``: the key of their draws)."""
+    """Molecules with their rows in the whole set (``ids``: the key of their draws)."""
 
     ids: np.ndarray
-    arrays: CorpusArrays
+    arrays: Any  # Molecules
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -41,18 +56,34 @@ class Rows:
     def concat(parts: Sequence["Rows"]) -> "Rows":
         if len(parts) == 1:
             return parts[0]
-        return Rows(np.concatenate([p.ids for p in parts]), CorpusArrays.concat([p.arrays for p in parts]))
+        return Rows(np.concatenate([p.ids for p in parts]), _join([p.arrays for p in parts]))
 
 
-def read_window(plan: ShardPlan, epoch: int, window: int, load: Load) -> Rows:
+@dataclass(frozen=True)
+class Window:
+    """A window's shards joined as read, and its training rows in the epoch's order: their ids and their positions
+    in ``joined``. A batch gathers only its own rows (no reordered copy of the window)."""
+
+    ids: np.ndarray
+    positions: np.ndarray
+    joined: Any  # Molecules
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def slice(self, start: int, stop: int) -> Rows:
+        return Rows(self.ids[start:stop], self.joined.take(self.positions[start:stop]))
+
+
+def read_window(plan: ShardPlan, epoch: int, window: int, load: Load) -> Window:
     """The training molecules of ``window`` of ``epoch``, in the epoch's order."""
     shards = plan.windows(epoch)[window]
     slots, within = plan.window_rows(epoch, window)
     parts = [load(int(s)) for s in shards]
     starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-    joined = CorpusArrays.concat(parts)
+    joined = _join(parts)
     del parts  # the shards as read are no longer needed once joined
-    return Rows(plan.offsets[shards][slots] + within, joined.take(starts[slots] + within))
+    return Window(plan.offsets[shards][slots] + within, starts[slots] + within, joined)
 
 
 def epoch_batches(plan: ShardPlan, epoch: int, global_batch_size: int, first_batch: int, load: Load,
@@ -60,7 +91,7 @@ def epoch_batches(plan: ShardPlan, epoch: int, global_batch_size: int, first_bat
     """Every global batch of ``epoch`` from ``first_batch`` on, the next ``ahead`` windows read in a background
     thread meanwhile; a window is dropped once no later batch needs it."""
     sizes = plan.window_sizes(epoch)
-    held: dict[int, Future[Rows]] = {}
+    held: dict[int, Future[Window]] = {}
     pool = ThreadPoolExecutor(1, thread_name_prefix="kermt-shards")
     try:
         for batch in range(first_batch, plan.batch_count(global_batch_size)):
@@ -91,4 +122,4 @@ def validation_batches(plan: ShardPlan, global_batch_size: int, max_batches: int
     return [Rows.concat([kept[s].slice(start, stop) for s, start, stop in pieces]) for pieces in batches]
 
 
-__all__ = ["Load", "Rows", "epoch_batches", "read_window", "validation_batches"]
+__all__ = ["Load", "Molecules", "Rows", "Window", "epoch_batches", "read_window", "validation_batches"]

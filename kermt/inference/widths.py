@@ -20,13 +20,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kermt.chem.molgraph import FlatGraphs
-from kermt.data.sampling import epoch_order
 from kermt.errors import UserError
 from kermt.presets import UPSTREAM_REFERENCE_WIDTH
+
+if TYPE_CHECKING:
+    from kermt.data.dataset import MoleculeSet
+    from kermt.data.molecule_shards import TrainingSource
 
 # For a checkpoint that records no W (upstream's): kermt.presets says how it was chosen.
 DEFAULT_REFERENCE_WIDTH = UPSTREAM_REFERENCE_WIDTH
@@ -82,13 +86,22 @@ def upstream_batching_note(specs: Sequence) -> str | None:
     return None
 
 
-def training_width_histogram(graphs: FlatGraphs, seed: int, epochs: int, global_batch_size: int) -> dict[int, int]:
+def training_width_histogram(train: "FlatGraphs | MoleculeSet | TrainingSource", seed: int, epochs: int,
+                             global_batch_size: int) -> dict[int, int]:
     """{width: number of training batches}: the neighbour widths of a finetune's global batches over ``epochs``
-    (the epoch orders of :mod:`kermt.data.sampling`), before bond dropout, which prediction never applies."""
-    degrees = np.maximum(graphs.max_in_degrees(), 1)
+    (the epoch orders its training source's plan draws, :mod:`kermt.data.molecule_shards`; graphs held in memory
+    are a one-shard source), before bond dropout, which prediction never applies. Reads no shard: the source
+    carries each molecule's largest degree."""
+    from kermt.data.dataset import MoleculeSet
+    from kermt.data.molecule_shards import training_source
+
+    if isinstance(train, FlatGraphs):
+        train = MoleculeSet(train, None, np.zeros((len(train), 0), np.float32), ("",) * len(train))
+    source = training_source(train)
+    plan, degrees = source.plan(seed), source.degrees.astype(np.int64)
     counts: Counter[int] = Counter()
     for epoch in range(epochs):
-        ordered = degrees[epoch_order(len(degrees), seed, epoch)]
+        ordered = degrees[plan.epoch_ids(epoch)]
         if len(ordered):
             counts.update(np.maximum.reduceat(ordered, np.arange(0, len(ordered), global_batch_size)).tolist())
     return dict(sorted(counts.items()))

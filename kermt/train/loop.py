@@ -5,7 +5,8 @@ stopping) by every rank of a group, whatever runs the ranks. :func:`fit` runs it
 ``epoch_done`` hook.
 
 What makes N ranks equal to one process (docs/architecture.md, "Distributed math equals single-process math"):
-- the epoch's batch plan depends only on (n, global batch, seed, epoch); each rank takes a slice of global batch k
+- the epoch's batch plan depends only on (the training shards' row counts, global batch, seed, epoch:
+  kermt.data.shard_plan; a set in memory is one shard); each rank takes a slice of global batch k
   (the global batch is fixed by the plan, so an elastic run that resizes between restarts keeps it);
 - the loss is normalised by the GLOBAL label count, the LR schedule counts global steps;
 - dynamic depth is drawn from (seed, global step), identically on every rank; bond dropout and (by default,
@@ -32,9 +33,11 @@ import numpy as np
 import torch
 
 from kermt.config import FinetuneModelConfig
-from kermt.data.dataset import MoleculeBatch, MoleculeSet, bond_keep_mask
+from kermt.data.dataset import MoleculeBatch, MoleculeSet, keyed_bond_keep
+from kermt.data.molecule_shards import TrainingSource, training_source
 from kermt.data.prefetch import prefetch
-from kermt.data.sampling import epoch_order, global_batches, worker_share
+from kermt.data.sampling import global_batches, worker_share
+from kermt.data.shard_stream import Rows, epoch_batches
 from kermt.data.scalers import StandardScaler
 from kermt.inference.split import predict_split
 from kermt.inference.widths import WidthRule, most_frequent_width, padding_rule, training_width_histogram
@@ -58,12 +61,13 @@ class StartingState(Protocol):
 class MemberPlan:
     """Everything a rank needs to train one member (Ray ships it once through the object store).
 
-    ``train``/``val`` are None when the fold's data travels separately (Ray: ``train_loop_config["splits"]``, one
-    object per fold, shared by every member of the fold and read zero-copy by each worker)."""
+    ``train``/``val`` are None when the fold's data travels separately (Ray: ``train_loop_config``, the fold's
+    shards or its one object). ``train`` may be a :class:`~kermt.data.molecule_shards.TrainingSource` whose
+    shards each rank reads as its batches need them; a set in memory trains as its one shard."""
 
     model_config: FinetuneModelConfig
     initial_state: dict[str, torch.Tensor] | StartingState
-    train: MoleculeSet | None
+    train: MoleculeSet | TrainingSource | None
     val: MoleculeSet | None
     target_scaler: StandardScaler | None
     seed: int
@@ -144,21 +148,25 @@ def _starting_state(plan: MemberPlan, rank: int) -> dict[str, torch.Tensor]:
     return state
 
 
-def _rank_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: list[np.ndarray], rank: int, world: int,
+def _rank_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: Iterator[Rows], rank: int, world: int,
                   first_step: int) -> Iterator[MoleculeBatch]:
-    """This rank's batch of every global batch of the epoch, on the CPU: its neighbour-sum operators built here
-    (numpy, no host-device sync in the step), the global batch's label counts counted here (no collective), its
-    bond dropout drawn per molecule from (seed, global step, molecule, bond), and its neighbour tables as wide as
-    the global batch's (with upstream's padding the width enters every sum: N ranks then equal one process)."""
+    """This rank's batch of every global batch of the epoch (``steps``: each global batch's molecules and ids), on
+    the CPU: its neighbour-sum operators built here (numpy, no host-device sync in the step), the global batch's
+    label counts counted here (no collective), its bond dropout drawn per molecule from (seed, global step,
+    molecule id, bond), and its neighbour tables as wide as the global batch's (with upstream's padding the width
+    enters every sum: N ranks then equal one process)."""
     operators = model.kermt.aggregation_spec(training=True)
-    for index, global_rows in enumerate(steps):
-        rows = worker_share(global_rows, rank, world)  # empty on some ranks when the last global batch is short
+    for index, global_batch in enumerate(steps):
+        molecules, ids = global_batch.arrays, global_batch.ids
+        everyone = np.arange(len(ids), dtype=np.int64)
+        rows = worker_share(everyone, rank, world)  # empty on some ranks when the last global batch is short
         keep = global_keep = None
         if plan.bond_drop_rate > 0:  # keyed per (molecule, bond): the share's flags are its part of the global ones
-            keep, global_keep = (bond_keep_mask(part, plan.train.graphs.bond_counts, plan.bond_drop_rate, plan.seed,
-                                                first_step + index) for part in (rows, global_rows))
-        width = plan.train.neighbour_width(global_rows, global_keep)
-        yield plan.train.batch(rows, keep, operators=operators, global_rows=global_rows, neighbour_width=width)
+            keep, global_keep = (keyed_bond_keep(ids[part], molecules.graphs.bond_counts[part], plan.bond_drop_rate,
+                                                 plan.seed, first_step + index) for part in (rows, everyone))
+        width = molecules.neighbour_width(everyone, global_keep)
+        yield molecules.batch(rows, keep, operators=operators, global_rows=everyone, neighbour_width=width,
+                              ids=ids[rows])
 
 
 def train_epoch(plan: MemberPlan, training: TrainingState[MemberProgress]) -> dict[str, float]:
@@ -170,10 +178,11 @@ def train_epoch(plan: MemberPlan, training: TrainingState[MemberProgress]) -> di
     # used by dropout_draws="torch" only: a restarted group of the same size draws what the lost one drew
     torch.manual_seed(stream_seed(plan.seed, Stream.FINETUNE_TORCH, progress.epoch, rank))
     model.train()
-    order = epoch_order(len(plan.train), plan.seed, progress.epoch)
+    source = training_source(plan.train)
+    epoch_plan = source.plan(plan.seed)  # kermt.data.shard_plan: the same global batches for every world size
     # [local label-loss sum, local objective share, global label count]: summed on the device, read once per epoch
     sums = torch.zeros(3, dtype=torch.float64, device=training.device)
-    steps = global_batches(order, plan.global_batch_size)
+    steps = epoch_batches(epoch_plan, progress.epoch, plan.global_batch_size, 0, source.load)
     batches = _rank_batches(plan, training.core, steps, rank, world, progress.global_step)
     all_reduce = training.communicator.all_reduce
     for batch in prefetch(batches, training.device):  # the next batches are collated while this step computes
@@ -185,7 +194,7 @@ def train_epoch(plan: MemberPlan, training: TrainingState[MemberProgress]) -> di
     total = all_reduce(sums[:2].clone())
     metrics = {"train_loss": float(total[0]) / max(label_count, 1.0)}
     if settings.use_mtl_loss:
-        metrics["train_objective"] = float(total[1]) / max(len(steps), 1)
+        metrics["train_objective"] = float(total[1]) / max(epoch_plan.batch_count(plan.global_batch_size), 1)
     return metrics
 
 
@@ -195,7 +204,7 @@ def validation_rule(plan: MemberPlan) -> WidthRule:
     padding = plan.model_config.encoder.padding
     if padding != "upstream":
         return padding_rule(padding)
-    widths = training_width_histogram(plan.train.graphs, plan.seed, plan.epochs, plan.global_batch_size)
+    widths = training_width_histogram(plan.train, plan.seed, plan.epochs, plan.global_batch_size)
     return padding_rule(padding, most_frequent_width(widths))
 
 

@@ -21,6 +21,7 @@ from kermt.config import FinetuneModelConfig
 from kermt.data import atomic_files
 from kermt.run_layout import RunLayout
 from ray_app.common.interrupt import stopping_on_ctrl_c
+from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.members import member_concurrency
 from ray_app.finetune.resume import saved_by_run
 from ray_app.finetune.run_setup import RunSetup
@@ -55,10 +56,11 @@ def fetch_member(save_dir: Path, run_id: str, config: dict[str, Any], checkpoint
 
 
 def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: Sequence[Job],
-                  model_configs: Sequence[FinetuneModelConfig]) -> None:
+                  model_configs: Sequence[FinetuneModelConfig], fold_data: Sequence[FoldData] | None = None) -> None:
     """Train every (fold, member) of ``jobs`` that ``save_dir`` does not hold yet; afterwards each one's files are in
     ``save_dir/fold_F/model_M``. ``fold_splits``: one object reference per fold, shared by all trials;
-    ``model_configs``: each fold's architecture (they size what a trial's coordinator asks for)."""
+    ``model_configs``: each fold's architecture (they size what a trial's coordinator asks for); ``fold_data``: each
+    fold's shards, which the members' workers read (ray_app.finetune.fold_data)."""
     kept = frozenset(job for job in jobs if saved_by_run(setup.layout.member(*job), setup.run_id))
     if kept:
         print(f"kept {len(kept)} of {len(jobs)} model(s) this run already saved; {len(jobs) - len(kept)} to go",
@@ -68,7 +70,7 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
         return
     with stopping_on_ctrl_c(f"finished models and each member's last epoch are kept in {setup.save_dir} and "
                             f"{setup.storage}; re-run the same command to resume"):
-        grid = _tuner(setup, fold_splits, to_train, kept, trial_actor_resources(*model_configs)).fit()
+        grid = _tuner(setup, fold_splits, to_train, kept, trial_actor_resources(*model_configs), fold_data).fit()
     for result in grid:  # trials that finished while no driver was there to copy their files
         fetch_member(setup.save_dir, setup.run_id, result.config, result.checkpoint)
     failed = [result for result in grid if result.error is not None]
@@ -85,11 +87,12 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
 
 
 def _tuner(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], to_train: list[Job], kept: frozenset[Job],
-           resources: dict[str, float]):
+           resources: dict[str, float], fold_data: Sequence[FoldData] | None = None):
     # The fold references travel inside one small object (tune.with_parameters puts each argument once); Ray passes
     # references nested in an argument on unresolved, so a trial fetches only its own fold.
     trainable = tune.with_resources(tune.with_parameters(
-        train_member, setup=setup.without_inputs(), fold_splits=list(fold_splits), trial=MemberTrial(kept)),
+        train_member, setup=setup.without_inputs(), fold_splits=list(fold_splits), trial=MemberTrial(kept),
+        fold_data=None if fold_data is None else list(fold_data)),
         resources)
     experiment = atomic_files.join(setup.storage, experiment_name(setup))  # keeps a URI's ?endpoint_override=...
     if tune.Tuner.can_restore(experiment):  # its grid, concurrency and callbacks are the interrupted run's

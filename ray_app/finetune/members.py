@@ -25,18 +25,22 @@ from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.elastic import ElasticTorchTrainer
 from ray_app.common.worker_loop import STATE_FILE
+from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.prepare import ScaledSplits, fold_count
 from ray_app.finetune.run_setup import RunSetup, StartingWeights, features_width, member_seed, model_config
 from ray_app.finetune.train_loop import MemberPlan, train_loop_per_worker
 
 
 def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef, fold: int, member: int,
-               callbacks: Sequence[Any] = (), label: str | None = None) -> tuple[KermtFinetuneModel, list]:
+               callbacks: Sequence[Any] = (), label: str | None = None, data: FoldData | None = None) \
+        -> tuple[KermtFinetuneModel, list]:
     """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history.
 
-    ``splits_ref``: ``splits`` in the object store (put once per fold), which the workers read instead of a copy
-    inside the member's plan. ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see
-    every epoch's metrics); ``label`` names the run in log lines (default "fold F model M")."""
+    ``data``: the fold's shards in the run's storage (ray_app.finetune.fold_data), which each worker reads as its
+    batches need them; without them the workers read ``splits_ref`` (``splits`` in the object store, put once per
+    fold) instead of a copy inside the member's plan. ``callbacks`` go to the Train RunConfig (Tune passes its
+    TuneReportCallback to see every epoch's metrics); ``label`` names the run in log lines (default "fold F model
+    M")."""
     label = label or f"fold {fold} model {member}"
     c = setup.config
     config = model_config(setup, features_width(splits))
@@ -51,7 +55,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
         early_stop_epoch=c.early_stop_epoch, label=label, precision=c.precision, dropout_draws=c.dropout_draws)
     trainer = ElasticTorchTrainer(  # elastic runs sized from the nodes that are alive
         train_loop_per_worker,
-        train_loop_config={"plan": ray.put(plan), "splits": splits_ref},
+        train_loop_config={"plan": ray.put(plan), **({"data": data} if data is not None else {"splits": splits_ref})},
         scaling_config=ScalingConfig(num_workers=c.worker_range if c.elastic else c.min_workers, use_gpu=c.use_gpu),
         run_config=RunConfig(
             name=f"{setup.run_id}-fold{fold}-model{member}",
@@ -74,7 +78,7 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
 
 
 def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits, directory: Path,
-                history: list, fold: int, member: int) -> None:
+                history: list, fold: int, member: int, data: FoldData | None = None) -> None:
     """Native checkpoint + upstream-compatible model.pt + metrics.csv (+ TensorBoard) of one member.
 
     The checkpoint records the neighbour widths of the member's training batches over its planned epochs and their
@@ -83,8 +87,8 @@ def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits
     c = setup.config
     features = FeatureSettings(tuple(c.features_generator or ()), splits.features_scaler is not None,
                                None, False, standardize=c.standardize)
-    widths = training_width_histogram(splits.train.graphs, member_seed(c.seed + fold, member), c.epochs,
-                                      c.step_batch_size)
+    trained_on = data.train_source() if data is not None else splits.train  # the plan its workers drew
+    widths = training_width_histogram(trained_on, member_seed(c.seed + fold, member), c.epochs, c.step_batch_size)
     spec = CheckpointSpec.for_finetune_model(model.config, task_names=tuple(setup.task_names), features=features,
                                              data_scaler=splits.target_scaler, features_scaler=splits.features_scaler,
                                              reference_width=most_frequent_width(widths), training_widths=widths)

@@ -35,6 +35,7 @@ from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.domain import domain_distances, write_fold_domain
 from ray_app.finetune.dry_run import dry_run_finetune
 from ray_app.finetune.ensemble import train_members
+from ray_app.finetune.fold_data import FoldData, write_folds
 from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, SourceData, fold_count, write_invalid
@@ -85,14 +86,15 @@ def put_folds(setup: RunSetup) -> tuple[list[ray.ObjectRef], list[FinetuneModelC
 
 
 def train_folds(setup: RunSetup, fold_refs: list[ray.ObjectRef], fold_configs: list[FinetuneModelConfig],
-                calibration: SourceData | None = None) -> tuple[list[float], dict[str, Any], dict[str, Any]]:
+                calibration: SourceData | None = None, fold_data: list[FoldData] | None = None) \
+        -> tuple[list[float], dict[str, Any], dict[str, Any]]:
     """Train every member of every fold (one Tune run, concurrently where resources allow) and write fold_k/;
     returns each fold's task-averaged test score, its calibration record (ray_app.finetune.calibrate: on the
     validation split, or on ``calibration``, the --calibration_path file) and its record for the report
-    (ray_app.finetune.fold_record)."""
+    (ray_app.finetune.fold_record). ``fold_data``: each fold's shards, which the members' workers read."""
     c = setup.config
     train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
-                                     for member in range(c.ensemble_size)], fold_configs)
+                                     for member in range(c.ensemble_size)], fold_configs, fold_data)
     scores, calibrations, folds = [], {}, {}
     rule = run_width_rule(setup, len(fold_refs))
     for fold, (ref, config) in enumerate(zip(fold_refs, fold_configs)):
@@ -152,11 +154,12 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     outputs.atomic_write_text(setup.layout.config, to_yaml(recorded))
     write_invalid(setup.layout.invalid_smiles, inputs)
     outputs.atomic_write_text(setup.layout.splits, json.dumps(split_record) + "\n")
+    fold_data = write_folds(setup.storage, setup.run_id, fold_refs)  # what the training workers read
     # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
     # graph arrays plus the SMILES) for the rest of the run; it keeps the calibration file's molecules.
     calibration, setup = setup.calibration, setup.without_inputs()
     try:
-        scores, calibrations, folds = train_folds(setup, fold_refs, fold_configs, calibration)
+        scores, calibrations, folds = train_folds(setup, fold_refs, fold_configs, calibration, fold_data)
     except (Interrupted, RuntimeError):  # stopped, or a member failed: the report shows the members that finished
         announce_report(setup.save_dir, recorded.save_dir)
         raise

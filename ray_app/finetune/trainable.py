@@ -30,6 +30,7 @@ from kermt.config import FinetuneModelConfig
 from kermt.nn.finetune import KermtFinetuneModel
 from ray_app.common import outputs
 from ray_app.common.ray_internals import CHECKPOINT_PERSIST_LOGGER, HEAD_NODE_RESOURCE
+from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.members import run_member, save_member
 from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
@@ -93,10 +94,11 @@ class MemberTrial:
 
 
 def train_member(params: dict[str, Any], setup: RunSetup, fold_splits: Sequence[ray.ObjectRef],
-                 trial: MemberTrial) -> None:
+                 trial: MemberTrial, fold_data: Sequence[FoldData] | None = None) -> None:
     """Tune function trainable: train the member ``trial`` makes of ``params``; report its files as a checkpoint.
 
-    ``fold_splits``: one object reference per fold (put once by the driver). A trial that Tune restarts after an
+    ``fold_splits``: one object reference per fold (put once by the driver); ``fold_data``: each fold's shards,
+    which the member's workers read (without them, they read the fold's object). A trial that Tune restarts after an
     interruption gets the same Train run name, so Ray Train resumes it from its last epoch checkpoint."""
     # the member's epochs already print; Ray's line for the checkpoint reported below is noise to users
     logging.getLogger(CHECKPOINT_PERSIST_LOGGER).setLevel(logging.WARNING)
@@ -112,11 +114,12 @@ def train_member(params: dict[str, Any], setup: RunSetup, fold_splits: Sequence[
         return
     splits_ref = fold_splits[member.fold]
     splits: ScaledSplits = ray.get(splits_ref)
+    data = fold_data[member.fold] if fold_data is not None else None
     model, history = run_member(member.setup, splits, splits_ref, member.fold, member.member,
-                                callbacks=trial.callbacks(member), label=member.label)
+                                callbacks=trial.callbacks(member), label=member.label, data=data)
     with tempfile.TemporaryDirectory(prefix="kermt-member-") as staging:
         directory = Path(staging)
-        save_member(member.setup, model, splits, directory, history, member.fold, member.member)
+        save_member(member.setup, model, splits, directory, history, member.fold, member.member, data)
         result = {**trial.finish(member, model, splits, history, directory), "splits_object": splits_ref.hex()}
         outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(staging))

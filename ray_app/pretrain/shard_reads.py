@@ -1,12 +1,16 @@
-"""How a pretraining worker reads a corpus shard: itself, from the corpus's directory or URI, or, for a local corpus
-on a multi-node cluster (only the driver's disk has it), through a task pinned to the driver's node that sends the
-shard through the object store. Either way a worker asks only for the shards its batches need
-(:mod:`kermt.data.shard_stream`); the driver reads none."""
+"""How a training worker reads a shard: itself, from the directory or URI, or, for local shards on a multi-node
+cluster (only the driver's disk has them), through a task pinned to the driver's node that sends the shard through
+the object store (:class:`NodeRead`: pretraining's corpus shards and finetuning's split shards both read this way).
+Either way a worker asks only for the shards its batches need (:mod:`kermt.data.shard_stream`); the driver reads
+none."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -34,15 +38,31 @@ class CorpusShards:
 
     def loader(self) -> Load:
         """Reads shard i where this process runs, or on ``node`` when this process is elsewhere."""
+        return NodeRead(partial(_read_corpus_shard, self.path, self.shards), self.node)
+
+
+def _read_corpus_shard(path: str, shards: tuple[ShardInfo, ...], index: int) -> CorpusArrays:
+    return read_listed_shard(path, shards[index])
+
+
+@dataclass(frozen=True)
+class NodeRead:
+    """``read(i)`` where the calling process runs when ``node`` is None or its own, else in a task pinned to
+    ``node`` (whose disk holds the files). Decided per call, so the same object works on every worker."""
+
+    read: Callable[[int], Any]
+    node: str | None = None
+
+    def __call__(self, index: int) -> Any:
         if self.node is None or ray.get_runtime_context().get_node_id() == self.node:
-            return lambda index: read_listed_shard(self.path, self.shards[index])
+            return self.read(index)
         pinned = _read_on_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(self.node, soft=False))
-        return lambda index: ray.get(pinned.remote(self.path, self.shards[index]))
+        return ray.get(pinned.remote(self.read, index))
 
 
 @ray.remote(num_cpus=0)
-def _read_on_node(path: str, info: ShardInfo) -> CorpusArrays:
-    return read_listed_shard(path, info)
+def _read_on_node(read: Callable[[int], Any], index: int) -> Any:
+    return read(index)
 
 
-__all__ = ["CorpusShards"]
+__all__ = ["CorpusShards", "NodeRead"]

@@ -1,0 +1,85 @@
+"""Each fold's training data as shard files in the run's storage, which every training worker reads itself.
+
+The driver writes a fold's train and val splits (scaled, as the model reads them) once under
+``STORAGE/<run id>-data/fold_k/{train,val}/`` (kermt.data.molecule_shards: Parquet shards + manifest.json; the
+storage is ``--storage_path``, a URI on a multi-node cluster, or save_dir/ray_results on one machine). A member's
+workers then read only what their global batches need, a window of shards at a time with the next read ahead
+(kermt.data.shard_stream over the member's kermt.data.shard_plan), and the validation split whole (every rank
+predicts its chunks of it). No node holds a fold because a member trains there, and no worker receives a fold
+through the object store. What travels with each member is :class:`FoldData`: the directories, the manifests and
+two bytes per training molecule (its largest atom degree, for the width histogram of the planned batches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import ray
+
+from kermt.data.atomic_files import join
+from kermt.data.dataset import MoleculeSet
+from kermt.data.molecule_shards import SHARD_ROWS, WINDOW, SplitManifest, TrainingSource, max_degrees, \
+    read_split_shard, write_split
+from kermt.run_layout import fold_name
+from ray_app.pretrain.corpus_read import reading_node
+from ray_app.pretrain.shard_reads import NodeRead
+
+
+@dataclass(frozen=True)
+class SplitShards:
+    """One split's shards: where (``directory``, local or URI), what (``manifest``), read on ``node`` when only its
+    disk has them (None: wherever the reader runs)."""
+
+    directory: str
+    manifest: SplitManifest
+    node: str | None = None
+
+    def load(self) -> NodeRead:
+        return NodeRead(partial(read_split_shard, self.directory, self.manifest), self.node)
+
+    def read_all(self) -> MoleculeSet:
+        load = self.load()
+        return MoleculeSet.concat([load(i) for i in range(len(self.manifest.files))])
+
+
+@dataclass(frozen=True)
+class FoldData:
+    """A fold's train and val shards, and each training molecule's largest atom degree."""
+
+    train: SplitShards
+    val: SplitShards
+    train_degrees: np.ndarray
+    window: int = WINDOW  # shards shuffled together (kermt.data.molecule_shards.WINDOW)
+
+    def train_source(self) -> TrainingSource:
+        return TrainingSource(self.train.manifest.rows, self.train.load(), self.train_degrees, self.window)
+
+
+def fold_data_dir(storage: str, run_id: str, fold: int) -> str:
+    return join(storage, f"{run_id}-data", fold_name(fold))
+
+
+def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef]) -> list[FoldData]:
+    """Every fold's shards, written from its object (read zero-copy, one fold at a time)."""
+    written = []
+    for fold, ref in enumerate(fold_refs):
+        splits = ray.get(ref)
+        written.append(write_fold_data(storage, run_id, fold, splits.train, splits.val))
+        del splits
+    return written
+
+
+def write_fold_data(storage: str, run_id: str, fold: int, train: MoleculeSet, val: MoleculeSet,
+                    shard_rows: int = SHARD_ROWS) -> FoldData:
+    """Write ``fold``'s train and val splits as shards in the run's storage (called on the driver, connected)."""
+    directory = fold_data_dir(storage, run_id, fold)
+    node = reading_node([directory])
+    shards = {name: SplitShards(join(directory, name), write_split(join(directory, name), split, shard_rows), node)
+              for name, split in (("train", train), ("val", val))}
+    return FoldData(shards["train"], shards["val"], max_degrees(train))
+
+
+__all__ = ["FoldData", "SplitShards", "fold_data_dir", "write_fold_data", "write_folds"]
