@@ -2,8 +2,9 @@
 
 The driver never holds the library. It counts the rows once, when the exploration starts (a Parquet file's footer
 says; a CSV is read through once), and reads the SMILES of the rows a batch acquires by streaming the column again,
-one block at a time, keeping only those rows (:meth:`Library.smiles`): a pass over the SMILES column per round, the
-way the featurisation reads the file, so row i is the same molecule in both. The molecules' graphs and features
+one block at a time, keeping only those rows (:meth:`Library.smiles`): a pass over the SMILES column per round, with
+the reader of the in-process featurisation (``ray_app.screening.local.read_blocks``), whose rows are the file's data
+rows in order, as Ray Data's are. The molecules' graphs and features
 are computed once, by the first round that predicts, into ``DIR/library/`` (:func:`featurised_library`,
 :mod:`ray_app.screening.shards`), which every round's prediction reads (``ray_app.explore.surrogate``), a resumed
 exploration's too.
