@@ -18,14 +18,14 @@ from functools import partial
 
 import numpy as np
 import ray
+from pyarrow.fs import FileType
 
-from kermt.data.atomic_files import join
+from kermt.data.atomic_files import filesystem, join
 from kermt.data.dataset import MoleculeSet
 from kermt.data.molecule_shards import SHARD_ROWS, WINDOW, SplitManifest, TrainingSource, max_degrees, \
     read_split_shard, write_split
 from kermt.run_layout import fold_name
-from ray_app.pretrain.corpus_read import reading_node
-from ray_app.pretrain.shard_reads import NodeRead
+from ray_app.common.node_reads import NodeRead, reading_node
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,13 @@ def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef]) -
     return written
 
 
+def remove_folds(storage: str, run_id: str) -> None:
+    """Delete the run's shards once its members are trained (a re-run writes them again before training)."""
+    fs, inner = filesystem(join(storage, f"{run_id}-data"))
+    if fs.get_file_info(inner).type != FileType.NotFound:
+        fs.delete_dir(inner)
+
+
 def write_fold_data(storage: str, run_id: str, fold: int, train: MoleculeSet, val: MoleculeSet,
                     shard_rows: int = SHARD_ROWS) -> FoldData:
     """Write ``fold``'s train and val splits as shards in the run's storage (called on the driver, connected)."""
@@ -82,4 +89,4 @@ def write_fold_data(storage: str, run_id: str, fold: int, train: MoleculeSet, va
     return FoldData(shards["train"], shards["val"], max_degrees(train))
 
 
-__all__ = ["FoldData", "SplitShards", "fold_data_dir", "write_fold_data", "write_folds"]
+__all__ = ["FoldData", "SplitShards", "fold_data_dir", "remove_folds", "write_fold_data", "write_folds"]

@@ -35,7 +35,7 @@ from ray_app.finetune.config import FinetuneConfig
 from ray_app.finetune.domain import domain_distances, write_fold_domain
 from ray_app.finetune.dry_run import dry_run_finetune
 from ray_app.finetune.ensemble import train_members
-from ray_app.finetune.fold_data import FoldData, write_folds
+from ray_app.finetune.fold_data import FoldData, remove_folds, write_folds
 from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import member_test_predictions
 from ray_app.finetune.prepare import ScaledSplits, SourceData, fold_count, write_invalid
@@ -160,6 +160,7 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     calibration, setup = setup.calibration, setup.without_inputs()
     try:
         scores, calibrations, folds = train_folds(setup, fold_refs, fold_configs, calibration, fold_data)
+        remove_folds(setup.storage, setup.run_id)
     except (Interrupted, RuntimeError):  # stopped, or a member failed: the report shows the members that finished
         announce_report(setup.save_dir, recorded.save_dir)
         raise

@@ -128,22 +128,12 @@ def read_files(batch: pa.Table) -> Iterator[pa.Table]:
         yield from read_file(source, path, column)
 
 
-def reading_node(paths: Sequence[str]) -> str | None:
-    """Called on the driver, connected: the node that must read ``paths`` (the driver's, when a local file is only
-    on its disk on a multi-node cluster), or None when any node reads them."""
-    import ray
-
-    from ray_app.common.cluster import ClusterLayout
-    from ray_app.common.storage import is_uri
-
-    if all(is_uri(p) for p in paths) or not ClusterLayout.current().multi_node:
-        return None
-    return ray.get_runtime_context().get_node_id()
-
-
 def read_remote_args(paths: Sequence[str]) -> dict:
-    """Ray options of the read tasks: pinned to the driver's node when a local file must be read there."""
+    """Ray options of the read tasks: pinned to the driver's node when a local file must be read there
+    (ray_app.common.node_reads.reading_node, the rule a worker's shard reads follow too)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from ray_app.common.node_reads import reading_node
 
     node = reading_node(paths)
     if node is None:
@@ -160,4 +150,4 @@ def read_inputs(paths: Sequence[str], columns: Sequence[str]):
     return ds.map_batches(read_files, batch_format="pyarrow", batch_size=1, **read_remote_args(paths))
 
 
-__all__ = ["RAW_SCHEMA", "check_corpus_files", "read_file", "read_inputs", "read_remote_args", "reading_node"]
+__all__ = ["RAW_SCHEMA", "check_corpus_files", "read_file", "read_inputs", "read_remote_args"]
