@@ -56,6 +56,11 @@ CHEMPROP_EPOCHS = 50  # chemprop 2.3.1's default
 RECORDED = {("solubility", "chemprop1"): 0.81, ("solubility", "chemprop5"): 0.78, ("freesolv", "chemprop5"): 1.89}
 
 
+# Flags added after results were cached, at the default that trains what those results measured: left out of the
+# tag, so that adding them does not re-measure unchanged defaults
+LATER_FLAGS = {"features_ffn": False}
+
+
 def defaults_tag() -> str:
     """A short hash of kermt's from-scratch defaults (the encoder preset, the recipe, the flags' own defaults): a
     change to any of them re-measures kermt; an edit that changes no value does not."""
@@ -64,8 +69,9 @@ def defaults_tag() -> str:
     from kermt.presets import FROM_SCRATCH, FROM_SCRATCH_TRAINING
     from ray_app.finetune.config import FinetuneConfig
 
-    values = {"encoder": dataclasses.asdict(FROM_SCRATCH), "recipe": FROM_SCRATCH_TRAINING.settings(),
-              "flags": {name: field.default for name, field in FinetuneConfig.model_fields.items()}}
+    flags = {name: field.default for name, field in FinetuneConfig.model_fields.items()
+             if LATER_FLAGS.get(name, ...) != field.default}
+    values = {"encoder": dataclasses.asdict(FROM_SCRATCH), "recipe": FROM_SCRATCH_TRAINING.settings(), "flags": flags}
     return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
@@ -190,7 +196,9 @@ def measure_tool(args: argparse.Namespace, data: Measured, seed: int, tool: str,
                  paths: dict[str, Path]) -> dict:
     """One tool on one (set, seed)'s three files."""
     family, members = tool.rstrip("15"), int(tool[-1]) if tool[-1].isdigit() else 1
-    save_dir = args.work / data.name / f"seed{seed}" / tool
+    # runs with other flags get a directory of their own, so that they do not overwrite the defaults' models
+    flags = hashlib.sha1(args.kermt_flags.encode()).hexdigest()[:6] if args.kermt_flags and family == "kermt" else ""
+    save_dir = args.work / data.name / f"seed{seed}" / (f"{tool}-{flags}" if flags else tool)
     if family == "mlp":  # the set's descriptors are computed once (cached), not timed here
         return descriptor_mlp(data, descriptors(data, args.work), paths, seed)
     if family == "kermt":

@@ -106,7 +106,9 @@ class HeadConfig:
 
     ``ffn_hidden_size`` None means "equal to the encoder's hidden size". ``variance``: the head also predicts a
     variance per task (mean-variance estimation, ``kermt finetune --loss mve``; regression only); a checkpoint
-    without the key is a plain (mean-only) model."""
+    without the key is a plain (mean-only) model. ``features_ffn``: the molecule features also pass through an FFN of
+    their own whose output is added to each view's, so that descriptors can carry the model alone (no upstream
+    counterpart; off for every upstream checkpoint, which has no such layers)."""
 
     num_tasks: int
     dataset_type: DatasetType
@@ -118,8 +120,11 @@ class HeadConfig:
     dropout: float = 0.0
     activation: Activation = "PReLU"
     variance: bool = False
+    features_ffn: bool = False
 
     def __post_init__(self) -> None:
+        if self.features_ffn and self.features_size < 1:
+            raise ValueError("features_ffn needs molecule features (features_size 0): add --features_generator")
         _check_choice("dataset_type", self.dataset_type, DATASET_TYPES)
         if self.variance and self.dataset_type != "regression":
             raise ValueError(f"a variance head (--loss mve) is for regression, not {self.dataset_type}")

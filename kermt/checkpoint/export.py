@@ -123,6 +123,10 @@ def export_upstream(path: str | Path, state_dict: dict[str, torch.Tensor], spec:
         raise UnfaithfulExportError(
             f"{path}: cannot export a model with a variance head (--loss mve) to upstream's model.pt: upstream's "
             "heads predict one value per task; use the native checkpoint with kermt")
+    if spec.head is not None and spec.head.features_ffn:
+        raise UnfaithfulExportError(
+            f"{path}: cannot export a model with a features FFN (features_ffn) to upstream's model.pt: upstream's "
+            "heads have no such layers; use the native checkpoint with kermt, or train with --no-features_ffn")
     upstream_sd, warnings = upstream_state_dict(state_dict, spec, passthrough)
     state = {
         "args": upstream_args(spec, args_overrides),

@@ -26,7 +26,7 @@ ENCODER_ARCHITECTURE = ("hidden_size", "depth", "num_attn_head", "num_mt_block",
                         "atom_fdim", "bond_fdim")
 READOUT_ARCHITECTURE = ("self_attention", "attn_hidden", "attn_out")
 HEAD_ARCHITECTURE = ("num_tasks", "dataset_type", "features_size", "ffn_hidden_size", "ffn_num_layers",
-                     "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size", "activation")
+                     "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size", "activation", "features_ffn")
 
 
 class ArchitectureConflictError(UserError):

@@ -12,6 +12,13 @@ rather than ``exp`` of a log-variance: it grows linearly, so a large raw output 
 gives the NLL exploding gradients early in training, and the floor keeps ``1/variance`` finite when a molecule is
 fitted exactly. Such a model has no upstream counterpart (its last layers have other shapes).
 
+A features FFN (``head.features_ffn``, from scratch by default) is a descriptor model beside the graph: an FFN on
+the molecule features alone whose per-task output is added to each view's (to the means of a variance head). The
+views' FFNs still read [readout, features], so the graph part learns a correction to the descriptor model, and with
+the graph part at zero the model is that descriptor model: descriptors can carry the prediction on their own, as a
+descriptor MLP does, where concatenated to a 64-wide readout they are one input among many. Upstream has no such
+layer; no upstream checkpoint builds it.
+
 ``use_mtl_loss`` adds ``mtl_log_sigma`` [num_tasks] (upstream keeps it in a separate ``MTLLoss`` module; inside the
 model it is reduced by DDP like any other parameter and lands in the heads' parameter group).
 """
@@ -45,6 +52,7 @@ class FinetuneOutput:
     atom_view, bond_view           [M, T]             per-view outputs (logits for classification); the means of a
                                                       variance head
     atom_variance, bond_variance   [M, T] or None     per-view variances (scaled units) of a variance head
+    from_features                  [M, T] or None     the features FFN's output, already in atom_view and bond_view
     """
 
     encoder: EncoderOutput
@@ -57,6 +65,7 @@ class FinetuneOutput:
     classification: bool
     atom_variance: torch.Tensor | None = None
     bond_variance: torch.Tensor | None = None
+    from_features: torch.Tensor | None = None
 
     @property
     def view_predictions(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,6 +121,9 @@ class KermtFinetuneModel(nn.Module):
             if head.num_tasks < 2:
                 raise ValueError("use_mtl_loss needs at least 2 tasks")
             self.mtl_log_sigma = nn.Parameter(torch.zeros(head.num_tasks))
+        # built last, so that a model without it draws its initial weights exactly as before
+        self.features_ffn = build_ffn(head.features_size, ffn_hidden, head.num_tasks, head.ffn_num_layers,
+                                      head.dropout, head.activation) if head.features_ffn else None
 
     @property
     def classification(self) -> bool:
@@ -133,6 +145,13 @@ class KermtFinetuneModel(nn.Module):
         tasks = self.config.head.num_tasks
         return outputs[:, :tasks], F.softplus(outputs[:, tasks:].float()) + VARIANCE_FLOOR
 
+    def _plus_features(self, outputs: torch.Tensor, from_features: torch.Tensor | None) -> torch.Tensor:
+        """A view's outputs with the features FFN's per-task output added to its means (the first T columns)."""
+        if from_features is None:
+            return outputs
+        tasks = self.config.head.num_tasks
+        return torch.cat([outputs[:, :tasks] + from_features, outputs[:, tasks:]], dim=1)
+
     def forward(
         self,
         graph: BatchMolGraph,
@@ -147,6 +166,8 @@ class KermtFinetuneModel(nn.Module):
         readouts = self.readout(views, graph.a_scope, graph.max_atoms)
         readout_atom, readout_bond = readouts[0], readouts[1]
         inputs = readouts
+        if self.features_ffn is not None and features is None:
+            raise ValueError("this model has a features FFN (features_ffn): it needs the molecule features")
         if features is not None:
             # explicit width: reshape(M, -1) is ambiguous (an error) for a worker's empty share (M = 0)
             width = self.config.head.features_size
@@ -155,8 +176,11 @@ class KermtFinetuneModel(nn.Module):
         # upstream's order, hence its order of dropout draws: both shared FFNs, then each view's task layers
         ffn_atom = self.mol_atom_from_atom_ffn(inputs[0])
         ffn_bond = self.mol_atom_from_bond_ffn(inputs[1])
-        atom_view, atom_variance = self._mean_and_variance(self._task_outputs("atom", ffn_atom))
-        bond_view, bond_variance = self._mean_and_variance(self._task_outputs("bond", ffn_bond))
+        from_features = self.features_ffn(features) if self.features_ffn is not None else None
+        atom_out = self._plus_features(self._task_outputs("atom", ffn_atom), from_features)
+        bond_out = self._plus_features(self._task_outputs("bond", ffn_bond), from_features)
+        atom_view, atom_variance = self._mean_and_variance(atom_out)
+        bond_view, bond_variance = self._mean_and_variance(bond_out)
         return FinetuneOutput(
             encoder=encoded,
             readout_atom_view=readout_atom,
@@ -168,4 +192,5 @@ class KermtFinetuneModel(nn.Module):
             classification=self.classification,
             atom_variance=atom_variance,
             bond_variance=bond_variance,
+            from_features=from_features,
         )

@@ -173,6 +173,9 @@ class FinetuneConfig(DataParallelSettings):
                                               description="task-specific FFN layers after the shared ones")
     ffn_task_specific_hidden_size: Optional[int] = Field(
         None, description="width of the task-specific FFN layers (needed when there are any)")
+    features_ffn: bool = Field(HeadConfig.features_ffn, description="molecule features also feed an FFN of their "
+                               "own whose output is added to the prediction, so that they can carry the model "
+                               "alone (needs features; no upstream counterpart)")
     dist_coff: float = Field(_TRAINING.dist_coff, ge=0, description="weight of the disagreement term between the two "
                              "views")
     bond_drop_rate: float = Field(_TRAINING.bond_drop_rate, ge=0, lt=1, description="bond dropout probability in "

@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # Ray is imported where the cluster is used: a dry run reads 
     import ray
 ENCODER_KEYS = ENCODER_ARCHITECTURE_KEYS
 READOUT_KEYS = ("self_attention", "attn_hidden", "attn_out")
-HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size")
+HEAD_KEYS = ("ffn_hidden_size", "ffn_num_layers", "ffn_num_task_specific_layers", "ffn_task_specific_hidden_size",
+             "features_ffn")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def model_config(setup: RunSetup, features_size: int) -> FinetuneModelConfig:
     c, ckpt = setup.config, setup.checkpoint
     head = {"num_tasks": len(setup.task_names), "dataset_type": setup.dataset_type, "features_size": features_size,
             "dropout": c.dropout, "variance": c.loss == "mve", **{k: getattr(c, k) for k in HEAD_KEYS}}
+    head["features_ffn"] &= features_size > 0  # the from-scratch default; a run without features has nothing to feed
     readout = {k: getattr(c, k) for k in READOUT_KEYS}
     encoder = {k: getattr(c, k) for k in ENCODER_KEYS if getattr(c, k) is not None}
     encoder.update(dropout=c.dropout, **({} if c.padding is None else {"padding": c.padding}))
