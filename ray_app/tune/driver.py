@@ -24,6 +24,7 @@ from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.settings import Source
 from kermt.train.objective import Objective
+from ray_app.finetune.fold_data import FoldData, remove_folds, write_fold_data
 from ray_app.finetune.run_setup import RunSetup, features_width, fold_splits, model_config, resolve_setup, task_line
 from ray_app.finetune.trainable import train_member, trial_actor_resources
 from ray_app.tune.dry_run import dry_run_tune, sweep_header
@@ -41,6 +42,9 @@ from ray_app.tune.results import (
     write_best,
 )
 from ray_app.tune.trial import OBJECTIVE, TuneTrial
+
+SWEEP_DATA = "sweep"  # fold 0's shards: STORAGE/sweep-data/fold_0/ (ray_app.finetune.fold_data)
+
 
 class TrialLines(tune.Callback):
     """One line per finished trial (instead of Tune's tables, which repeat every few seconds); a completed
@@ -64,7 +68,6 @@ class TrialLines(tune.Callback):
         done = sum(t is current or t.status in ("TERMINATED", "ERROR") for t in trials)
         return f"[{done}/{self.n_trials} trials finished]"
 
-
 def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace) -> dict[str, Any]:
     """Run (or resume) the sweep; write its outputs; returns the summary (also in sweep.json)."""
     if config.dry_run:  # the plan, without Ray
@@ -78,15 +81,17 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     print(task_line(setup) + "\n" + sweep_header(config, space, objective), flush=True)
     setup.save_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    # Every trial trains on fold 0's split: put in the object store once, its reference shared by every trial; the
-    # driver then lets go of the featurised files for the rest of the sweep.
+    # Every trial trains on fold 0's split: its train and val shards, which the trials' workers read as a finetune's
+    # do (ray_app.finetune.fold_data: the same batches), and one object-store copy for what a trial computes after
+    # training; the driver then lets go of the featurised files for the rest of the sweep.
     splits = fold_splits(setup, 0)[1]
     # sized by the base settings' model: a sweep's heads change it little beside the checkpoint's encoder
     resources = trial_actor_resources(model_config(setup, features_width(splits)))
-    fold_zero = ray.put(splits)
+    fold_zero, data = ray.put(splits), write_fold_data(setup.storage, SWEEP_DATA, 0, splits.train, splits.val)
     del splits
     setup = setup.without_inputs()
-    interrupted = _sweep(_tuner(config, setup, fold_zero, space, objective, concurrency, resources), setup)
+    interrupted = _sweep(_tuner(config, setup, fold_zero, space, objective, concurrency, resources, data), setup)
+    remove_folds(setup.storage, SWEEP_DATA)
     trials = tune.ExperimentAnalysis(experiment_path(setup)).trials
     for trial in trials:  # trials that finished in an earlier, interrupted session
         download_trial(setup.save_dir, trial)
@@ -126,10 +131,10 @@ def experiment_path(setup: RunSetup) -> str:
 
 
 def _tuner(config: TuneConfig, setup: RunSetup, fold_zero: ray.ObjectRef, space: SearchSpace,
-           objective: Objective, concurrency: int, resources: dict[str, float]) -> tune.Tuner:
+           objective: Objective, concurrency: int, resources: dict[str, float], data: FoldData) -> tune.Tuner:
     # A trial may run on any node: it writes only to the experiment storage (see ray_app.finetune.trainable).
     trainable = tune.with_resources(tune.with_parameters(
-        train_member, setup=setup, fold_splits=[fold_zero], trial=TuneTrial(objective)),
+        train_member, setup=setup, fold_splits=[fold_zero], trial=TuneTrial(objective), fold_data=[data]),
         resources)
     experiment = experiment_path(setup)
     if tune.Tuner.can_restore(experiment):
