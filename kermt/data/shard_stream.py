@@ -86,10 +86,27 @@ def read_window(plan: ShardPlan, epoch: int, window: int, load: Load) -> Window:
     return Window(plan.offsets[shards][slots] + within, starts[slots] + within, joined)
 
 
+@dataclass(frozen=True)
+class BatchView:
+    """A global batch as ``positions`` into ``molecules`` (a window's joined shards; for a batch that spans two
+    windows, its rows gathered), with its rows' ``ids``: a rank collates its share straight from there."""
+
+    molecules: Any  # Molecules
+    positions: np.ndarray
+    ids: np.ndarray
+
+
 def epoch_batches(plan: ShardPlan, epoch: int, global_batch_size: int, first_batch: int, load: Load,
                   ahead: int = 1) -> Iterator[Rows]:
-    """Every global batch of ``epoch`` from ``first_batch`` on, the next ``ahead`` windows read in a background
-    thread meanwhile; a window is dropped once no later batch needs it."""
+    """Every global batch of ``epoch`` from ``first_batch`` on, gathered (:func:`epoch_views`)."""
+    for view in epoch_views(plan, epoch, global_batch_size, first_batch, load, ahead):
+        yield Rows(view.ids, view.molecules.take(view.positions))
+
+
+def epoch_views(plan: ShardPlan, epoch: int, global_batch_size: int, first_batch: int, load: Load,
+                ahead: int = 1) -> Iterator[BatchView]:
+    """Every global batch of ``epoch`` from ``first_batch`` on as a view, the next ``ahead`` windows read in a
+    background thread meanwhile; a window is dropped once no later batch needs it."""
     sizes = plan.window_sizes(epoch)
     held: dict[int, Future[Window]] = {}
     pool = ThreadPoolExecutor(1, thread_name_prefix="kermt-shards")
@@ -102,7 +119,13 @@ def epoch_batches(plan: ShardPlan, epoch: int, global_batch_size: int, first_bat
             for window in range(first, min(last + 1 + ahead, len(sizes))):
                 if window not in held and sizes[window]:
                     held[window] = pool.submit(read_window, plan, epoch, window, load)
-            yield Rows.concat([held[w].result().slice(start, stop) for w, start, stop in pieces])
+            if len(pieces) == 1:  # the usual case: nothing gathered here
+                window, start, stop = pieces[0]
+                part = held[window].result()
+                yield BatchView(part.joined, part.positions[start:stop], part.ids[start:stop])
+            else:
+                rows = Rows.concat([held[w].result().slice(start, stop) for w, start, stop in pieces])
+                yield BatchView(rows.arrays, np.arange(len(rows), dtype=np.int64), rows.ids)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -122,4 +145,5 @@ def validation_batches(plan: ShardPlan, global_batch_size: int, max_batches: int
     return [Rows.concat([kept[s].slice(start, stop) for s, start, stop in pieces]) for pieces in batches]
 
 
-__all__ = ["Load", "Molecules", "Rows", "Window", "epoch_batches", "read_window", "validation_batches"]
+__all__ = ["BatchView", "Load", "Molecules", "Rows", "Window", "epoch_batches", "epoch_views", "read_window",
+           "validation_batches"]

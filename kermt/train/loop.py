@@ -37,7 +37,7 @@ from kermt.data.dataset import MoleculeBatch, MoleculeSet, keyed_bond_keep
 from kermt.data.molecule_shards import TrainingSource, training_source
 from kermt.data.prefetch import prefetch
 from kermt.data.sampling import global_batches, worker_share
-from kermt.data.shard_stream import Rows, epoch_batches
+from kermt.data.shard_stream import BatchView, epoch_views
 from kermt.data.scalers import StandardScaler
 from kermt.inference.split import predict_split
 from kermt.inference.widths import WidthRule, most_frequent_width, padding_rule, training_width_histogram
@@ -148,25 +148,26 @@ def _starting_state(plan: MemberPlan, rank: int) -> dict[str, torch.Tensor]:
     return state
 
 
-def _rank_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: Iterator[Rows], rank: int, world: int,
+def _rank_batches(plan: MemberPlan, model: KermtFinetuneModel, steps: Iterator[BatchView], rank: int, world: int,
                   first_step: int) -> Iterator[MoleculeBatch]:
-    """This rank's batch of every global batch of the epoch (``steps``: each global batch's molecules and ids), on
+    """This rank's batch of every global batch of the epoch (``steps``: where each one's molecules are), on
     the CPU: its neighbour-sum operators built here (numpy, no host-device sync in the step), the global batch's
     label counts counted here (no collective), its bond dropout drawn per molecule from (seed, global step,
     molecule id, bond), and its neighbour tables as wide as the global batch's (with upstream's padding the width
     enters every sum: N ranks then equal one process)."""
     operators = model.kermt.aggregation_spec(training=True)
-    for index, global_batch in enumerate(steps):
-        molecules, ids = global_batch.arrays, global_batch.ids
-        everyone = np.arange(len(ids), dtype=np.int64)
-        rows = worker_share(everyone, rank, world)  # empty on some ranks when the last global batch is short
+    for index, view in enumerate(steps):
+        molecules, everyone, ids = view.molecules, view.positions, view.ids
+        share = worker_share(np.arange(len(ids)), rank, world)  # empty on some ranks when the last batch is short
+        rows = everyone[share]
         keep = global_keep = None
         if plan.bond_drop_rate > 0:  # keyed per (molecule, bond): the share's flags are its part of the global ones
-            keep, global_keep = (keyed_bond_keep(ids[part], molecules.graphs.bond_counts[part], plan.bond_drop_rate,
-                                                 plan.seed, first_step + index) for part in (rows, everyone))
+            keep, global_keep = (keyed_bond_keep(ids[part], molecules.graphs.bond_counts[everyone[part]],
+                                                 plan.bond_drop_rate, plan.seed, first_step + index)
+                                 for part in (share, slice(None)))
         width = molecules.neighbour_width(everyone, global_keep)
         yield molecules.batch(rows, keep, operators=operators, global_rows=everyone, neighbour_width=width,
-                              ids=ids[rows])
+                              ids=ids[share])
 
 
 def train_epoch(plan: MemberPlan, training: TrainingState[MemberProgress]) -> dict[str, float]:
@@ -182,7 +183,7 @@ def train_epoch(plan: MemberPlan, training: TrainingState[MemberProgress]) -> di
     epoch_plan = source.plan(plan.seed)  # kermt.data.shard_plan: the same global batches for every world size
     # [local label-loss sum, local objective share, global label count]: summed on the device, read once per epoch
     sums = torch.zeros(3, dtype=torch.float64, device=training.device)
-    steps = epoch_batches(epoch_plan, progress.epoch, plan.global_batch_size, 0, source.load)
+    steps = epoch_views(epoch_plan, progress.epoch, plan.global_batch_size, 0, source.load)
     batches = _rank_batches(plan, training.core, steps, rank, world, progress.global_step)
     all_reduce = training.communicator.all_reduce
     for batch in prefetch(batches, training.device):  # the next batches are collated while this step computes
