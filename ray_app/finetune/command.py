@@ -32,7 +32,7 @@ def _finetune(config: FinetuneConfig, sources: dict[str, Source]) -> None:
             dry_run_finetune(local, sources)
             return
         from ray_app.finetune.run import run_finetune  # Ray is imported only once the input is known to be good
-        from ray_app.screening.local import torch_threads
+        from ray_app.common.torch_threads import torch_threads
 
         # The driver's own forwards (test and calibration predictions, the domain index, the report's attributions)
         # on one thread, as the training workers (1 CPU each) run: OpenMP's threads spin while they wait, and with

@@ -12,15 +12,14 @@ Nothing here imports Ray: a small prediction costs the imports, the model load a
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
-import torch
 
+from ray_app.common.torch_threads import torch_threads
 from ray_app.screening.files import InputTable, csv_options, filesystem_of, malformed_csv, split_smi_lines
 from ray_app.screening.stream import InputSpec, featurize_block, file_feature_columns, rows_per_block
 
@@ -44,17 +43,6 @@ def local_stream(table: InputTable, spec: InputSpec, batch_size: int, stage: typ
                     block = block.append_column(name, column)
             start += block.num_rows
             yield model(featurize_block(block, spec))
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``threads`` for the block, as they were after it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def read_blocks(table: InputTable, columns: Sequence[str], block_rows: int) -> Iterator[pa.Table]:
