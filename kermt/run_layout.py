@@ -65,6 +65,9 @@ TUNE_EXPERIMENT_DIR = "tune"  # a sweep's Ray Tune experiment, in its save_dir u
 # round's surrogate, a finetune run of its own (round_k/, with the file it trained on and its library predictions)
 EXPLORE_SETTINGS_FILE = "explore_config.yaml"
 EXPLORED_FILE = "explored.csv"  # every acquired molecule, its score and round (kermt.explore.explored)
+# a lookup objective's score of every library row (NaN: none), written once by the exploration: the report's exact
+# random baseline reads it, so the report never reads the library itself (ray_app.report imports no explore code)
+EXPLORE_LOOKUP_SCORES_FILE = "library_lookup_scores.npy"
 ROUND_PREFIX = "round"  # round_k/: the surrogate trained before acquiring round k's batch
 ROUND_TRAINING_FILE = "scored.csv"  # round_k/: smiles,score of everything scored before round k
 ROUND_PREDICTIONS_FILE = "library_predictions.parquet"  # round_k/: the surrogate's mean and std per library row
@@ -221,6 +224,10 @@ class RunLayout:
     @property
     def explore_library(self) -> Path:
         return self.root / EXPLORE_LIBRARY_DIR
+
+    @property
+    def explore_lookup_scores(self) -> Path:
+        return self.root / EXPLORE_LOOKUP_SCORES_FILE
 
     def round(self, round_index: int) -> Path:
         """``round_k/``: the save_dir of the surrogate finetuned to acquire round k's batch."""

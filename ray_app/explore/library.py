@@ -22,6 +22,8 @@ import pyarrow as pa
 
 from kermt.data.formats import input_format
 from kermt.errors import UserError
+from kermt.explore.objective_spec import ObjectiveSpec
+from kermt.explore.scorers import lookup_scorer
 from kermt.run_layout import RunLayout
 from ray_app.screening.files import InputTable, filesystem_of
 
@@ -127,4 +129,19 @@ def featurised_library(config: ExploreConfig, layout: RunLayout, library: Librar
                         engine)
 
 
-__all__ = ["Library", "featurised_library", "open_library", "smiles_column_of"]
+__all__ = ["Library", "featurised_library", "open_library", "smiles_column_of", "write_lookup_scores"]
+
+
+def write_lookup_scores(spec: ObjectiveSpec, layout: RunLayout, library: Library) -> None:
+    """For a lookup objective (a retrospective study: every library row's score is known), the score of every row
+    (NaN: none) in ``DIR/library_lookup_scores.npy``, once: the report's exact random baseline reads it
+    (ray_app.report.explore), so neither the report nor a rebuild reads the library and the lookup file again."""
+    target = layout.explore_lookup_scores
+    if spec.kind != "lookup" or target.exists():
+        return
+    values = lookup_scorer(spec)(library.all_smiles()).values
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    with open(partial, "wb") as handle:
+        np.save(handle, values.astype(np.float64))
+    partial.replace(target)

@@ -29,7 +29,7 @@ from kermt.explore.sizes import check_plan
 from kermt.run_layout import RunLayout
 from ray_app.common.settings import to_yaml
 from ray_app.explore.config import ExploreConfig
-from ray_app.explore.library import Library, open_library
+from ray_app.explore.library import Library, open_library, write_lookup_scores
 from ray_app.explore.objectives import Scorer, make_scorer
 
 # Settings that may change when an exploration resumes: they change where and how long it runs, not its choices
@@ -48,6 +48,7 @@ def run_explore(config: ExploreConfig) -> Explored:
     check_plan(init, acquire, config.iterations, library.rows, len(explored))
     scorer = make_scorer(config.objective_spec(), config.objective_timeout, config.objective_cpus,
                          config.objective_batch_size, config.address)
+    write_lookup_scores(config.objective_spec(), layout, library)
     if explored.rounds_done:
         print(f"resuming {config.save_dir} at round {explored.rounds_done} ({len(explored):,} molecules explored)",
               flush=True)

@@ -25,7 +25,6 @@ from kermt.errors import UserError
 from kermt.explore.baseline import TRUE_TOP_SHARE, expected_best_mean, expected_found_share, true_top_rows
 from kermt.explore.explored import Explored, read_explored
 from kermt.explore.objective_spec import parse_objective
-from kermt.explore.scorers import lookup_scorer
 from kermt.inference.columns import STD_SUFFIX
 from kermt.run_layout import RunLayout
 from ray_app.report.figures import COLOURS, data_uri, plt
@@ -42,7 +41,7 @@ def explore_report(save_dir: Path) -> Report:
     settings = yaml.safe_load(layout.explore_settings.read_text()) or {}
     minimize = bool(settings.get("minimize", False))
     explored = read_explored(str(layout.explored))
-    library = library_scores(settings)
+    library = library_scores(layout, settings)
     curves = _curves(explored, minimize, library)
     sections = [_summary(save_dir, settings, explored, curves),
                 Section("Found per round against random", notes=[_random_note(library)],
@@ -63,19 +62,17 @@ def _best(values: np.ndarray, minimize: bool, k: int = 1) -> float:
     return float(best.mean())
 
 
-def library_scores(settings: dict) -> np.ndarray | None:
-    """Every library row's score (NaN: none) when the objective is a lookup whose files can still be read; None
-    for any other objective, or when they cannot (the report then estimates random from round 0)."""
-    from ray_app.explore.library import open_library
-
+def library_scores(layout: RunLayout, settings: dict) -> np.ndarray | None:
+    """Every library row's score (NaN: none) when the objective is a lookup, as the exploration wrote them
+    (``DIR/library_lookup_scores.npy``, ray_app.explore.library.write_lookup_scores); None for any other objective,
+    or an exploration that has not written them (the report then estimates random from round 0)."""
     try:
-        spec = parse_objective(str(settings.get("objective", "")))
-        if spec.kind != "lookup":
+        if parse_objective(str(settings.get("objective", ""))).kind != "lookup":
             return None
-        library = open_library(str(settings.get("library")), settings.get("library_smiles_column"))
-        return lookup_scorer(spec)(library.all_smiles()).values
-    except (UserError, OSError):
+    except UserError:
         return None
+    path = layout.explore_lookup_scores
+    return np.load(path, allow_pickle=False) if path.is_file() else None
 
 
 def _random_note(library: np.ndarray | None) -> str:

@@ -19,6 +19,7 @@ import pytest
 from scipy.stats import hypergeom
 
 from kermt.explore.explored import read_explored
+from kermt.run_layout import RunLayout
 from ray_app.cli import main
 from ray_app.report.build import write_report
 from ray_app.report.explore import TOP_K, explore_report, library_scores
@@ -73,6 +74,7 @@ def test_a_lookups_random_expectations_are_exact(random_run):
     rows = explore_report(random_run).sections[0].tables[1].rows
     library = pd.read_csv(DEMO)["logp"].to_numpy()  # the lookup's scores of every library row (NaN: none)
     assert len(pd.read_csv(DEMO)["smiles"].unique()) == len(library)  # so the lookup gives each row its own
+    np.testing.assert_array_equal(np.load(random_run / "library_lookup_scores.npy"), library)  # what the report read
     ranked = np.sort(library[np.isfinite(library)])[::-1]
     top = set(np.argsort(np.nan_to_num(-library, nan=np.inf), kind="stable")[:math.ceil(0.01 * len(ranked))])
     assert len(top) == 16  # 1,584 scored rows of 2,000
@@ -95,7 +97,8 @@ def test_without_a_lookup_random_is_estimated_from_round_0(random_run, tmp_path)
     shutil.copytree(random_run, run)
     settings = run / "explore_config.yaml"
     settings.write_text(settings.read_text().replace(f"lookup:{DEMO}:logp", "python:my_scores:logp"))
-    assert library_scores({"objective": "python:my_scores:logp", "library": str(DEMO)}) is None
+    assert (run / "library_lookup_scores.npy").is_file()  # the lookup run wrote them; a python objective ignores them
+    assert library_scores(RunLayout(run), {"objective": "python:my_scores:logp", "library": str(DEMO)}) is None
     summary = explore_report(run).sections[0].tables[1]
     assert len(summary.columns) == 8 and "true top" not in " ".join(summary.columns)
     first = read_explored(str(run / "explored.csv"))
