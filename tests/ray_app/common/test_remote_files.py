@@ -82,13 +82,18 @@ def test_output_file_is_uploaded_only_when_the_command_succeeded(s3, tmp_path):
     assert f"{BUCKET}/out/b.csv" not in s3.listing(f"{BUCKET}/out")
 
 
-def test_finetune_reads_and_writes_object_storage(ray_cluster, s3, capsys):
-    """--data_path, --checkpoint_path and --save_dir in the bucket; config.yaml keeps the URIs; a re-run of the
-    same command finds the first run's files through the mirror and keeps its finished model."""
+def test_finetune_reads_and_writes_object_storage(ray_cluster, s3, capsys, monkeypatch):
+    """--data_path, --checkpoint_path and --save_dir in the bucket, named by URIs that carry pyarrow's options in
+    their query (the form for MinIO, Ceph and other S3-compatible stores; AWS_ENDPOINT_URL unset, so the endpoint
+    can only come from the query); config.yaml keeps the URIs; a re-run of the same command finds the first run's
+    files through the mirror and keeps its finished model. (The plain form: every other test in this file; workers
+    writing a query-form --storage_path: -m slow tests/ray_app/common/test_storage_uris.py.)"""
+    query = f"?endpoint_override=127.0.0.1:{s3.port}&scheme=http"
     with open(ROOT / "data/sample/admet_demo.csv", "rb") as f:
-        data_uri = _put(s3, "in/demo.csv", b"".join(f.readlines()[:61]))
-    ckpt_uri = _put(s3, "in/ckpt.pt", (FIXTURE_DIR / "ckpt_pretrain_vocab.pt").read_bytes())
-    save_uri = f"s3://{BUCKET}/runs/ft"
+        data_uri = _put(s3, "in/demo.csv", b"".join(f.readlines()[:61])) + query
+    ckpt_uri = _put(s3, "in/ckpt.pt", (FIXTURE_DIR / "ckpt_pretrain_vocab.pt").read_bytes()) + query
+    save_uri = f"s3://{BUCKET}/runs/ft{query}"
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
     args = ["finetune", "--data_path", data_uri, "--checkpoint_path", ckpt_uri, "--save_dir", save_uri,
             "--num_workers", "1", "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8"]
     assert cli_main(args) == 0

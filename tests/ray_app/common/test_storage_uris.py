@@ -120,8 +120,12 @@ def _read(s3: MotoS3, key: str) -> bytes:
         return stream.read()
 
 
-# the endpoint named in the environment is the same flow a second time (100 s): slow; the query form runs by default
-@pytest.mark.parametrize("endpoint_in", ["query", pytest.param("env", marks=pytest.mark.slow)])
+# Slow, both forms (70-130 s each on 2 cores). The default suite covers the paths: the query form end to end for the
+# driver's inputs and mirrored --save_dir (tests/ray_app/common/test_remote_files.py, with AWS_ENDPOINT_URL unset),
+# Train workers and Tune trials writing an S3 --storage_path and an ensemble resuming from it (-m multinode:
+# tests/multinode/test_cluster_runs.py), a sweep's resume (tests/ray_app/tune/test_tune.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("endpoint_in", ["query", "env"])
 def test_ensemble_and_sweep_run_and_resume_in_object_storage(s3, inputs, tmp_path, endpoint_in):
     """An ensemble (--save_dir and --storage_path in the bucket) and a sweep. Then one member's metrics.csv is
     removed from the bucket, and the same commands run again: the ensemble restores its Tune run from the storage URI
