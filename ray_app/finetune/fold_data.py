@@ -58,8 +58,13 @@ class FoldData:
         return TrainingSource(self.train.manifest.rows, self.train.load(), self.train_degrees, self.window)
 
 
+def run_data_dir(storage: str, run_id: str) -> str:
+    """Where a run's fold shards live, beside its Tune experiments in the storage."""
+    return join(storage, f"{run_id}-data")
+
+
 def fold_data_dir(storage: str, run_id: str, fold: int) -> str:
-    return join(storage, f"{run_id}-data", fold_name(fold))
+    return join(run_data_dir(storage, run_id), fold_name(fold))
 
 
 def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef]) -> list[FoldData]:
@@ -74,7 +79,7 @@ def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef]) -
 
 def remove_folds(storage: str, run_id: str) -> None:
     """Delete the run's shards once its members are trained (a re-run writes them again before training)."""
-    fs, inner = filesystem(join(storage, f"{run_id}-data"))
+    fs, inner = filesystem(run_data_dir(storage, run_id))
     if fs.get_file_info(inner).type != FileType.NotFound:
         fs.delete_dir(inner)
 
