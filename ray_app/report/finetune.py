@@ -18,6 +18,7 @@ from kermt.metrics import task_scores
 from kermt.run_layout import (CALIBRATION_FILE, INVALID_SMILES_FILE, METRICS_FILE, TEST_SPREAD_FILE, RunLayout,
                               fold_name, member_directories)
 from kermt.uncertainty import intervals, load_calibrations
+from ray_app.common.release import RELEASE_REPO
 from ray_app.report import figures
 from ray_app.report.page import NOT_RECORDED, Figure, Report, Section, Table, fmt
 from ray_app.report.results import TestResult, read_spread, read_test_result
@@ -76,7 +77,7 @@ def _starting_point(settings: dict[str, Any]) -> str:
     if settings.get("checkpoint_path"):
         return str(settings["checkpoint_path"])
     if settings.get("pretrained_release"):
-        return "the released NV-KERMT-70M-v2 (--pretrained_release)"
+        return f"the release, {RELEASE_REPO} (--pretrained_release)"
     if not settings:
         return NOT_RECORDED
     return "none: trained from scratch"
