@@ -7,9 +7,10 @@ fatal; the round goes on with the others. ``command:`` runs on the cluster (``ra
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,15 +48,29 @@ class LookupScorer:
 
         table = _read(self.path, (self.smiles_column, self.column))
         asked = pa.array(list(smiles), pa.string())
-        table = table.filter(pc.is_in(table.column(self.smiles_column), value_set=asked))
-        known: dict[str, float] = {}
-        for key, value in zip(table.column(self.smiles_column).to_pylist(), table.column(self.column).to_pylist()):
-            if key not in known and value not in (None, ""):  # an empty cell is no score; the first of two rows
-                known[key] = _number(value)
+        known = self._first_scores(table.filter(pc.is_in(table.column(self.smiles_column), value_set=asked)), {})
         values = np.array([known.get(s, math.nan) for s in smiles], dtype=np.float64)
         errors = ["" if math.isfinite(v) else NOT_IN_LOOKUP if s not in known else "its lookup score is not a number"
                   for s, v in zip(smiles, values)]
         return Scores(values, errors)
+
+    def known_scores(self) -> dict[str, float]:
+        """Every SMILES of the file with its score, as a call gives it (NaN: a cell that is not a number), read one
+        block of the file at a time: what scoring a whole library in blocks looks up (a call per block would read
+        the file again for each)."""
+        import pyarrow as pa
+
+        known: dict[str, float] = {}
+        for batch in _read_batches(self.path, (self.smiles_column, self.column)):
+            self._first_scores(pa.Table.from_batches([batch]), known)
+        return known
+
+    def _first_scores(self, table, known: dict[str, float]) -> dict[str, float]:
+        """``known`` with ``table``'s rows added in order: a SMILES keeps the first row whose cell is not empty."""
+        for key, value in zip(table.column(self.smiles_column).to_pylist(), table.column(self.column).to_pylist()):
+            if key not in known and value not in (None, ""):  # an empty cell is no score; the first of two rows
+                known[key] = _number(value)
+        return known
 
 
 def lookup_scorer(spec: ObjectiveSpec) -> LookupScorer:
@@ -74,16 +89,38 @@ def lookup_scorer(spec: ObjectiveSpec) -> LookupScorer:
 
 
 def _read(path: str, columns: tuple[str, ...] | None, header_only: bool = False):
+    import pyarrow.csv as pacsv
+
+    with _reading(path):
+        if header_only:
+            with pacsv.open_csv(path, convert_options=_as_strings(columns)) as reader:
+                return reader.schema
+        return pacsv.read_csv(path, convert_options=_as_strings(columns))
+
+
+def _read_batches(path: str, columns: tuple[str, ...]) -> Iterator:
+    """``path``'s ``columns`` as strings, one record batch at a time (pyarrow's streaming CSV reader)."""
+    import pyarrow.csv as pacsv
+
+    with _reading(path), pacsv.open_csv(path, convert_options=_as_strings(columns)) as reader:
+        yield from reader
+
+
+def _as_strings(columns: tuple[str, ...] | None):
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    convert = pacsv.ConvertOptions(column_types={c: pa.string() for c in columns or ()},
-                                   include_columns=list(columns) if columns else None)
+    return pacsv.ConvertOptions(column_types={c: pa.string() for c in columns or ()},
+                                include_columns=list(columns) if columns else None)
+
+
+@contextlib.contextmanager
+def _reading(path: str) -> Iterator[None]:
+    """A missing or malformed lookup file as a one-line error."""
+    import pyarrow as pa
+
     try:
-        if header_only:
-            with pacsv.open_csv(path, convert_options=convert) as reader:
-                return reader.schema
-        return pacsv.read_csv(path, convert_options=convert)
+        yield
     except FileNotFoundError:
         raise UserError(f"--objective lookup:{path}: the file does not exist") from None
     except pa.ArrowInvalid as error:

@@ -12,6 +12,7 @@ exploration's too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,9 +64,10 @@ class Library:
             start = end
         return found
 
-    def all_smiles(self) -> list[str]:
-        """Every row's SMILES ("" for an empty cell): for a retrospective study's report, not for a round."""
-        return ["" if s is None else s for block in self._blocks() for s in block.column(0).to_pylist()]
+    def smiles_blocks(self) -> Iterator[list[str]]:
+        """Every row's SMILES ("" for an empty cell), in order, one block of READ_ROWS rows at a time."""
+        for block in self._blocks():
+            yield ["" if s is None else s for s in block.column(0).to_pylist()]
 
     def _blocks(self) -> Iterator[pa.Table]:
         from ray_app.screening.local import read_blocks  # torch: imported with the reader the featurisation uses
@@ -139,9 +141,19 @@ def write_lookup_scores(spec: ObjectiveSpec, layout: RunLayout, library: Library
     target = layout.explore_lookup_scores
     if spec.kind != "lookup" or target.exists():
         return
-    values = lookup_scorer(spec)(library.all_smiles()).values
+    # the lookup file's scores are held (a dict of its SMILES), the library's SMILES one block at a time: each
+    # block's scores go straight to the file, after np.save's header for library.rows float64s (the same bytes)
+    known = lookup_scorer(spec).known_scores()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
+    written = 0
     with open(partial, "wb") as handle:
-        np.save(handle, values.astype(np.float64))
+        np.lib.format.write_array_header_1_0(handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)),
+                                                      "fortran_order": False, "shape": (library.rows,)})
+        for block in library.smiles_blocks():
+            handle.write(np.array([known.get(s, math.nan) for s in block], dtype=np.float64).tobytes())
+            written += len(block)
+    if written != library.rows:
+        raise UserError(f"--library {library.path} changed while it was read ({written:,} rows, "
+                        f"{library.rows:,} when the exploration started)")
     partial.replace(target)
