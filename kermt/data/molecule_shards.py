@@ -12,6 +12,8 @@ Layout of a split's directory (local or URI)::
 :class:`~kermt.data.shard_plan.ShardPlan`), how to read shard i, and each molecule's largest atom degree (the
 neighbour-width histogram of its planned batches, one byte a molecule). A set held in memory is the source of one
 shard (:meth:`TrainingSource.whole`); both go through the same plan and the same batch code.
+:class:`ValidationSource` is what it needs of a validation split: every molecule's targets, and the molecules of
+the rows one rank predicts, read from their shards only.
 """
 
 from __future__ import annotations
@@ -110,8 +112,15 @@ def read_split_shard(directory: str, manifest: SplitManifest, index: int) -> Mol
     return molecules
 
 
+def read_split_targets(directory: str, manifest: SplitManifest, index: int) -> np.ndarray:
+    """float32 [rows, tasks]: shard ``index``'s targets alone (its one column read: no graphs, no SMILES)."""
+    fs, inner = filesystem(join(directory, manifest.files[index]))
+    table = pq.read_table(inner, filesystem=fs, columns=["targets"])
+    return flat_values(table, "targets").astype(np.float32, copy=False).reshape(table.num_rows, manifest.task_count)
+
+
 def read_split(directory: str, manifest: SplitManifest | None = None) -> MoleculeSet:
-    """Every shard of a split, joined (a validation split, which every rank predicts whole)."""
+    """Every shard of a split, joined."""
     manifest = manifest or SplitManifest.read(directory)
     return MoleculeSet.concat([read_split_shard(directory, manifest, i) for i in range(len(manifest.files))])
 
@@ -157,11 +166,36 @@ class TrainingSource:
         return ShardPlan(self.shard_rows, seed, 0.0, self.window)
 
 
+@dataclass(frozen=True)
+class ValidationSource:
+    """A validation split as the loop reads it: every molecule's targets (each rank scores all of them, a few bytes
+    a molecule) and, read from the shards that hold them, the molecules of the rows one rank predicts (``take``).
+    A set held in memory serves the loop the same way (it has ``targets``, ``take`` and ``len``)."""
+
+    shard_rows: tuple[int, ...]
+    load: Callable[[int], MoleculeSet]
+    targets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def take(self, rows: np.ndarray) -> MoleculeSet:
+        """The molecules at ``rows`` (ascending): each shard holding some of them read once, one at a time, and
+        only its rows among them kept."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) == 0 or np.any(np.diff(rows) < 0):
+            raise ValueError("a validation source takes a non-empty, ascending set of rows")
+        offsets = np.concatenate([[0], np.cumsum(np.asarray(self.shard_rows, dtype=np.int64))])
+        shard_of = np.searchsorted(offsets, rows, side="right") - 1
+        return MoleculeSet.concat([self.load(int(s)).take(rows[shard_of == s] - offsets[s])
+                                   for s in np.unique(shard_of)])
+
+
 def training_source(train: MoleculeSet | TrainingSource) -> TrainingSource:
     """The one rule: a set held in memory trains as a one-shard source."""
     return train if isinstance(train, TrainingSource) else TrainingSource.whole(train)
 
 
-__all__ = ["MANIFEST_FILE", "SHARD_ROWS", "WINDOW", "SplitManifest", "TrainingSource", "max_degrees",
-           "molecule_table", "molecules_from_table", "read_split", "read_split_shard", "training_source",
-           "write_split"]
+__all__ = ["MANIFEST_FILE", "SHARD_ROWS", "WINDOW", "SplitManifest", "TrainingSource", "ValidationSource",
+           "max_degrees", "molecule_table", "molecules_from_table", "read_split", "read_split_shard",
+           "read_split_targets", "training_source", "write_split"]

@@ -34,7 +34,7 @@ import torch
 
 from kermt.config import FinetuneModelConfig
 from kermt.data.dataset import MoleculeBatch, MoleculeSet, keyed_bond_keep
-from kermt.data.molecule_shards import TrainingSource, training_source
+from kermt.data.molecule_shards import TrainingSource, ValidationSource, training_source
 from kermt.data.prefetch import prefetch
 from kermt.data.sampling import global_batches, worker_share
 from kermt.data.shard_stream import BatchView, epoch_views
@@ -68,7 +68,7 @@ class MemberPlan:
     model_config: FinetuneModelConfig
     initial_state: dict[str, torch.Tensor] | StartingState
     train: MoleculeSet | TrainingSource | None
-    val: MoleculeSet | None
+    val: MoleculeSet | ValidationSource | None
     target_scaler: StandardScaler | None
     seed: int
     epochs: int
@@ -209,32 +209,55 @@ def validation_rule(plan: MemberPlan) -> WidthRule:
     return padding_rule(padding, most_frequent_width(widths))
 
 
-def validate(plan: MemberPlan, training: TrainingState[MemberProgress], rule: WidthRule) -> dict[str, float]:
+@dataclass(frozen=True)
+class RankValidation:
+    """What one rank validates on, read once for the member: the validation split cut into fixed chunks of the
+    global batch size, chunk i predicted by rank ``i % world``; ``held``: this rank's chunks' molecules one after
+    the other (None when it has none), ``chunks[i]``: chunk i's rows in ``held`` (its own chunks only);
+    ``targets``: every molecule's, since every rank scores the gathered predictions."""
+
+    count: int
+    held: MoleculeSet | None
+    chunks: dict[int, np.ndarray]
+    targets: np.ndarray
+
+
+def rank_validation(val: MoleculeSet | ValidationSource, chunk: int, rank: int, world: int) -> RankValidation:
+    """The chunks of ``val`` that ``rank`` of ``world`` predicts, read from ``val`` (a set in memory, or shards of
+    which only those holding these chunks are read)."""
+    chunks = global_batches(np.arange(len(val)), chunk)
+    mine = [i for i in range(len(chunks)) if i % world == rank]
+    ends = np.cumsum([len(chunks[i]) for i in mine], dtype=np.int64)
+    held = val.take(np.concatenate([chunks[i] for i in mine])) if mine else None
+    return RankValidation(len(chunks), held, {i: np.arange(end - len(chunks[i]), end) for i, end in zip(mine, ends)},
+                          np.asarray(val.targets))
+
+
+def validate(plan: MemberPlan, training: TrainingState[MemberProgress], rule: WidthRule,
+             val: RankValidation) -> dict[str, float]:
     """Val loss and metric over every val molecule exactly once, identical on every rank, each molecule computed
     under ``rule`` (:func:`validation_rule`)."""
-    model, rank, world = training.model, training.rank, training.world
     chunk = plan.global_batch_size
-    chunks = global_batches(np.arange(len(plan.val)), chunk)
-    mine = [c for i, c in enumerate(chunks) if i % world == rank]
-    local = {i * world + rank: predict_split(model, plan.val, chunk, rule, plan.precision, rows=c)[0]
-             for i, c in enumerate(mine)}
+    local = {i: predict_split(training.model, val.held, chunk, rule, plan.precision, rows=rows)[0]
+             for i, rows in val.chunks.items()}
     merged: dict[int, np.ndarray] = {}
     for part in training.communicator.all_gather(local):
         merged.update(part)
-    width = plan.val.targets.shape[1]
-    preds = np.concatenate([merged[i] for i in range(len(chunks))]) if chunks else np.zeros((0, width))
-    targets = plan.val.targets.astype(np.float64)
+    width = val.targets.shape[1]
+    preds = np.concatenate([merged[i] for i in range(val.count)]) if val.count else np.zeros((0, width))
+    targets = val.targets.astype(np.float64)
     value, _ = score(preds, targets, plan.metric, plan.model_config.head.dataset_type, plan.target_scaler)
     loss = validation_loss(preds, targets, chunk, plan.model_config.head.dataset_type)
     return {"val_loss": loss, f"val_{plan.metric}": value}
 
 
-def run_epoch(plan: MemberPlan, training: TrainingState[MemberProgress], rule: WidthRule) -> dict[str, Any]:
+def run_epoch(plan: MemberPlan, training: TrainingState[MemberProgress], rule: WidthRule,
+              val: RankValidation) -> dict[str, Any]:
     """Train one epoch and validate under ``rule``: the epoch's row of the history (without its best epoch yet)."""
     started = time.perf_counter()
     train_metrics = train_epoch(plan, training)
     trained = time.perf_counter()
-    return {"epoch": training.progress.epoch, **train_metrics, **validate(plan, training, rule),
+    return {"epoch": training.progress.epoch, **train_metrics, **validate(plan, training, rule, val),
             "lr": training.scheduler.get_last_lr()[-1], "train_time_s": trained - started,
             "val_time_s": time.perf_counter() - trained}
 
@@ -251,8 +274,9 @@ def fit_member(plan: MemberPlan, training: TrainingState[MemberProgress], best: 
     if best.weights is None:
         best.weights = snapshot(training.model)
     progress, objective, rule = training.progress, plan.objective, validation_rule(plan)
+    val = rank_validation(plan.val, plan.global_batch_size, training.rank, training.world)
     while progress.epoch < plan.epochs and progress.bad_epochs < plan.early_stop_epoch:
-        metrics = run_epoch(plan, training, rule)
+        metrics = run_epoch(plan, training, rule, val)
         if objective.better(metrics[objective.key], progress.best_value):
             progress.best_value, progress.best_epoch, progress.bad_epochs = metrics[objective.key], progress.epoch, 0
             best.weights = snapshot(training.model)
@@ -301,6 +325,6 @@ def fit(plan: MemberPlan, communicator: Communicator = SingleProcess(), device: 
     return MemberFit(training, best)
 
 
-__all__ = ["BestWeights", "EpochDone", "MemberFit", "MemberPlan", "MemberProgress", "StartingState",
-           "build_member", "fit", "fit_member", "member_checkpoint", "run_epoch", "train_epoch", "validate",
-           "validation_rule"]
+__all__ = ["BestWeights", "EpochDone", "MemberFit", "MemberPlan", "MemberProgress", "RankValidation", "StartingState",
+           "build_member", "fit", "fit_member", "member_checkpoint", "rank_validation", "run_epoch", "train_epoch",
+           "validate", "validation_rule"]

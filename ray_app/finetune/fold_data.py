@@ -4,10 +4,11 @@ The driver writes a fold's train and val splits (scaled, as the model reads them
 ``STORAGE/<run id>-data/fold_k/{train,val}/`` (kermt.data.molecule_shards: Parquet shards + manifest.json; the
 storage is ``--storage_path``, a URI on a multi-node cluster, or save_dir/ray_results on one machine). A member's
 workers then read only what their global batches need, a window of shards at a time with the next read ahead
-(kermt.data.shard_stream over the member's kermt.data.shard_plan), and the validation split whole (every rank
-predicts its chunks of it). No node holds a fold because a member trains there, and no worker receives a fold
-through the object store. What travels with each member is :class:`FoldData`: the directories, the manifests and
-two bytes per training molecule (its largest atom degree, for the width histogram of the planned batches).
+(kermt.data.shard_stream over the member's kermt.data.shard_plan), and of the validation split every molecule's
+targets and the shards that hold the chunks the rank predicts (kermt.train.loop.rank_validation). No node holds
+a fold because a member trains there, and no worker receives a fold through the object store. What travels with
+each member is :class:`FoldData`: the directories, the manifests and two bytes per training molecule (its largest
+atom degree, for the width histogram of the planned batches).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pyarrow.fs import FileType
 
 from kermt.data.atomic_files import filesystem, join
 from kermt.data.dataset import MoleculeSet
-from kermt.data.molecule_shards import SHARD_ROWS, WINDOW, SplitManifest, TrainingSource, max_degrees, \
-    read_split_shard, write_split
+from kermt.data.molecule_shards import SHARD_ROWS, WINDOW, SplitManifest, TrainingSource, ValidationSource, \
+    max_degrees, read_split_shard, read_split_targets, write_split
 from kermt.run_layout import fold_name
 from ray_app.common.node_reads import NodeRead, reading_node
 
@@ -40,9 +41,12 @@ class SplitShards:
     def load(self) -> NodeRead:
         return NodeRead(partial(read_split_shard, self.directory, self.manifest), self.node)
 
-    def read_all(self) -> MoleculeSet:
-        load = self.load()
-        return MoleculeSet.concat([load(i) for i in range(len(self.manifest.files))])
+    def validation_source(self) -> ValidationSource:
+        """The split as a validation split is read: its targets now (one column of each shard), its molecules
+        when a rank takes the rows it predicts."""
+        targets = NodeRead(partial(read_split_targets, self.directory, self.manifest), self.node)
+        return ValidationSource(self.manifest.rows, self.load(),
+                                np.concatenate([targets(i) for i in range(len(self.manifest.files))]))
 
 
 @dataclass(frozen=True)
