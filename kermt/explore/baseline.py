@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import gammaln
 from scipy.stats import hypergeom
 
 TRUE_TOP_SHARE = 0.01  # "the true top 1 %": MolPAL's measure of what a search found
@@ -58,8 +59,26 @@ def expected_best_mean(scores: np.ndarray, minimize: bool, picked: int, k: int =
     if picked == total:  # every row picked (scipy's hypergeom wants at least one row left to draw from)
         weights = (above < k).astype(np.float64)
     else:
-        weights = picked / total * hypergeom(total - 1, above, picked - 1).cdf(k - 1)
+        weights = picked / total * _fewer_than_k_above(total - 1, picked - 1, above, k)
     return float(np.dot(weights, scores[ranked]) / weights.sum())
+
+
+def _fewer_than_k_above(rows: int, draws: int, above: np.ndarray, k: int) -> np.ndarray:
+    """``hypergeom(rows, above, draws).cdf(k - 1)`` for every count ``above``: the chance that fewer than k of them
+    are among ``draws`` rows drawn from ``rows``. Summed from log binomials, k terms of whole-array arithmetic:
+    scipy's cdf took 7 s at 20,000 rows and minutes at 100,000 (the report of a 10^5-molecule exploration). Its
+    relative error grows with the size (log binomials of about rows * log(rows)): about 1e-9 at 10^6 rows."""
+    log_all = _log_choose(rows, draws)
+    cdf = np.zeros(len(above))
+    for x in range(min(k, draws + 1)):
+        possible = (above >= x) & (rows - above >= draws - x)  # else no way to draw x of them
+        a = above[possible].astype(np.float64)
+        cdf[possible] += np.exp(_log_choose(a, x) + _log_choose(rows - a, draws - x) - log_all)
+    return np.minimum(cdf, 1.0)
+
+
+def _log_choose(n, r):
+    return gammaln(np.add(n, 1)) - gammaln(np.add(r, 1)) - gammaln(np.subtract(n, r) + 1)
 
 
 __all__ = ["TRUE_TOP_SHARE", "expected_best_mean", "expected_found_share", "ranked_best_first", "true_top_rows"]
