@@ -1,0 +1,170 @@
+"""`kermt explore` at scale: rounds on the first N MOSES molecules, and where their time and memory go.
+
+    .venv/bin/python scripts/fetch_moses.py                      # once: data/moses/train.csv.gz
+    nice -n 19 .venv/bin/python bench/explore_scale.py --n 100000 300000 1000000 [--iterations 2] [--epochs 5]
+
+For each N: the library is data/moses/moses_logp_{N}.csv (bench/scale.py's labelled_csv: the first N MOSES SMILES
+with their RDKit Crippen logP, computed on Ray Data and cached; the time is printed when it is computed), and the
+objective is ``lookup:`` on the same file (maximise logP). The surrogate is bench/explore.py's SURROGATE (the fixture
+encoder with rdkit_2d_normalized descriptors) for ``--epochs`` epochs; each batch is ``--batch`` molecules (a count,
+so the finetune costs the same at every N and what grows with N stands out).
+
+`kermt explore` runs as a child process with its own local Ray cluster, watched twice a second: the driver's peak
+RSS (VmHWM), the peak PSS summed over the driver and every Ray process it started (bench/scale.py's TreeMemory), and
+the moment each of the exploration's files is written, which splits a round into its steps:
+
+* round 0 and the start: counting the library's rows, the lookup scores of every row
+  (DIR/library_lookup_scores.npy), the random first batch read from the library and scored;
+* per later round k: the surrogate's finetune (round_k/scored.csv to the run record), featurising the library once
+  (round 1 only: to DIR/library/manifest.json), predicting the library (to library_predictions.parquet), and the
+  acquisition (reading the predictions, choosing, reading the batch's SMILES from the library, scoring, writing
+  explored.csv).
+
+Figures depend on the machine and what else runs on it: the load average is printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from explore import SURROGATE  # noqa: E402 - bench/ is put on sys.path above
+from scale import TreeMemory, _descendants, labelled_csv  # noqa: E402
+
+from kermt.run_layout import RunLayout  # noqa: E402
+
+
+def cpu_s_by_pid(root: int) -> dict[int, float]:
+    """User + system CPU seconds of ``root`` and each live descendant (the driver and its local Ray cluster)."""
+    found = {}
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+class FileClock(threading.Thread):
+    """When each watched file is first seen (with the tree's CPU seconds then), and every new modification time of
+    explored.csv (one per round)."""
+
+    def __init__(self, layout: RunLayout, iterations: int, root: int) -> None:
+        super().__init__(daemon=True)
+        self.layout, self.stop, self.root = layout, threading.Event(), root
+        self.cpu: dict[str, float] = {}
+        # every process's CPU seconds when last seen: one that ended (a finetune's workers) keeps what it used, up
+        # to half a second short
+        self.last_cpu: dict[int, float] = {}
+        self.watched = {"lookup scores": layout.explore_lookup_scores,
+                        "featurised": layout.explore_library / "manifest.json"}
+        for k in range(1, iterations + 1):
+            self.watched |= {f"r{k} training": layout.round_training(k),
+                             f"r{k} finetuned": RunLayout(layout.round(k)).run_record,
+                             f"r{k} predicted": layout.round_predictions(k)}
+        self.seen: dict[str, float] = {}
+        self.rounds: list[float] = []  # explored.csv's modification times: each round's end
+        self.load = [os.getloadavg()[0]] * 2
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            self.last_cpu |= cpu_s_by_pid(self.root)
+            for name, path in self.watched.items():
+                if name not in self.seen and path.exists():
+                    self.seen[name] = path.stat().st_mtime
+                    self.cpu[name] = sum(self.last_cpu.values())  # up to half a second late
+            explored = self.layout.explored
+            if explored.exists() and (not self.rounds or explored.stat().st_mtime > self.rounds[-1]):
+                self.rounds.append(explored.stat().st_mtime)
+            load = os.getloadavg()[0]
+            self.load = [min(self.load[0], load), max(self.load[1], load)]
+
+
+CPU_STEPS = {"featurise the library once": ("r1 finetuned", "featurised"),
+             "round 1 predict": ("featurised", "r1 predicted"), "round 2 predict": ("r2 finetuned", "r2 predicted")}
+
+
+def steps(clock: FileClock, started: float, iterations: int) -> list[tuple[str, float]]:
+    """(step, seconds), from the moments the files were written."""
+    seen, ends = clock.seen, clock.rounds
+    out = [("start + round 0 (lookup scores of every row at +%.0f s)" % (seen["lookup scores"] - started),
+            ends[0] - started)]
+    for k in range(1, iterations + 1):
+        finetuned = seen[f"r{k} finetuned"]
+        out.append((f"round {k}: finetune", finetuned - seen[f"r{k} training"]))
+        if k == 1:
+            out.append(("round 1: featurise the library once", seen["featurised"] - finetuned))
+        ready = seen["featurised"] if k == 1 else finetuned
+        out.append((f"round {k}: predict the library", seen[f"r{k} predicted"] - ready))
+        out.append((f"round {k}: acquire, read SMILES, score, record", ends[k] - seen[f"r{k} predicted"]))
+    return out
+
+
+def explore(n: int, args: argparse.Namespace) -> None:
+    made = time.perf_counter()
+    library = labelled_csv(n)
+    if time.perf_counter() - made > 5:
+        print(f"N={n:,}: logP of every molecule computed on Ray Data in {time.perf_counter() - made:.0f} s "
+              f"({n / (time.perf_counter() - made):,.0f} molecules/s)", flush=True)
+    save_dir = Path(args.save_dir) / f"n{n}"
+    if save_dir.exists():
+        raise SystemExit(f"{save_dir} exists: give another --save_dir (the bench times a fresh exploration)")
+    cmd = [sys.executable, "-m", "ray_app.cli", "explore", "--library", str(library), "--objective",
+           f"lookup:{library}:logp", "--init_size", str(args.batch), "--acquire_size", str(args.batch),
+           "--iterations", str(args.iterations), "--acquisition", "greedy", "--seed", "0", "--save_dir",
+           str(save_dir), *SURROGATE, "--epochs", str(args.epochs)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a private local cluster
+    started = time.time()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    memory, clock = TreeMemory(proc.pid), FileClock(RunLayout(save_dir), args.iterations, proc.pid)
+    memory.start()
+    clock.start()
+    out, _ = proc.communicate(timeout=args.timeout)
+    memory.stop.set()
+    clock.stop.set()
+    memory.join()
+    clock.join()
+    if proc.returncode:
+        raise SystemExit(f"kermt explore failed (status {proc.returncode}):\n{out[-3000:]}")
+    print("".join(line + "\n" for line in out.splitlines() if line.startswith("round ")), end="")
+    total = clock.rounds[-1] - started
+    print(f"N={n:,}: {total:.0f} s in all, driver peak RSS {memory.driver_peak_kb / 2**20:.2f} GiB, every Ray "
+          f"process (PSS) {memory.total_peak_kb / 2**20:.2f} GiB, load average {clock.load[0]:.1f}-"
+          f"{clock.load[1]:.1f}")
+    for name, seconds in steps(clock, started, args.iterations):
+        rate = f"  ({n / seconds:,.0f} molecules/s)" if "featurise" in name or "predict" in name else ""
+        print(f"  {name:55s} {seconds:8.1f} s{rate}", flush=True)
+    for name, (begin, end) in CPU_STEPS.items():  # per CPU-second: what a cluster's CPUs would do, load aside
+        if begin in clock.cpu and end in clock.cpu:
+            used = clock.cpu[end] - clock.cpu[begin]
+            print(f"  {name}: {used:.0f} CPU-s ({n / used:,.0f} molecules per CPU-second)")
+    size = sum(f.stat().st_size for f in (save_dir / "library").rglob("*") if f.is_file())
+    print(f"  DIR/library/: {size / 2**20:,.0f} MiB ({size / n:,.0f} bytes a molecule); a round's predictions "
+          f"{RunLayout(save_dir).round_predictions(1).stat().st_size / n:.1f} bytes a molecule", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--batch", type=int, default=1000, help="molecules per batch (round 0 and each round)")
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--save_dir", default="runs/bench_explore_scale")
+    parser.add_argument("--timeout", type=float, default=6 * 3600, help="seconds per exploration")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    for n in args.n:
+        explore(n, args)
+
+
+if __name__ == "__main__":
+    main()
