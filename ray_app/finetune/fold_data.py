@@ -1,6 +1,6 @@
 """Each fold's training data as shard files in the run's storage, which every training worker reads itself.
 
-The driver writes a fold's train and val splits (scaled, as the model reads them) once under
+Ray tasks write a fold's train and val splits (scaled, as the model reads them) once, from the fold's object, under
 ``STORAGE/<run id>-data/fold_k/{train,val}/`` (kermt.data.molecule_shards: Parquet shards + manifest.json; the
 storage is ``--storage_path``, a URI on a multi-node cluster, or save_dir/ray_results on one machine). A member's
 workers then read only what their global batches need, a window of shards at a time with the next read ahead
@@ -20,6 +20,7 @@ from functools import partial
 import numpy as np
 import ray
 from pyarrow.fs import FileType
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kermt.data.atomic_files import filesystem, join
 from kermt.data.dataset import MoleculeSet
@@ -27,6 +28,7 @@ from kermt.data.molecule_shards import SHARD_ROWS, WINDOW, SplitManifest, Traini
     max_degrees, read_split_shard, read_split_targets, write_split
 from kermt.run_layout import fold_name
 from ray_app.common.node_reads import NodeRead, reading_node
+from ray_app.finetune.prepare import ScaledSplits
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,20 @@ def fold_data_dir(storage: str, run_id: str, fold: int) -> str:
 
 
 def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef]) -> list[FoldData]:
-    """Every fold's shards, written from its object (read zero-copy, one fold at a time)."""
-    written = []
-    for fold, ref in enumerate(fold_refs):
-        splits = ray.get(ref)
-        written.append(write_fold_data(storage, run_id, fold, splits.train, splits.val))
-        del splits
-    return written
+    """Every fold's shards, each written by a Ray task from the fold's object (called on the driver, connected,
+    which reads no fold: it gets back what each member needs, :class:`FoldData`). A local storage on a multi-node
+    cluster is the driver's disk: the tasks then run on its node, at 0 CPUs (a head may have none); elsewhere Ray's
+    locality-aware scheduling prefers the node that holds the fold's object (the driver's)."""
+    node = reading_node([run_data_dir(storage, run_id)])
+    writer = _write_fold if node is None else _write_fold.options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+    return ray.get([writer.remote(storage, run_id, fold, ref, node) for fold, ref in enumerate(fold_refs)])
+
+
+@ray.remote(num_cpus=1)
+def _write_fold(storage: str, run_id: str, fold: int, splits: ScaledSplits, node: str | None) -> FoldData:
+    # ``splits``: the fold's object, its arrays read zero-copy from this node's object store
+    return _write_splits(fold_data_dir(storage, run_id, fold), splits.train, splits.val, SHARD_ROWS, node)
 
 
 def remove_folds(storage: str, run_id: str) -> None:
@@ -92,7 +101,11 @@ def write_fold_data(storage: str, run_id: str, fold: int, train: MoleculeSet, va
                     shard_rows: int = SHARD_ROWS) -> FoldData:
     """Write ``fold``'s train and val splits as shards in the run's storage (called on the driver, connected)."""
     directory = fold_data_dir(storage, run_id, fold)
-    node = reading_node([directory])
+    return _write_splits(directory, train, val, shard_rows, reading_node([directory]))
+
+
+def _write_splits(directory: str, train: MoleculeSet, val: MoleculeSet, shard_rows: int,
+                  node: str | None) -> FoldData:
     shards = {name: SplitShards(join(directory, name), write_split(join(directory, name), split, shard_rows), node)
               for name, split in (("train", train), ("val", val))}
     return FoldData(shards["train"], shards["val"], max_degrees(train))

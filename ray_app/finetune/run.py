@@ -154,10 +154,10 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     outputs.atomic_write_text(setup.layout.config, to_yaml(recorded))
     write_invalid(setup.layout.invalid_smiles, inputs)
     outputs.atomic_write_text(setup.layout.splits, json.dumps(split_record) + "\n")
-    fold_data = write_folds(setup.storage, setup.run_id, fold_refs)  # what the training workers read
     # The folds are in the object store now: the driver lets go of the featurised files (at 1M molecules ~0.5 GB of
     # graph arrays plus the SMILES) for the rest of the run; it keeps the calibration file's molecules.
     calibration, setup = setup.calibration, setup.without_inputs()
+    fold_data = write_folds(setup.storage, setup.run_id, fold_refs)  # by Ray tasks: what the training workers read
     try:
         scores, calibrations, folds = train_folds(setup, fold_refs, fold_configs, calibration, fold_data)
         remove_folds(setup.storage, setup.run_id)
