@@ -20,6 +20,10 @@ the moment each of the exploration's files is written, which splits a round into
   acquisition (reading the predictions, choosing, reading the batch's SMILES from the library, scoring, writing
   explored.csv).
 
+``--acquisition_rows R`` (with ``--n`` and no sizes: only this) also measures the driver's part of a round alone on
+R predictions: reading a predictions file's mean and std, the acquisition values and the batch (greedy and ucb),
+its time and peak RSS a molecule.
+
 Figures depend on the machine and what else runs on it: the load average is printed beside them.
 """
 
@@ -27,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -152,18 +159,69 @@ def explore(n: int, args: argparse.Namespace) -> None:
           f"{RunLayout(save_dir).round_predictions(1).stat().st_size / n:.1f} bytes a molecule", flush=True)
 
 
+def acquisition_memory(n: int, acquisition: str, save_dir: Path) -> None:
+    """The driver's part of a round at ``n`` library rows, alone: read a predictions file (mean, std) as
+    ``predict_library`` does, then ``acquisition_values`` and ``top_batch`` with 1 % excluded; its peak RSS over the
+    process's before it (the file is written by another process, so its high-water mark is not counted)."""
+    path = save_dir / f"predictions_{n}.parquet"
+    if not path.exists():
+        subprocess.run([sys.executable, __file__, "--child_write", str(n), str(path)], check=True)
+    subprocess.run([sys.executable, __file__, "--child_acquire", acquisition, str(path)], check=True)
+
+
+def _child_write(n: int, path: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"smiles": pa.array(["C"] * n), "score": rng.normal(size=n),
+                             "score_std": rng.random(n)}), path)
+
+
+def _child_acquire(acquisition: str, path: str) -> None:
+    import pyarrow.parquet as pq
+
+    from kermt.explore.acquisition import Surrogate, acquisition_values, round_rng, top_batch
+    from ray_app.explore.surrogate import _floats
+
+    before, started = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    table = pq.read_table(path, columns=["score", "score_std"])
+    n = table.num_rows
+    surrogate = Surrogate(*(_floats(table.column(i)) for i in range(2)))
+    del table
+    excluded = np.zeros(n, dtype=bool)
+    excluded[np.random.default_rng(1).choice(n, n // 100, replace=False)] = True
+    top_batch(acquisition_values(acquisition, surrogate, 3.0, round_rng(0, 1)), excluded, n // 100)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    print(f"acquisition {acquisition} on {n:,} predictions: {time.perf_counter() - started:.1f} s, peak RSS "
+          f"{grown / 2**20:,.0f} MiB over the process's before ({grown / n:.0f} bytes a molecule), load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--n", type=int, nargs="*", default=[100_000],
+                        help="library sizes to explore (none: only --acquisition_rows)")
     parser.add_argument("--batch", type=int, default=1000, help="molecules per batch (round 0 and each round)")
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--save_dir", default="runs/bench_explore_scale")
     parser.add_argument("--timeout", type=float, default=6 * 3600, help="seconds per exploration")
+    parser.add_argument("--acquisition_rows", type=int, help="also measure the acquisition alone on this many "
+                        "predictions (greedy and ucb), e.g. 10000000")
+    parser.add_argument("--child_write", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child_acquire", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_write:
+        return _child_write(int(args.child_write[0]), args.child_write[1])
+    if args.child_acquire:
+        return _child_acquire(*args.child_acquire)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     for n in args.n:
         explore(n, args)
+    for acquisition in ("greedy", "ucb") if args.acquisition_rows else ():
+        acquisition_memory(args.acquisition_rows, acquisition, Path(args.save_dir))
 
 
 if __name__ == "__main__":
