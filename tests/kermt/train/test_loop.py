@@ -41,6 +41,18 @@ def test_a_member_fitted_in_one_process_learns_and_keeps_its_best_epoch():
     assert rescored == pytest.approx(min(losses), rel=1e-9)
 
 
+def test_a_bf16_member_trains_and_validates_close_to_the_fp32_one():
+    """``precision="bf16"``: every training and validation forward of the member loop under bf16 autocast (what
+    `kermt finetune --precision bf16` hands each Ray Train worker; the end-to-end run is in the slow lane,
+    tests/ray_app/finetune/test_finetune.py): a different computation, its scores within a few percent."""
+    plan = member_plan(8, "zero", epochs=1)
+    runs = {precision: fit(dataclasses.replace(plan, precision=precision)).history for precision in ("fp32", "bf16")}
+    for name in ("train_loss", "val_loss", "val_rmse"):
+        fp32, bf16 = ([row[name] for row in runs[p]] for p in ("fp32", "bf16"))
+        assert bf16 != fp32, name  # autocast really ran
+        assert bf16 == pytest.approx(fp32, rel=0.05), name
+
+
 def test_an_upstream_padded_member_is_validated_as_its_saved_model_will_predict():
     """Validation computes each molecule at the reference width the member records (kermt predict's rule for the
     saved model), not at the width of a chunk of consecutive validation rows (global batch 2: chunks of two

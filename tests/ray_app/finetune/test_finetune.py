@@ -106,6 +106,9 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     assert described["kind"] == "finetuned" and described["tasks"]["task_names"] == ["logp", "tpsa_100", "fsp3"]
 
 
+# Runs with -m slow: the member loop under bf16 (training, validation) is tests/kermt/train/test_loop.py's, bf16
+# predictions tests/kermt/nn/test_precision.py's, and the GPU lane runs a bf16 finetune on Ray
+@pytest.mark.slow
 def test_bf16_finetune_stays_close_to_fp32(run_after_the_ensemble, demo_csv, tmp_path):
     """--precision bf16 end to end (training steps, validation, test predictions): a different computation whose
     test score stays within a few percent of the fp32 run's (docs/numerics.md). The fp32 run is the same command's

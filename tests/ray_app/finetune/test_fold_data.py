@@ -51,7 +51,8 @@ def test_two_workers_read_the_folds_shards_and_train_what_one_process_trains(ray
     assert_same_training(single, double)
 
 
-# Runs with -m slow: the in-memory kill-and-resume test (test_train_loop.py) runs by default
+# Runs with -m slow: the multi-node lane kills a node of a real finetune reading these shards (its elastic test resumes
+# it on fewer workers, equal to an uninterrupted run)
 @pytest.mark.slow
 def test_a_run_reading_shards_killed_mid_way_resumes_on_one_worker_to_the_same_result(ray_cluster, tmp_path):
     plan = member_plan(8, "zero", epochs=4)

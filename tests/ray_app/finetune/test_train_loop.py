@@ -105,8 +105,9 @@ def killing_a_worker_after_first_checkpoint(storage: Path, name: str):
         killer.join(timeout=5)
 
 
-# Runs with -m slow: the default suite's kill-and-resume test is the one below (a SIGKILLed 2-worker run resumed on
-# 1 worker); this one keeps torch's dropout draws at an unchanged world size, and the lane kills a whole node.
+# Runs with -m slow, as the next one: a SIGKILLed run resumed from its checkpoint is the multi-node lane's (which CI
+# runs: tests/multinode/test_cluster_runs.py loses a training node mid-run, and its elastic test resumes on fewer
+# workers, each equal to an uninterrupted run). This one keeps torch's dropout draws at an unchanged world size.
 @pytest.mark.slow
 def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
     plan = dataclasses.replace(member_plan(8, "upstream", epochs=5, dropout=0.1), bond_drop_rate=0.1,
@@ -123,6 +124,7 @@ def test_killed_worker_resumes_and_changes_no_result(ray_cluster, tmp_path):
         [h["val_rmse"] for h in reference["progress"]["history"]], abs=1e-7)
 
 
+@pytest.mark.slow
 def test_run_resumed_on_fewer_workers_changes_no_result(ray_cluster, tmp_path):
     """What an elastic run (``--num_workers 1-2``) does when a node goes: the group restarts smaller from the last
     checkpoint. The global batch is part of the plan and the dropout masks are drawn per molecule, so 1 worker

@@ -200,6 +200,9 @@ def test_embed_reads_the_pretrained_model_pt(reference, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "emb" / "projected.npy"), expected, rtol=0, atol=1e-5)
 
 
+# Runs with -m slow: a bf16 pretraining step against the fp32 one is tests/kermt/pretrain/test_step.py's (no Ray),
+# as is the GPU lane's bf16 pretraining step on CUDA (tests/gpu/test_pipelines.py)
+@pytest.mark.slow
 def test_bf16_pretraining_logs_the_fp32_run_s_losses(reference, corpus, tmp_path):
     """`--precision bf16` end to end: the same run as the reference with every forward under bf16 autocast logs the
     same losses to bf16's precision (measured: within 3e-4 relative over the 14 steps; bound 1e-2, as
