@@ -1,8 +1,11 @@
-"""One local Ray cluster for the whole ray_app test session (starting one costs ~10 s)."""
+"""One local Ray cluster for the whole ray_app test session (starting one costs ~10 s), and the real runs that tests
+in several folders read."""
 
 from __future__ import annotations
 
+import csv
 import os
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +42,20 @@ def tune_sweep(ray_cluster, tmp_path_factory):
     from tests.ray_app.tune.sweeps import run_shared_sweep
 
     return run_shared_sweep(tmp_path_factory.mktemp("shared_sweep"))
+
+
+@pytest.fixture(scope="session")
+def regression_run(ray_cluster, tmp_path_factory) -> tuple[Path, str]:
+    """A finished tiny finetune (save_dir, what it printed) that the report and resume tests read: 120 molecules of
+    the demo file and one invalid row, 2 tasks, 2 members calibrated on a 40 % validation split, 1 epoch, the fixture
+    pretrain checkpoint. Read, never changed: a test that moves things works on a copy."""
+    from tests.ray_app.finetune.tiny_runs import demo_rows, tiny_finetune
+
+    base = tmp_path_factory.mktemp("report_regression")
+    rows = demo_rows(120)
+    rows.insert(7, ["not_a_smiles", "1.0", "0.5"])  # an invalid row the data summary counts
+    with open(base / "data.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    _, out = tiny_finetune(base / "run", base / "data.csv", "--ensemble_size", "2",
+                           "--split_sizes", "0.4", "0.4", "0.2")
+    return base / "run", out

@@ -14,6 +14,13 @@ from ray_app.finetune.run import run_finetune
 from tests.conftest import DATA_DIR, FIXTURE_DIR
 
 DEMO = DATA_DIR.parents[1] / "data/sample/admet_demo.csv"
+TASKS = ["logp", "tpsa_100"]  # demo_rows' tasks
+
+
+def demo_rows(count: int) -> list[list[str]]:
+    """The header and ``count`` molecules of the demo file, with the columns smiles, logp, tpsa_100."""
+    with open(DEMO) as f:
+        return [row[:3] for row in list(csv.reader(f))[:count + 1]]
 
 
 def demo_head(count: int, path: Path) -> Path:

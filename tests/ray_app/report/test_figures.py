@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from ray_app.report import figures
-from tests.ray_app.report.conftest import DEMO
+from tests.ray_app.finetune.tiny_runs import DEMO
 
 
 def _image(uri: str) -> Image.Image:

@@ -15,8 +15,7 @@ from kermt.uncertainty import intervals, load_calibrations
 from ray_app.report import write_report
 from ray_app.report.finetune import finetune_report
 from ray_app.report.results import read_test_result
-from tests.ray_app.finetune.tiny_runs import tiny_finetune
-from tests.ray_app.report.conftest import TASKS, demo_rows
+from tests.ray_app.finetune.tiny_runs import TASKS, demo_rows, tiny_finetune
 
 FIGURES_PER_TASK = 2  # regression: parity, residuals; classification: ROC + PR, confusion
 KEY = 1  # the colour key of the worst molecules' attribution colours

@@ -22,7 +22,7 @@ from ray_app.cli import main
 from ray_app.report.library import library_stats
 from tests.ray_app.screening.engines import main_predict
 from tests.browser import console_errors, headless_chromium, keep_screenshot, rendered_images, requires_browser
-from tests.ray_app.report.conftest import demo_rows
+from tests.ray_app.finetune.tiny_runs import demo_rows
 
 INVALID = ["not_a_smiles", "", "C1CC"]
 TASKS = ("logp", "tpsa_100")

@@ -6,7 +6,7 @@ import pytest
 
 from ray_app.cli import main
 from tests.conftest import FIXTURE_DIR
-from tests.ray_app.report.conftest import DEMO
+from tests.ray_app.finetune.tiny_runs import DEMO
 
 
 @pytest.mark.slow  # one more finetune (~30 s here)

@@ -5,9 +5,6 @@ says where, before Ray starts; a finetune does the same with a sweep's; an input
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import shutil
 from pathlib import Path
 
@@ -24,24 +21,18 @@ from ray_app.finetune.resume import start_finetune_run
 from ray_app.tune.config import TuneConfig, sweep_record
 from ray_app.tune.resume import claim_sweep_dir
 from tests.conftest import FIXTURE_DIR
-from tests.ray_app.finetune.tiny_runs import demo_head
 
 CHECKPOINT = str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt")
 
 
 @pytest.fixture(scope="module")
-def finetuned_folder(ray_cluster, tmp_path_factory) -> Path:
-    """A folder where `kermt finetune` ran with its default --save_dir, as a new user runs it."""
+def finetuned_folder(regression_run, tmp_path_factory) -> Path:
+    """A folder laid out as after `kermt finetune --data_path data.csv` with its default --save_dir: the session's
+    finished run (tests/ray_app/conftest.py) in runs/finetune beside its data file."""
     folder = tmp_path_factory.mktemp("first_hour")
-    demo_head(40, folder / "data.csv")
-    here = os.getcwd()
-    os.chdir(folder)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            assert cli.main(["finetune", "--data_path", "data.csv", "--checkpoint_path", CHECKPOINT, "--epochs", "1",
-                             "--batch_size", "16", "--ffn_hidden_size", "8"]) == 0
-    finally:
-        os.chdir(here)
+    run = regression_run[0]
+    shutil.copy(run.parent / "data.csv", folder / "data.csv")
+    shutil.copytree(run, folder / "runs" / "finetune", ignore=shutil.ignore_patterns("ray_results"))
     return folder
 
 
