@@ -40,9 +40,12 @@ METRICS_FOR: dict[str, tuple[str, ...]] = {
 LOWER_IS_BETTER: frozenset[str] = frozenset(name for name, (_, better) in METRIC_TABLE.items() if better == "min")
 DEFAULT_METRIC: dict[str, str] = {"classification": "auc", "regression": "rmse"}  # upstream's defaults
 
-# Molecule-level feature generators, upstream's names. Implementations: kermt.chem.descriptors (GENERATOR_WIDTHS).
+# Molecule-level feature generators, upstream's names, and the width of each. Implementations: kermt.chem.descriptors
+# (whose import costs descriptastorus and SciPy: a model's feature width is checked without them).
 FeatureGenerator = Literal["rdkit_2d", "rdkit_2d_normalized", "morgan", "morgan_count", "fgtasklabel"]
 FEATURE_GENERATORS: tuple[str, ...] = get_args(FeatureGenerator)
+GENERATOR_WIDTHS: dict[str, int] = {"rdkit_2d": 200, "rdkit_2d_normalized": 200, "fgtasklabel": 85, "morgan": 2048,
+                                    "morgan_count": 2048}
 
 # Conformal calibration methods of regression intervals. Implementations: kermt.uncertainty.conformal.
 CalibrationMethod = Literal["normalised", "plain", "mondrian", "zscaling", "mondrian_domain"]

@@ -32,13 +32,12 @@ from rdkit.Chem import rdFingerprintGenerator
 from rdkit.Chem.EState import EState
 
 from kermt.chem.validation import parse_smiles, quiet_rdkit  # quiet thread by thread, not process-wide
+from kermt.registry import GENERATOR_WIDTHS
 
 RDKIT2D_COLUMNS: tuple[str, ...] = tuple(name for name, _ in rdDescriptors.RDKit2D().columns)
 FG_COLUMNS: tuple[str, ...] = tuple(name for name in RDKIT2D_COLUMNS if name.startswith("fr_"))
 _FG_INDEX = np.array([RDKIT2D_COLUMNS.index(name) for name in FG_COLUMNS])
 
-GENERATOR_WIDTHS = {"rdkit_2d": 200, "rdkit_2d_normalized": 200, "fgtasklabel": 85, "morgan": 2048,
-                    "morgan_count": 2048}
 _DESCRIPTASTORUS_BASED = ("rdkit_2d", "rdkit_2d_normalized", "fgtasklabel")
 _MORGAN = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
 

@@ -19,7 +19,6 @@ from typing import Sequence
 
 import numpy as np
 
-from kermt.chem.descriptors import infinite_feature_reasons, molecule_features
 from kermt.chem.molgraph import FlatGraphs, build_graphs
 from kermt.chem.standardize import MoleculePrep, standardize
 from kermt.chem.validation import InvalidSmiles, parse_many
@@ -147,8 +146,8 @@ def featurize_smiles(
             if mols[row] is None:
                 reasons[row] = f"{UNFEATURIZABLE}: its standardised SMILES {model_smiles[row]!r} does not parse"
     # features before graphs, so a row with an infinite feature is invalid like any other (no atoms, NaN features)
-    features = molecule_features(mols, tuple(features_generator))
-    for row, reason in infinite_feature_reasons(features, features_generator).items():
+    features = _molecule_features(mols, tuple(features_generator))
+    for row, reason in _infinite_feature_reasons(features, tuple(features_generator)).items():
         reasons[row], mols[row] = f"{UNFEATURIZABLE}: {reason}", None
     graphs, errors = build_graphs(mols, bond_drop_rate, rng)
     for row, error in enumerate(errors):
@@ -168,3 +167,23 @@ def featurize_smiles(
 
 
 __all__ = ["FeaturizedMolecules", "UNFEATURIZABLE", "featurize_smiles"]
+
+
+# kermt.chem.descriptors is imported where descriptors are computed, not with this module: descriptastorus (and
+# SciPy under it) costs about half a CPU-second to import, and every Ray worker that trains, predicts or serves
+# imports this module, most of them for models without descriptors.
+def _molecule_features(mols: list, generators: tuple[str, ...]) -> np.ndarray:
+    """float64 [n, total width] (kermt.chem.descriptors.molecule_features); [n, 0] without generators."""
+    if not generators:
+        return np.zeros((len(mols), 0))
+    from kermt.chem.descriptors import molecule_features
+
+    return molecule_features(mols, generators)
+
+
+def _infinite_feature_reasons(features: np.ndarray, generators: tuple[str, ...]) -> dict[int, str]:
+    if not generators:
+        return {}
+    from kermt.chem.descriptors import infinite_feature_reasons
+
+    return infinite_feature_reasons(features, generators)

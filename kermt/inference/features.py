@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from kermt.checkpoint.spec import CheckpointSpec
-from kermt.chem.descriptors import GENERATOR_WIDTHS
+from kermt.registry import GENERATOR_WIDTHS
 from kermt.chem.standardize import DEFAULT_MAX_HEAVY_ATOMS, UNRECORDED_STANDARDIZATION, MoleculePrep
 from kermt.errors import UserError
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kermt.registry import GENERATOR_WIDTHS
 from kermt.data.tables import MoleculeTable
 from ray_app.common.settings import Source
 from ray_app.finetune.config import FinetuneConfig
@@ -70,7 +71,6 @@ def from_scratch_parameters(config: FinetuneConfig, sources: dict[str, Source], 
 
 def features_size(config: FinetuneConfig, rows: int) -> int:
     """Molecule-feature columns the head takes: the generators' widths, or the --features_path files' columns."""
-    from kermt.chem.descriptors import GENERATOR_WIDTHS
     from kermt.data.feature_files import load_features_files
 
     if config.features_generator:

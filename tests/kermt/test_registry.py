@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kermt import registry
-from kermt.chem.descriptors import GENERATOR_WIDTHS, molecule_features
+from kermt.chem.descriptors import molecule_features
+from kermt.registry import GENERATOR_WIDTHS
 from kermt.config import EncoderConfig
 from kermt.data import splits
 from kermt.data.dataset import MoleculeSet

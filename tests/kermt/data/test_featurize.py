@@ -7,7 +7,7 @@ import pytest
 
 from kermt.chem.descriptors import RDKIT2D_COLUMNS, infinite_feature_reasons
 from kermt.chem.validation import EMPTY, NO_HEAVY_ATOMS, UNPARSABLE
-from kermt.data import featurize as featurize_module
+from kermt.chem import descriptors as descriptors_module
 from kermt.data.feature_files import load_features, load_features_files, save_features
 from kermt.data.featurize import UNFEATURIZABLE, FeaturizedMolecules, featurize_smiles
 from tests.conftest import FIXTURE_DIR
@@ -95,14 +95,14 @@ def test_infinite_feature_reasons_name_generator_and_column():
 def test_a_row_with_an_infinite_feature_is_invalid_naming_the_column(monkeypatch):
     # No small molecule overflows a descriptor, so one row of the real features is made infinite, as an overflowing
     # Ipc would be; everything else is the real pipeline.
-    real = featurize_module.molecule_features
+    real = descriptors_module.molecule_features
 
     def with_an_overflow(mols, generators):
         features = real(mols, generators)
         features[1, RDKIT2D_COLUMNS.index("Ipc")] = np.inf
         return features
 
-    monkeypatch.setattr(featurize_module, "molecule_features", with_an_overflow)
+    monkeypatch.setattr(descriptors_module, "molecule_features", with_an_overflow)  # featurize imports it late
     done = featurize_smiles(["CCO", "c1ccccc1O", "CC(=O)N"], ("rdkit_2d",))
     assert done.valid.tolist() == [True, False, True]
     assert done.reasons[1] == f"{UNFEATURIZABLE}: infinite feature: rdkit_2d:Ipc (column " \
