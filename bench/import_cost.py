@@ -44,7 +44,8 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=Path(__file__).resolve().parents[1], help="default: this tree")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"{'module':32} {'before CPU-s':>13} {'after CPU-s':>12}  loads descriptastorus / scikit-learn (before -> after)")
+    print(f"{'module':32} {'before CPU-s':>13} {'after CPU-s':>12}  "
+          "loads descriptastorus / scikit-learn (before -> after)")
     for module in MODULES:
         before, after = (import_cost(tree, module, args.repeats) for tree in (args.before, args.after))
         print(f"{module:32} {before[0]:13.2f} {after[0]:12.2f}  {before[1]}/{before[2]} -> {after[1]}/{after[2]}")

@@ -5,7 +5,6 @@ test_fold_data.py.)"""
 
 from __future__ import annotations
 
-from functools import partial
 
 import numpy as np
 import pytest
