@@ -146,8 +146,9 @@ def featurize_smiles(
             if mols[row] is None:
                 reasons[row] = f"{UNFEATURIZABLE}: its standardised SMILES {model_smiles[row]!r} does not parse"
     # features before graphs, so a row with an infinite feature is invalid like any other (no atoms, NaN features)
-    features = _molecule_features(mols, tuple(features_generator))
-    for row, reason in _infinite_feature_reasons(features, tuple(features_generator)).items():
+    generators = tuple(features_generator)
+    features = _molecule_features(mols, generators)
+    for row, reason in _infinite_feature_reasons(features, generators).items():
         reasons[row], mols[row] = f"{UNFEATURIZABLE}: {reason}", None
     graphs, errors = build_graphs(mols, bond_drop_rate, rng)
     for row, error in enumerate(errors):
@@ -161,12 +162,9 @@ def featurize_smiles(
         reasons=tuple(reasons),
         graphs=graphs,
         features=features,
-        features_generator=tuple(features_generator),
+        features_generator=generators,
         model_smiles=tuple(model_smiles),
     )
-
-
-__all__ = ["FeaturizedMolecules", "UNFEATURIZABLE", "featurize_smiles"]
 
 
 # kermt.chem.descriptors is imported where descriptors are computed, not with this module: descriptastorus (and
@@ -187,3 +185,7 @@ def _infinite_feature_reasons(features: np.ndarray, generators: tuple[str, ...])
     from kermt.chem.descriptors import infinite_feature_reasons
 
     return infinite_feature_reasons(features, generators)
+
+
+__all__ = ["FeaturizedMolecules", "UNFEATURIZABLE", "featurize_smiles"]
+
