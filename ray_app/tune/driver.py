@@ -24,7 +24,7 @@ from ray_app.common.concurrency import concurrent_runs
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.settings import Source
 from kermt.train.objective import Objective
-from ray_app.finetune.fold_data import FoldData, remove_folds, write_fold_data
+from ray_app.finetune.fold_data import FoldData, remove_folds, write_folds
 from ray_app.finetune.run_setup import RunSetup, features_width, fold_splits, model_config, resolve_setup, task_line
 from ray_app.finetune.trainable import train_member, trial_actor_resources
 from ray_app.tune.dry_run import dry_run_tune, sweep_header
@@ -83,13 +83,15 @@ def run_tune(config: TuneConfig, sources: dict[str, Source], space: SearchSpace)
     started = time.perf_counter()
     # Every trial trains on fold 0's split: its train and val shards, which the trials' workers read as a finetune's
     # do (ray_app.finetune.fold_data: the same batches), and one object-store copy for what a trial computes after
-    # training; the driver then lets go of the featurised files for the rest of the sweep.
+    # training (its test score) and the scalers it saves. As in a finetune, the driver lets go of the featurised
+    # files once the fold is put, and a Ray task writes the shards from the fold's object.
     splits = fold_splits(setup, 0)[1]
     # sized by the base settings' model: a sweep's heads change it little beside the checkpoint's encoder
     resources = trial_actor_resources(model_config(setup, features_width(splits)))
-    fold_zero, data = ray.put(splits), write_fold_data(setup.storage, SWEEP_DATA, 0, splits.train, splits.val)
+    fold_zero = ray.put(splits)
     del splits
     setup = setup.without_inputs()
+    data = write_folds(setup.storage, SWEEP_DATA, [fold_zero])[0]
     interrupted = _sweep(_tuner(config, setup, fold_zero, space, objective, concurrency, resources, data), setup)
     remove_folds(setup.storage, SWEEP_DATA)
     trials = tune.ExperimentAnalysis(experiment_path(setup)).trials
