@@ -152,8 +152,10 @@ def _member_trials(save_dir: Path, run_id: str) -> list:
     return tune.ExperimentAnalysis(str(save_dir / "ray_results" / f"{run_id}-members")).trials
 
 
-def test_every_member_of_a_fold_trains_from_the_folds_one_object(parallel_run):
-    """Each fold's splits are put in the object store once: every trial of the fold reports the same object."""
+def test_four_members_train_two_at_a_time_and_each_fold_is_put_once(parallel_run):
+    """The 2 folds x 2 members train 2 at a time, and each fold's splits are put in the object store once: both
+    members of a fold report the same object (their workers read the fold's shards; a member takes its scalers from
+    the object), the two folds different objects."""
     save_dir, summary, out = parallel_run
     assert "training 4 models (2 fold(s) x 2 member(s)), 2 at a time" in out
     trials = _member_trials(save_dir, summary["run_id"])

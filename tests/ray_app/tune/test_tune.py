@@ -60,7 +60,7 @@ def test_sweep_records_every_trial_and_picks_the_best(sweep):
         assert min(e.value for e in events.Scalars("rmse_val")) == pytest.approx(float(row[objective]), abs=1e-6)
     assert read_checkpoint(save_dir / "best_model").spec.kind == "finetuned"
     assert max_overlap(save_dir) <= 2
-    # fold 0's split was put in the object store once: every trial trained from that one object
+    # fold 0's split was put in the object store once: every trial scored its test split from that one object
     objects = {json.loads((save_dir / "trials" / r["trial_id"] / "result.json").read_text())["splits_object"]
                for r in rows}
     assert len(objects) == 1
