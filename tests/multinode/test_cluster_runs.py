@@ -141,6 +141,46 @@ def test_ensemble_and_folds_spread_over_the_nodes(ensemble_run):
     assert len(summary["fold_scores"]) == 2 and all(s > 0 for s in summary["fold_scores"])
 
 
+def test_elastic_run_continues_on_fewer_workers_with_the_same_result(cluster, head_inputs):
+    """``--num_workers 1-2``: SIGKILL one training node and add none back; Ray Train restarts the group with the one
+    worker that still fits, from the last S3 checkpoint. The global batch is fixed (16 x 2) and ``--padding zero``
+    makes molecule outputs independent of batch composition, so the score equals an uninterrupted 1-worker run's
+    with the same global batch (float summation noise aside). The lost node is replaced at the end for the tests
+    that follow."""
+    elastic = ("--padding", "zero", "--global_batch_size", "32")
+    reference = run_driver(cluster, finetune_args(head_inputs, cluster.head_dir / "ft-ref1", s3("ft-ref1"),
+                                                  "--num_workers", "1", *elastic)).stdout
+    save_dir = cluster.head_dir / "ft-elastic"
+    args = finetune_args(head_inputs, save_dir, s3("ft-elastic"), "--num_workers", "1-2", *elastic)
+    # The elastic policy sizes the group from what Ray's autoscaling coordinator reserves for it: start it with both
+    # nodes' CPUs released and no other live request (a SIGKILLed driver leaves one for Ray's 180 s expiry, and the
+    # group would start with 1 worker, growing only at the next resize check): this test runs before the module's
+    # driver-kill test, so the wait below is short.
+    idle = cluster.wait_until_idle(240, no_requests=True)
+    assert idle["free_cpus"] >= idle["total_cpus"] == 2, idle
+    assert not idle["coordinator_requests"], idle
+    driver, lines = start_until_first_epoch(cluster, args)
+    assert "starting epoch 0: 2 worker(s) on 2 node(s)" in "".join(lines), "".join(lines[-30:])
+    wait_for_registered_checkpoint(cluster, "kermt-test/ft-elastic", "fold0-model0")
+    lost = sorted(cluster.nodes)[-1]
+    try:
+        assert cluster.kill_node(lost) > 0
+        killed, resumed = time.monotonic(), None
+        for line in driver.stdout:
+            lines.append(line)
+            if resumed is None and "resuming at epoch" in line:
+                resumed = time.monotonic()
+        out = "".join(lines)
+        assert driver.wait(timeout=900) == 0, out[-6000:]
+    finally:
+        cluster.add_node("127.0.0.6", 1)
+    assert re.search(r"resuming at epoch [1-5]: 1 worker\(s\) on 1 node\(s\)", out), out[-4000:]
+    # a figure for the record (bench/ style), never an assertion: the recovery the issue is about
+    print(f"\nelastic recovery: {resumed - killed:.1f} s from the node kill to the first step on the survivor")
+    score = float(SUMMARY.search(out).group(1))
+    assert score == pytest.approx(float(SUMMARY.search(reference).group(1)), rel=0, abs=1e-5)
+
+
 def test_rerun_after_the_driver_died_keeps_finished_models_and_resumes_the_rest(cluster, head_inputs,
                                                                                  ensemble_run):
     """SIGKILL the driver while the second model trains (the first is saved); the same command then keeps the
@@ -210,42 +250,3 @@ def test_predict_and_embed_from_the_heads_files(cluster, head_inputs, two_node_f
     import pyarrow.parquet as pq
 
     assert pq.read_metadata(embeddings).num_rows == len(rows)
-
-
-def test_elastic_run_continues_on_fewer_workers_with_the_same_result(cluster, head_inputs):
-    """``--num_workers 1-2``: SIGKILL one training node and add none back; Ray Train restarts the group with the one
-    worker that still fits, from the last S3 checkpoint. The global batch is fixed (16 x 2) and ``--padding zero``
-    makes molecule outputs independent of batch composition, so the score equals an uninterrupted 1-worker run's
-    with the same global batch (float summation noise aside). The lost node is replaced at the end for the tests
-    that follow."""
-    elastic = ("--padding", "zero", "--global_batch_size", "32")
-    reference = run_driver(cluster, finetune_args(head_inputs, cluster.head_dir / "ft-ref1", s3("ft-ref1"),
-                                                  "--num_workers", "1", *elastic)).stdout
-    save_dir = cluster.head_dir / "ft-elastic"
-    args = finetune_args(head_inputs, save_dir, s3("ft-elastic"), "--num_workers", "1-2", *elastic)
-    # The elastic policy sizes the group from what Ray's autoscaling coordinator reserves for it: start it with both
-    # nodes' CPUs released and no other live request (a driver SIGKILLed by an earlier test leaves one for up to
-    # 180 s, and the group would start with 1 worker, growing only at the next resize check).
-    idle = cluster.wait_until_idle(240, no_requests=True)
-    assert idle["free_cpus"] >= idle["total_cpus"] == 2, idle
-    assert not idle["coordinator_requests"], idle
-    driver, lines = start_until_first_epoch(cluster, args)
-    assert "starting epoch 0: 2 worker(s) on 2 node(s)" in "".join(lines), "".join(lines[-30:])
-    wait_for_registered_checkpoint(cluster, "kermt-test/ft-elastic", "fold0-model0")
-    lost = sorted(cluster.nodes)[-1]
-    try:
-        assert cluster.kill_node(lost) > 0
-        killed, resumed = time.monotonic(), None
-        for line in driver.stdout:
-            lines.append(line)
-            if resumed is None and "resuming at epoch" in line:
-                resumed = time.monotonic()
-        out = "".join(lines)
-        assert driver.wait(timeout=900) == 0, out[-6000:]
-    finally:
-        cluster.add_node("127.0.0.6", 1)
-    assert re.search(r"resuming at epoch [1-5]: 1 worker\(s\) on 1 node\(s\)", out), out[-4000:]
-    # a figure for the record (bench/ style), never an assertion: the recovery the issue is about
-    print(f"\nelastic recovery: {resumed - killed:.1f} s from the node kill to the first step on the survivor")
-    score = float(SUMMARY.search(out).group(1))
-    assert score == pytest.approx(float(SUMMARY.search(reference).group(1)), rel=0, abs=1e-5)
