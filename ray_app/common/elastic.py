@@ -14,8 +14,8 @@ the kernel completes the connection whatever the process is doing. Ray already n
 reachable from the other nodes (the GCS health-checks the raylet on it), wherever the Train controller runs.
 
 Ray's private names used here are described, and checked against the installed Ray, in ray_app/common/ray_internals.py
-(``ElasticScalingPolicy``, its ``_get_reserved_resources()``, the ``scaling_policy`` keyword of
-``_initialize_and_run_controller``).
+(``ElasticScalingPolicy`` and its ``_get_reserved_resources()``); ray_app/common/trainer.py hands the policy to
+Ray Train.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import ray
-from ray.train.torch import TorchTrainer
 
-from ray_app.common.ray_internals import SCALING_POLICY_KEYWORD, elastic_scaling_policy
+from ray_app.common.ray_internals import elastic_scaling_policy
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +98,4 @@ class LiveNodesElasticPolicy(ElasticScalingPolicy):
         return {node_id: resources for node_id, resources in reserved.items() if node_id in self._reachable}
 
 
-class ElasticTorchTrainer(TorchTrainer):
-    """A TorchTrainer whose elastic runs are sized by :class:`LiveNodesElasticPolicy`; fixed-size runs are
-    unchanged."""
-
-    def _initialize_and_run_controller(self, **controller_init_kwargs):
-        if type(controller_init_kwargs.get(SCALING_POLICY_KEYWORD)) is ElasticScalingPolicy:
-            controller_init_kwargs[SCALING_POLICY_KEYWORD] = LiveNodesElasticPolicy(self.scaling_config)
-        return super()._initialize_and_run_controller(**controller_init_kwargs)
-
-
-__all__ = ["ElasticTorchTrainer", "LiveNodesElasticPolicy", "reachable_nodes"]
+__all__ = ["LiveNodesElasticPolicy", "reachable_nodes"]

@@ -124,6 +124,20 @@ def elastic_scaling_policy() -> type:
     return importlib.import_module(ELASTIC_POLICY_MODULE).ElasticScalingPolicy
 
 
+# --- Trainer callbacks ------------------------------------------------------------------------------------------
+
+# DataParallelTrainer._create_default_callbacks() lists the callbacks every run gets; among them this one starts a
+# Ray Data DatasetManager actor for each worker group (one more process importing Ray Data: ~2 CPU-seconds per run)
+# even when the trainer was given no datasets. Our workers read their own shard files and never ask for one.
+TRAIN_DATASETS_CALLBACK_MODULE = "ray.train.v2._internal.callbacks.datasets"
+DEFAULT_CALLBACKS_METHOD = "_create_default_callbacks"
+
+
+def train_datasets_callback() -> type:
+    """Ray Train's ``DatasetsCallback`` class (imported when asked: this module loads before Ray)."""
+    return importlib.import_module(TRAIN_DATASETS_CALLBACK_MODULE).DatasetsCallback
+
+
 # --- Ctrl-C -----------------------------------------------------------------------------------------------------
 
 # Ray Tune's run (ray.tune.tune._setup_signal_catching) installs no SIGINT handler when this variable is "1", and

@@ -23,7 +23,7 @@ from kermt.inference.split import predict_split
 from kermt.inference.widths import WidthRule, most_frequent_width, padding_rule, training_width_histogram
 from ray_app.common import outputs
 from ray_app.common.concurrency import concurrent_runs
-from ray_app.common.elastic import ElasticTorchTrainer
+from ray_app.common.trainer import KermtTrainer
 from ray_app.common.worker_loop import STATE_FILE
 from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.prepare import ScaledSplits, fold_count
@@ -53,9 +53,9 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
         weight_decay=c.weight_decay, fine_tune_coff=c.fine_tune_coff, dist_coff=c.dist_coff,
         bond_drop_rate=c.bond_drop_rate, metric=setup.metric, select_by_loss=c.select_by_loss,
         early_stop_epoch=c.early_stop_epoch, label=label, precision=c.precision, dropout_draws=c.dropout_draws)
-    trainer = ElasticTorchTrainer(  # elastic runs sized from the nodes that are alive
+    trainer = KermtTrainer(  # ray_app.common.trainer: Ray's TorchTrainer, cheaper to start, elastic on live nodes
         train_loop_per_worker,
-        train_loop_config={"plan": ray.put(plan), **({"data": data} if data is not None else {"splits": splits_ref})},
+        train_loop_config={"plan": plan, **({"data": data} if data is not None else {"splits": splits_ref})},
         scaling_config=ScalingConfig(num_workers=c.worker_range if c.elastic else c.min_workers, use_gpu=c.use_gpu),
         run_config=RunConfig(
             name=f"{setup.run_id}-fold{fold}-model{member}",

@@ -43,7 +43,7 @@ def _epoch_line(plan: MemberPlan, metrics: dict[str, Any], history: list[dict[st
 
 
 def _load_plan(config: dict[str, Any]) -> MemberPlan:
-    plan: MemberPlan = ray.get(config["plan"]) if isinstance(config["plan"], ray.ObjectRef) else config["plan"]
+    plan: MemberPlan = config["plan"]
     if "data" in config:  # the fold's shards (ray_app.finetune.fold_data): batches read as needed, and of the val
         data = config["data"]  # split the targets and this rank's chunks (kermt.train.loop.rank_validation)
         plan = dataclasses.replace(plan, train=data.train_source(), val=data.val.validation_source())

@@ -29,7 +29,7 @@ from kermt.run_layout import RunLayout
 from ray_app.common import outputs
 from ray_app.common.cluster import connect
 from ray_app.common.concurrency import check_workers_fit
-from ray_app.common.elastic import ElasticTorchTrainer
+from ray_app.common.trainer import KermtTrainer
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.common.remote_files import publish
 from ray_app.common.run_ids import claim_run_id
@@ -119,9 +119,9 @@ def make_plan(config: PretrainConfig, sources: dict[str, Source], inputs: Pretra
 def train(config: PretrainConfig, plan: PretrainPlan, inputs: PretrainInputs, run_id: str,
           storage: str) -> ray.train.Result:
     low, high = config.worker_range
-    trainer = ElasticTorchTrainer(  # elastic runs sized from the nodes that are alive
+    trainer = KermtTrainer(  # ray_app.common.trainer: Ray's TorchTrainer, cheaper to start, elastic on live nodes
         train_loop_per_worker,
-        train_loop_config={"plan": ray.put(plan), "corpus": CorpusShards.of(inputs.corpus)},
+        train_loop_config={"plan": plan, "corpus": CorpusShards.of(inputs.corpus)},
         scaling_config=ScalingConfig(num_workers=(low, high) if low != high else low, use_gpu=config.use_gpu),
         run_config=RunConfig(
             name=f"{run_id}-pretrain",

@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 
 from kermt.checkpoint import load_native
@@ -32,7 +31,7 @@ def _load_weights(model: torch.nn.Module, directory: Path, state: dict[str, Any]
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    plan: PretrainPlan = ray.get(config["plan"])
+    plan: PretrainPlan = config["plan"]
     shards: CorpusShards = config["corpus"]
     training = start("pretrain", lambda device, rank: build_pretrain(plan, device), PretrainProgress, _load_weights)
 

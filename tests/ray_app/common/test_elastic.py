@@ -9,12 +9,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-from ray.train import RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
-from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
-
-from ray_app.common.elastic import ElasticTorchTrainer, LiveNodesElasticPolicy
 
 # A 0-CPU head and two nodes with one unit each of a resource nothing else asks for (one worker per node, as one GPU
 # per node). The decisions of Ray's policy and of ours for a group that is down, before and right after one node's
@@ -75,28 +69,3 @@ def test_a_restart_right_after_a_node_loss_is_sized_from_the_nodes_that_are_left
     assert (out["ray_before"], out["ray_after"]) == (2, 2), out
     assert out["reachable"] == ["kept"], out
     assert out["ours_after"] == 1, out
-
-
-class _PolicySeen(Exception):
-    pass
-
-
-class _StopsAtTheController(TorchTrainer):
-    """Below ElasticTorchTrainer in the MRO: sees the policy the controller would get, and launches nothing."""
-
-    def _initialize_and_run_controller(self, **controller_init_kwargs):
-        raise _PolicySeen(controller_init_kwargs["scaling_policy"])
-
-
-class _ElasticTrainerProbe(ElasticTorchTrainer, _StopsAtTheController):
-    pass
-
-
-@pytest.mark.parametrize("num_workers, policy", [((1, 2), LiveNodesElasticPolicy), (2, FixedScalingPolicy)])
-def test_an_elastic_run_gets_the_live_nodes_policy_and_a_fixed_run_rays_own(ray_cluster, tmp_path, num_workers,
-                                                                             policy):
-    trainer = _ElasticTrainerProbe(lambda: None, scaling_config=ScalingConfig(num_workers=num_workers),
-                                   run_config=RunConfig(name="probe", storage_path=str(tmp_path)))
-    with pytest.raises(_PolicySeen) as seen:
-        trainer.fit()
-    assert type(seen.value.args[0]) is policy

@@ -149,6 +149,17 @@ def test_the_train_settings_are_the_variables_ray_train_reads():
         UPGRADED
 
 
+def test_the_default_callbacks_start_a_dataset_manager_only_through_the_datasets_callback():
+    from ray.train.torch import TorchTrainer
+
+    callback = _private(internals.TRAIN_DATASETS_CALLBACK_MODULE, "DatasetsCallback")
+    assert internals.train_datasets_callback() is callback
+    assert callable(getattr(TorchTrainer, internals.DEFAULT_CALLBACKS_METHOD, None)), UPGRADED
+    assert "DatasetsCallback(" in inspect.getsource(getattr(TorchTrainer, internals.DEFAULT_CALLBACKS_METHOD)), UPGRADED
+    module = inspect.getsource(importlib.import_module(internals.TRAIN_DATASETS_CALLBACK_MODULE))
+    assert "ray.remote(DatasetManager)" in module, f"the DatasetManager actor moved; {UPGRADED}"
+
+
 # --- Ctrl-C -----------------------------------------------------------------------------------------------------
 
 class _Records(logging.Handler):

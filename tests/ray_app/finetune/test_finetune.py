@@ -100,6 +100,13 @@ def test_finetune_two_workers_writes_upstream_layout(ray_cluster, demo_csv, tmp_
     assert record["settings"]["hidden_size"] == {"value": 16, "source": "checkpoint"}
     assert resolve(["--config", str(save_dir / "config.yaml")])[0] == config
 
+    # the workers read their shards themselves: Ray Train started no Ray Data coordinator for the run
+    import ray
+    from ray.util.state import list_actors
+
+    started = {a.class_name for a in list_actors(address=ray.get_runtime_context().gcs_address, limit=10_000)}
+    assert "RayTrainWorker" in started and "DatasetManager" not in started
+
     report = subprocess.run([sys.executable, "-m", "ray_app.cli", "inspect", str(save_dir / "fold_0/model_0/model")],
                             capture_output=True, text=True, check=True)
     described = json.loads(report.stdout)
