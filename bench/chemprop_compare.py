@@ -46,13 +46,23 @@ def read_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
+def trained_for(results: Path) -> str:
+    """The epochs ``chemprop train`` ran and the one it kept (lowest validation loss), as the cache recorded them:
+    so a table never passes off a shortened run as chemprop's defaults."""
+    epochs = json.loads((results / "model.json").read_text())["epochs"]
+    best = sorted((results / "model").glob("**/checkpoints/best-epoch=*.ckpt"))
+    # Lightning counts epochs from 0; said here from 1, as "--epochs" counts them
+    kept = f", kept epoch {int(best[0].name.split('=')[1].split('-')[0]) + 1}" if best else ""
+    return f"{epochs} epochs{' (its default)' if epochs == 50 else ', not its default 50'}{kept}"
+
+
 def chemprop_rows(task: str, results: Path, test: Sequence[str], test_targets: np.ndarray,
                   truths: Sequence[np.ndarray], score: Callable[[str, str, list, list], dict]) -> list[dict]:
     """One row per variant, scored by ``score(task, method, values, truths)`` on the held-out molecules it
     explained (the first ones, in order); the chemprop model's held-out RMSE printed beside."""
     predicted = json.loads((results / "predictions.json").read_text())["predicted"]
     rmse = float(np.sqrt(np.mean((np.asarray(predicted) - np.asarray(test_targets)) ** 2)))
-    print(f"{task}: chemprop model's held-out RMSE {rmse:.3f}")
+    print(f"{task}: chemprop model ({trained_for(results)}): held-out RMSE {rmse:.3f}")
     rows = []
     for name, file, key in VARIANTS:
         lines = read_lines(results / f"{file}.jsonl")
@@ -70,4 +80,4 @@ def chemprop_rows(task: str, results: Path, test: Sequence[str], test_targets: n
     return rows
 
 
-__all__ = ["VARIANTS", "chemprop_rows", "read_lines", "run_chemprop"]
+__all__ = ["VARIANTS", "chemprop_rows", "read_lines", "run_chemprop", "trained_for"]
