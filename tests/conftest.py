@@ -35,6 +35,14 @@ def _drop_users_ray_variables() -> dict[str, str]:
 
 USERS_RAY_VARIABLES = _drop_users_ray_variables()
 
+# One torch (OpenMP) thread in this process and every process it starts (Ray's workers too), set before anything
+# imports torch. The suite's models are tiny and its processes share 2 cores with Ray's: a second thread gains no
+# wall time on an idle machine (a 2-epoch member fit: 0.37 s on two threads, 0.36 s on one) and spins for as long
+# as it waits, so beside other busy processes the same fit took 1.9 s against 0.43 s, and three in-process test
+# files 190 s against 56 s (tests/kermt/{data/test_molecule_shards,nn/pretrain/test_generate,train/test_loop}.py).
+# The app's own drivers choose their thread count themselves (ray_app.common.torch_threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def pytest_report_header() -> str | None:
     if not USERS_RAY_VARIABLES:
