@@ -61,10 +61,10 @@ def _what_the_loop_got(config: dict) -> dict:
 
 
 def test_the_loop_gets_its_config_and_the_controller_only_a_reference(ray_cluster, tmp_path):
-    """The run's context, which the Train controller unpickles, holds no loop config; the workers get it whole,
-    object references inside it included."""
+    """The run's context, which the Train controller unpickles, holds no loop config; the function the workers call
+    gets it whole, object references inside it included (called here: every finetune test runs it on workers)."""
     trainer = KermtTrainer(_what_the_loop_got, train_loop_config={"marker": "config", "ref": ray.put(7)},
                            scaling_config=ScalingConfig(num_workers=1),
                            run_config=RunConfig(name="config", storage_path=str(tmp_path)))
     assert trainer.train_loop_config is None and trainer.train_run_context.train_loop_config is None
-    assert trainer.fit().return_value == {"seen": "config", "ref_resolved": 7}
+    assert trainer.train_loop_per_worker() == {"seen": "config", "ref_resolved": 7}
