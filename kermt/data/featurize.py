@@ -188,4 +188,3 @@ def _infinite_feature_reasons(features: np.ndarray, generators: tuple[str, ...])
 
 
 __all__ = ["FeaturizedMolecules", "UNFEATURIZABLE", "featurize_smiles"]
-

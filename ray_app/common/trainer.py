@@ -4,9 +4,10 @@ that cost nothing in behaviour.
 - Elastic runs (``--num_workers MIN-MAX``) are sized by :class:`~ray_app.common.elastic.LiveNodesElasticPolicy`,
   which counts only nodes that are alive (elastic.py says why); fixed-size runs keep Ray's own policy.
 - ``train_loop_config`` reaches the workers through the object store. Ray hands it to the Train controller inside
-  the run's context, and unpickling it there imports the module of every class in it (our plans and shard lists:
-  torch and kermt, ~2 CPU-seconds for each run's controller); the loop function itself travels as an object the
-  controller never opens, so the config rides along with it as a reference.
+  the run's context, and unpickling it there imports the module of every class in it (our plans and shard lists,
+  with kermt under them); the loop function itself travels as an object the controller never opens, so the config
+  rides along with it as a reference. The saving is small: the controller imports torch anyway, for Ray's
+  TorchConfig; what it no longer imports is our code.
 - A run given no Ray datasets starts no Ray Data actor (ray_internals.train_datasets_callback says why): our workers
   read their own shard files.
 

@@ -5,7 +5,6 @@ test_fold_data.py.)"""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

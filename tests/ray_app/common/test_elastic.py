@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 
-
 # A 0-CPU head and two nodes with one unit each of a resource nothing else asks for (one worker per node, as one GPU
 # per node). The decisions of Ray's policy and of ours for a group that is down, before and right after one node's
 # raylet is SIGKILLed (the GCS still lists it as alive for ~15 s), printed as JSON.
