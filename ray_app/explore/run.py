@@ -22,7 +22,8 @@ import yaml
 
 from kermt.data.atomic_files import write_text
 from kermt.errors import Interrupted, UserError
-from kermt.explore.acquisition import acquisition_values, best_score, random_batch, round_rng, top_batch
+from kermt.explore.acquisition import best_score, round_rng
+from kermt.explore.blocks import acquire_in_blocks, random_rows
 from kermt.explore.explored import Explored, read_explored, write_explored
 from kermt.explore.scorers import Scores
 from kermt.explore.sizes import check_plan
@@ -78,22 +79,22 @@ def write_round_report(layout: RunLayout) -> None:
 def acquire_batch(config: ExploreConfig, layout: RunLayout, library: Library, explored: Explored, round_index: int,
                   size: int) -> Explored:
     """Round ``round_index``'s ``size`` molecules, unscored: random in round 0 (and with --acquisition random),
-    else the acquisition function's best on the round's surrogate."""
-    from ray_app.explore.surrogate import predict_library, train_surrogate  # Ray, torch: only when a round trains
+    else the acquisition function's best on the round's surrogate, chosen over its predictions one block at a time
+    (kermt.explore.blocks): the driver holds no array of the library's size."""
+    from ray_app.explore.surrogate import predict_library, prediction_blocks, train_surrogate  # Ray, torch
 
-    excluded = np.zeros(library.rows, dtype=bool)
-    excluded[explored.library_row] = True
+    explored_rows = np.unique(explored.library_row)
     rng = round_rng(config.seed, round_index)
     if round_index == 0 or config.acquisition == "random":
-        rows = random_batch(excluded, size, rng)
+        rows = random_rows(explored_rows, library.rows, size, rng)
         nan = np.full(len(rows), math.nan)
         return _batch(library, rows, round_index, nan, nan, nan)
     train_surrogate(config, layout, round_index, explored)
-    surrogate = predict_library(config, layout, round_index, library)
-    values = acquisition_values(config.acquisition, surrogate, best_score(explored.score, config.minimize), rng,
-                                beta=config.beta, minimize=config.minimize)
-    rows = top_batch(values, excluded, size)
-    return _batch(library, rows, round_index, surrogate.mean[rows], surrogate.std[rows], values[rows])
+    predictions = predict_library(config, layout, round_index, library)
+    chosen = acquire_in_blocks(config.acquisition, prediction_blocks(predictions, library.rows), explored_rows, size,
+                               best_score(explored.score, config.minimize), rng, beta=config.beta,
+                               minimize=config.minimize)
+    return _batch(library, chosen.rows, round_index, chosen.mean, chosen.std, chosen.values)
 
 
 def _batch(library: Library, rows: np.ndarray, round_index: int, mean: np.ndarray, std: np.ndarray,

@@ -2,6 +2,9 @@
 the whole library with mean and standard deviation (``DIR/round_k/library_predictions.parquet``, one row per
 library row, in order: `kermt predict --uncertainty`'s file).
 
+The driver reads the predictions back one block of rows at a time (:func:`prediction_blocks`, for
+:func:`kermt.explore.blocks.acquire_in_blocks`), never the whole file.
+
 Both steps are skipped when their files are there: a resumed exploration reuses a finished surrogate and its
 predictions (the finetune itself resumes a surrogate that stopped mid-training).
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kermt.data.atomic_files import write_text
+from kermt.errors import UserError
 from kermt.explore.acquisition import Surrogate
 from kermt.explore.explored import Explored
 from kermt.inference.columns import STD_SUFFIX
@@ -64,9 +69,9 @@ def previous_members(config: ExploreConfig, layout: RunLayout, round_index: int)
     return tuple(str(p) for p in find_checkpoints(layout.round(round_index - 1)))
 
 
-def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, library: Library) -> Surrogate:
-    """The round's surrogate's mean and std for every library row (NaN where a SMILES is invalid), predicted from
-    the library featurised once (``DIR/library/``, written by the first round that predicts)."""
+def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, library: Library) -> Path:
+    """The file of the round's surrogate's mean and std for every library row (NaN where a SMILES is invalid),
+    predicted from the library featurised once (``DIR/library/``, written by the first round that predicts)."""
     from ray_app.screening.config import PredictConfig
     from ray_app.screening.engines import auto_engine
     from ray_app.screening.run import run_predict
@@ -84,13 +89,29 @@ def predict_library(config: ExploreConfig, layout: RunLayout, round_index: int, 
                                     max_heavy_atoms=config.max_heavy_atoms, use_gpu=config.use_gpu, engine=engine)
             shards = featurised_library(config, layout, library, predict.batch_size, engine)
             run_predict(predict, shards)
-    table = pq.read_table(path, columns=[TRAINING_SCORE, TRAINING_SCORE + STD_SUFFIX])
-    mean, std = (_floats(table.column(i)) for i in range(2))
-    return Surrogate(mean, std)  # one model's std is 0: recorded, never read (the settings refuse such acquisitions)
+    return path
 
 
-def _floats(column: pa.ChunkedArray) -> np.ndarray:
-    return column.to_numpy().astype(np.float64)  # nulls (invalid rows) become NaN
+# predicted rows held at once while the acquisition reads a round's predictions (16 bytes a row)
+PREDICTION_ROWS = 65_536
 
 
-__all__ = ["predict_library", "previous_members", "train_surrogate"]
+def prediction_blocks(path: Path, rows: int, block_rows: int = PREDICTION_ROWS) -> Iterator[tuple[int, Surrogate]]:
+    """(first row, mean and std of the block's rows) of a predictions file of ``rows`` rows, in order, a block of
+    at most ``block_rows`` rows at a time. One model's std is 0: read, never used (the settings refuse the
+    acquisitions that would use it)."""
+    with pq.ParquetFile(path) as handle:
+        if handle.metadata.num_rows != rows:
+            raise UserError(f"{path} holds {handle.metadata.num_rows:,} predictions for a library of {rows:,} rows; "
+                            "delete it and resume to predict the library again")
+        start = 0
+        for batch in handle.iter_batches(batch_size=block_rows, columns=[TRAINING_SCORE, TRAINING_SCORE + STD_SUFFIX]):
+            yield start, Surrogate(_floats(batch.column(0)), _floats(batch.column(1)))
+            start += batch.num_rows
+
+
+def _floats(column: pa.Array) -> np.ndarray:
+    return column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls (invalid rows) become NaN
+
+
+__all__ = ["PREDICTION_ROWS", "prediction_blocks", "predict_library", "previous_members", "train_surrogate"]
