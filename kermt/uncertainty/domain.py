@@ -191,9 +191,19 @@ def fit_domain(training: np.ndarray, held_out: np.ndarray, identity: str, k: int
     """The index of ``training`` embeddings [N, D] and its threshold from ``held_out`` [M, D] (molecules the model
     did not train on); a ValueError when there are too few of either. ``n_training_total``: the size of the
     training set when ``training`` is already its :func:`training_rows` (so only those were embedded)."""
-    training, held_out = np.asarray(training, np.float64), np.asarray(held_out, np.float64)
-    if len(held_out) < MIN_HELD_OUT or len(training) < 2:
-        raise ValueError(f"{len(training)} training and {len(held_out)} validation molecule(s): a domain needs at "
+    index = fit_index(training, len(held_out), identity, k, quantile, max_training, source, n_training_total)
+    return with_threshold(index, DomainSearch(index).distances(np.asarray(held_out, np.float64)))
+
+
+def fit_index(training: np.ndarray, n_held_out: int, identity: str, k: int = DEFAULT_K,
+              quantile: float = DEFAULT_QUANTILE, max_training: int = MAX_TRAINING_MOLECULES,
+              source: str = "", n_training_total: int | None = None) -> DomainIndex:
+    """The first half of :func:`fit_domain`: the index of ``training`` without its threshold (0), so that the
+    held-out molecules' distances can be computed a part at a time (:func:`with_threshold`). ``n_held_out``: how
+    many held-out molecules there will be (a ValueError, as fit_domain's, when too few)."""
+    training = np.asarray(training, np.float64)
+    if n_held_out < MIN_HELD_OUT or len(training) < 2:
+        raise ValueError(f"{len(training)} training and {n_held_out} validation molecule(s): a domain needs at "
                          f"least 2 and {MIN_HELD_OUT}")
     kept = training[training_rows(len(training), max_training)]
     mean, scale = kept.mean(axis=0), kept.std(axis=0)
@@ -203,14 +213,19 @@ def fit_domain(training: np.ndarray, held_out: np.ndarray, identity: str, k: int
                         n_training_total=n_training_total or len(training), mean=mean.astype(np.float32),
                         scale=scale.astype(np.float32), components=components.astype(np.float32),
                         training=np.zeros((0, len(components)), np.float32), source=source)
-    index = replace(index, training=index.project(kept).astype(np.float32))
-    held = DomainSearch(index).distances(held_out)
-    held = held[np.isfinite(held)]  # a held-out row without an embedding (an invalid molecule) sets nothing
+    return replace(index, training=index.project(kept).astype(np.float32))
+
+
+def with_threshold(index: DomainIndex, held_out_distances: np.ndarray) -> DomainIndex:
+    """The second half of :func:`fit_domain`: ``index`` with the threshold its held-out molecules' distances set
+    (float64 [M], NaN for a molecule without an embedding, which sets nothing)."""
+    held = np.asarray(held_out_distances, np.float64)
+    held = held[np.isfinite(held)]
     if len(held) < MIN_HELD_OUT:
         raise ValueError(f"{len(held)} validation molecule(s) with an embedding: a domain needs {MIN_HELD_OUT}")
-    threshold = float(np.quantile(held, quantile))
+    threshold = float(np.quantile(held, index.quantile))
     return replace(index, threshold=threshold, held_out={"n": len(held), "median": float(np.median(held)),
-                                                          f"q{quantile:g}": threshold})
+                                                          f"q{index.quantile:g}": threshold})
 
 
 def training_rows(n: int, max_training: int = MAX_TRAINING_MOLECULES) -> np.ndarray:
@@ -284,5 +299,5 @@ def load_domain(directory: str) -> DomainIndex:
 
 
 __all__ = ["DEFAULT_K", "DEFAULT_QUANTILE", "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "DomainIndex", "DomainScorer",
-           "DomainSearch", "HOW_TO_GET_ONE", "METRIC", "RunDomain", "embedding_identity", "fit_domain", "load_domain",
-           "model_embeddings", "run_domain", "save_domain", "training_rows"]
+           "DomainSearch", "HOW_TO_GET_ONE", "METRIC", "RunDomain", "embedding_identity", "fit_domain", "fit_index",
+           "load_domain", "model_embeddings", "run_domain", "save_domain", "training_rows", "with_threshold"]
