@@ -16,12 +16,13 @@ models are trained and usable without intervals. A calibration file that small i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kermt.data.dataset import MoleculeSet
+from kermt.data.scalers import StandardScaler
 from kermt.errors import UserError
 from kermt.inference.columns import ensemble_mean
 from kermt.run_layout import IN_TRAINING_SPLIT_KEY, fold_name
@@ -30,7 +31,6 @@ from kermt.uncertainty.calibration_file import save_class_calibrations
 from kermt.uncertainty.classification import class_calibration_record, fit_class_calibrations
 from kermt.uncertainty.conformal import MONDRIAN_DOMAIN
 from ray_app.finetune.inputs import check_calibration_labels
-from kermt.inference.widths import WidthRule
 from ray_app.finetune.prepare import ScaledSplits, SourceData, load_source, scaled_set
 from ray_app.finetune.run_setup import RunSetup
 
@@ -51,7 +51,7 @@ class CalibrationSet:
     they are (calibration.json and run.json record it); ``in_training``: how many of them are also in the fold's
     training split (None for the validation split, which never is)."""
 
-    molecules: MoleculeSet
+    molecules: MoleculeSet | None  # None: the fold's validation split, read from its shards
     labels: np.ndarray
     source: str
     in_training: int | None = None
@@ -59,9 +59,17 @@ class CalibrationSet:
 
 def validation_set(fold: int, splits: ScaledSplits) -> CalibrationSet:
     """The fold's validation split, its labels back in label units."""
-    labels = splits.target_scaler.inverse_transform(splits.val.targets) if splits.target_scaler else \
-        np.asarray(splits.val.targets, dtype=np.float64)
-    return CalibrationSet(splits.val, labels, f"{fold_name(fold)} validation split")
+    return CalibrationSet(splits.val, label_units(splits.val.targets, splits.target_scaler),
+                          validation_source(fold))
+
+
+def validation_source(fold: int) -> str:
+    return f"{fold_name(fold)} validation split"
+
+
+def label_units(targets: np.ndarray, target_scaler: StandardScaler | None) -> np.ndarray:
+    """float64 labels of a split whose targets the fold's model reads (scaled, for regression)."""
+    return target_scaler.inverse_transform(targets) if target_scaler else np.asarray(targets, dtype=np.float64)
 
 
 def load_calibration_file(setup: RunSetup) -> SourceData | None:
@@ -80,10 +88,10 @@ def load_calibration_file(setup: RunSetup) -> SourceData | None:
     return source
 
 
-def file_set(source: SourceData, splits: ScaledSplits) -> CalibrationSet:
-    """The calibration file's molecules for one fold: features scaled with the fold's scaler, labels raw."""
-    molecules = scaled_set(source.featurized, source.targets, splits.features_scaler)
-    in_training = int(in_training_split(molecules.smiles, splits.train.smiles).sum())
+def file_set(source: SourceData, features_scaler: StandardScaler | None, in_training: int) -> CalibrationSet:
+    """The calibration file's molecules for one fold: features scaled with the fold's scaler, labels raw;
+    ``in_training``: how many of them the fold's training split holds (counted where the folds are cut)."""
+    molecules = scaled_set(source.featurized, source.targets, features_scaler)
     return CalibrationSet(molecules, np.asarray(source.targets, dtype=np.float64),
                           f"--calibration_path {source.path} ({len(source)} molecules)", in_training)
 
@@ -104,17 +112,6 @@ def overlap_line(source: SourceData, per_fold: list[np.ndarray]) -> str | None:
     return (f"warning: --calibration_path {source.path}: {int(anywhere.sum())} of its {len(source)} molecules are "
             f"also in the training data ({folds}); the model has seen them, so intervals calibrated on them come "
             "out too narrow: calibrate on molecules it never trained on")
-
-
-def calibration_predictions(model, splits: ScaledSplits, on: CalibrationSet, batch_size: int, use_gpu: bool,
-                            precision: str, rule: WidthRule | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(n, n_tasks) predictions of ``on``'s molecules in label units, made exactly as the test predictions are (on
-    the driver, or a GPU task with ``use_gpu``; ``rule``: the run's width rule), and a variance head's predicted
-    variances (None without one)."""
-    from ray_app.finetune.members import member_test_predictions_with_variance  # Ray: a dry run never gets here
-
-    return member_test_predictions_with_variance(model, replace(splits, test=on.molecules), batch_size, use_gpu,
-                                                 precision, rule)
 
 
 def needs_distance(setup: RunSetup) -> bool:
@@ -207,5 +204,5 @@ def _skipped(setup: RunSetup, fold: int, on: CalibrationSet, reason: str) -> dic
     return {"file": None, "source": on.source, "reason": reason}
 
 
-__all__ = ["CalibrationSet", "calibrate_fold", "calibration_predictions", "file_set", "in_training_split",
-           "is_calibrated", "load_calibration_file", "needs_distance", "overlap_line", "validation_set"]
+__all__ = ["CalibrationSet", "calibrate_fold", "file_set", "in_training_split", "is_calibrated", "label_units",
+           "load_calibration_file", "needs_distance", "overlap_line", "validation_set", "validation_source"]

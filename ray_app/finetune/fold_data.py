@@ -9,12 +9,17 @@ targets and the shards that hold the chunks the rank predicts (kermt.train.loop.
 a fold because a member trains there, and no worker receives a fold through the object store. What travels with
 each member is :class:`FoldData`: the directories, the manifests and two bytes per training molecule (its largest
 atom degree, for the width histogram of the planned batches).
+
+The test split is written too (``fold_k/test/``, its labels raw as the test molecules keep them), with what the
+step after training needs that the shards do not hold: the test labels in float64, which the scores read unscaled
+(eight bytes per test molecule and task), and the fold's scalers. That step, one Ray task per fold
+(ray_app.finetune.after_training), then reads the fold from its shards alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -26,6 +31,7 @@ from kermt.data.atomic_files import filesystem, join
 from kermt.data.dataset import MoleculeSet
 from kermt.data.molecule_shards import SHARD_ROWS, WINDOW, SplitManifest, TrainingSource, ValidationSource, \
     max_degrees, read_split_shard, read_split_targets, write_split
+from kermt.data.scalers import StandardScaler
 from kermt.run_layout import fold_name
 from ray_app.common.node_reads import NodeRead, reading_node
 from ray_app.finetune.prepare import ScaledSplits
@@ -43,22 +49,40 @@ class SplitShards:
     def load(self) -> NodeRead:
         return NodeRead(partial(read_split_shard, self.directory, self.manifest), self.node)
 
+    def targets(self) -> np.ndarray:
+        """float32 [n, tasks]: every molecule's targets, as written (one column of each shard)."""
+        targets = NodeRead(partial(read_split_targets, self.directory, self.manifest), self.node)
+        return np.concatenate([targets(i) for i in range(len(self.manifest.files))])
+
+    def sets(self) -> Iterator[MoleculeSet]:
+        """The split's shards in order, each read when the one before has been let go of by the caller."""
+        load = self.load()
+        return (load(i) for i in range(len(self.manifest.files)))
+
     def validation_source(self) -> ValidationSource:
         """The split as a validation split is read: its targets now (one column of each shard), its molecules
         when a rank takes the rows it predicts."""
-        targets = NodeRead(partial(read_split_targets, self.directory, self.manifest), self.node)
-        return ValidationSource(self.manifest.rows, self.load(),
-                                np.concatenate([targets(i) for i in range(len(self.manifest.files))]))
+        return ValidationSource(self.manifest.rows, self.load(), self.targets())
 
 
 @dataclass(frozen=True)
 class FoldData:
-    """A fold's train and val shards, and each training molecule's largest atom degree."""
+    """A fold's train and val shards, and each training molecule's largest atom degree; from ``write_folds``, its
+    test shards, raw test labels and scalers too (None from :func:`write_fold_data`, which writes train and val)."""
 
     train: SplitShards
     val: SplitShards
     train_degrees: np.ndarray
     window: int = WINDOW  # shards shuffled together (kermt.data.molecule_shards.WINDOW)
+    test: SplitShards | None = None
+    test_targets_raw: np.ndarray | None = None  # float64 [n_test, tasks], as ScaledSplits.test_targets_raw
+    target_scaler: StandardScaler | None = None
+    features_scaler: StandardScaler | None = None
+
+    @property
+    def features_width(self) -> int:
+        """Molecule-feature columns the fold's model takes (its train manifest's)."""
+        return self.train.manifest.features_width
 
     def train_source(self) -> TrainingSource:
         return TrainingSource(self.train.manifest.rows, self.train.load(), self.train_degrees, self.window)
@@ -87,7 +111,11 @@ def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef]) -
 @ray.remote(num_cpus=1)
 def _write_fold(storage: str, run_id: str, fold: int, splits: ScaledSplits, node: str | None) -> FoldData:
     # ``splits``: the fold's object, its arrays read zero-copy from this node's object store
-    return _write_splits(fold_data_dir(storage, run_id, fold), splits.train, splits.val, SHARD_ROWS, node)
+    data = _write_splits(fold_data_dir(storage, run_id, fold), splits.train, splits.val, SHARD_ROWS, node)
+    test = join(fold_data_dir(storage, run_id, fold), "test")
+    return replace(data, test=SplitShards(test, write_split(test, splits.test, SHARD_ROWS), node),
+                   test_targets_raw=np.asarray(splits.test_targets_raw, dtype=np.float64),
+                   target_scaler=splits.target_scaler, features_scaler=splits.features_scaler)
 
 
 def remove_folds(storage: str, run_id: str) -> None:

@@ -5,6 +5,7 @@ with a ``mondrian_domain`` calibration, each test molecule's ``domain_distance``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,6 @@ import numpy as np
 from kermt.inference.columns import DISTANCE_COLUMN, ensemble_spread
 from kermt.metrics import task_scores
 from ray_app.common import outputs
-from ray_app.finetune.prepare import ScaledSplits
 from ray_app.finetune.run_setup import RunSetup
 
 
@@ -24,24 +24,26 @@ def _labels(targets: np.ndarray, tasks: list[str], classification: bool) -> dict
     return counts
 
 
-def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray],
-                test_distances: np.ndarray | None = None) -> dict[str, Any]:
-    """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has 2 or more members
-    (``test_distances``: the test molecules' domain distances, which a mondrian_domain calibration reads)."""
+def fold_record(setup: RunSetup, fold: int, targets: dict[str, np.ndarray], test_smiles: Sequence[str],
+                member_preds: list[np.ndarray], test_distances: np.ndarray | None = None) -> dict[str, Any]:
+    """The fold's record for run.json; writes ``fold_k/test_spread.csv`` when the fold has 2 or more members.
+    ``targets``: each split's ("train", "val", "test") targets, whose labelled counts it records (the test's raw:
+    they are scored); ``test_distances``: the test molecules' domain distances, which a mondrian_domain
+    calibration reads."""
     tasks, classification = list(setup.task_names), setup.dataset_type == "classification"
-    parts = {"train": splits.train.targets, "val": splits.val.targets, "test": splits.test_targets_raw}
+    test_raw = targets["test"]
     # an empty test split (kermt explore's surrogates have none) is (0, tasks), which reshape cannot infer
     labels = {name: _labels(np.asarray(t, dtype=np.float64).reshape(len(t), -1 if len(t) else len(tasks)), tasks,
-                            classification) for name, t in parts.items()}
+                            classification) for name, t in targets.items()}
     record: dict[str, Any] = {
-        "sizes": {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)},
-        "labels": {task: {name: labels[name][task]["labelled"] for name in parts} for task in tasks},
+        "sizes": {name: len(t) for name, t in targets.items()},
+        "labels": {task: {name: labels[name][task]["labelled"] for name in targets} for task in tasks},
     }
     if classification:
-        record["positives"] = {task: {name: labels[name][task]["positives"] for name in parts} for task in tasks}
-    scorable = len(splits.test) and tasks and not np.isnan(splits.test_targets_raw).all()
+        record["positives"] = {task: {name: labels[name][task]["positives"] for name in targets} for task in tasks}
+    scorable = len(test_raw) and tasks and not np.isnan(test_raw).all()
     record["member_test_scores"] = [
-        dict(zip(tasks, task_scores(preds, splits.test_targets_raw, setup.metric, setup.dataset_type)))
+        dict(zip(tasks, task_scores(preds, test_raw, setup.metric, setup.dataset_type)))
         for preds in member_preds] if scorable else None
     if len(member_preds) > 1 and tasks:  # one member has no spread (its calibration is plain conformal)
         spread = ensemble_spread(member_preds)  # the population spread, as calibrate_fold's sigma
@@ -49,7 +51,7 @@ def fold_record(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: 
         if test_distances is not None:
             spread = np.column_stack([spread, test_distances])
         outputs.atomic_write_text(setup.layout.test_spread(fold),
-                                  outputs.test_result_csv(splits.test.smiles, names, spread, None))
+                                  outputs.test_result_csv(test_smiles, names, spread, None))
     return record
 
 

@@ -17,6 +17,8 @@ import torch
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
 from kermt.checkpoint import CheckpointSpec, FeatureSettings, export_upstream, save_native, unbuilt_encoder_tensors
+from kermt.data.dataset import MoleculeSet
+from kermt.data.scalers import StandardScaler
 from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import RunLayout
 from kermt.inference.split import predict_split
@@ -120,15 +122,23 @@ def member_test_predictions_with_variance(model: KermtFinetuneModel, splits: Sca
                                           use_gpu: bool = False, precision: str = "fp32",
                                           rule: WidthRule | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`member_test_predictions` and a variance head's predicted variances in label units (None without)."""
+    return predict_molecules(model, splits.test, splits.target_scaler, batch_size, use_gpu, precision, rule)
+
+
+def predict_molecules(model: KermtFinetuneModel, molecules: MoleculeSet, target_scaler: StandardScaler | None,
+                      batch_size: int, use_gpu: bool = False, precision: str = "fp32",
+                      rule: WidthRule | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``molecules``' predictions and a variance head's predicted variances (None without), in label units
+    (``target_scaler``: the fold's), made as :func:`member_test_predictions` makes them."""
     rule = rule or padding_rule(model.config.encoder.padding)
-    if use_gpu and len(splits.test):
-        preds, variances = ray.get(_predict_on_gpu.remote(model, splits.test, batch_size, precision, rule))
+    if use_gpu and len(molecules):
+        preds, variances = ray.get(_predict_on_gpu.remote(model, molecules, batch_size, precision, rule))
     else:
-        preds, variances = predict_split(model, splits.test, batch_size, rule, precision)
-    scaler = splits.target_scaler
-    if scaler is None:
+        preds, variances = predict_split(model, molecules, batch_size, rule, precision)
+    if target_scaler is None:
         return preds, variances
-    return scaler.inverse_transform(preds), None if variances is None else scaler.inverse_transform_variance(variances)
+    return (target_scaler.inverse_transform(preds),
+            None if variances is None else target_scaler.inverse_transform_variance(variances))
 
 
 @ray.remote(num_gpus=1)

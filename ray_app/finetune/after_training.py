@@ -1,0 +1,167 @@
+"""The step after a finetune's members are trained, one Ray task per fold that reads the fold's shards.
+
+For each fold: the members' test predictions (``fold_k/test_result.csv``, ``test_spread.csv``, the scores), the
+calibration (``ray_app.finetune.calibrate``) and the applicability-domain index (``ray_app.finetune.domain``). The
+task reads the fold's shards a shard at a time (ray_app.finetune.fold_data: train, val and test, with the raw test
+labels and the scalers in :class:`FoldData`) and keeps only predictions, embeddings of the at most 50,000 training
+molecules of the index and per-molecule distances; the driver, which made all this from the fold's object before,
+holds no fold after training. The task runs on the driver's node at 0 CPUs, as ``write_folds`` pins its writers:
+it reads the members from save_dir and writes ``fold_k/`` there (the driver's disk, a staging directory when
+--save_dir is a URI), with the driver's torch thread count, so the numbers are the ones the driver computed. What
+it printed comes back with its results, for the driver to print, so the run's output is as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from kermt.checkpoint.native import saved_spec
+from kermt.config import FinetuneModelConfig
+from kermt.data.dataset import MoleculeSet
+from kermt.inference.columns import ensemble_mean
+from kermt.inference.widths import WidthRule, width_rule
+from kermt.metrics import unscored_note
+from kermt.run_layout import RunLayout, fold_name
+from kermt.train.step import score
+from ray_app.common import outputs
+from ray_app.finetune.calibrate import CalibrationSet, calibrate_fold, file_set, is_calibrated, label_units, \
+    needs_distance, validation_source
+from ray_app.finetune.domain import domain_distances, write_fold_domain
+from ray_app.finetune.fold_data import FoldData
+from ray_app.finetune.fold_record import fold_record
+from ray_app.finetune.members import predict_molecules
+from ray_app.finetune.prepare import SourceData
+from ray_app.finetune.resume import finished_member
+from ray_app.finetune.run_setup import RunSetup
+
+
+@dataclass(frozen=True)
+class FoldOutcome:
+    """What a fold's step after training gives the driver: the fold's task-averaged test score, its calibration
+    record and its report record (run.json), and the lines it printed."""
+
+    score: float
+    calibration: dict[str, Any]
+    record: dict[str, Any]
+    output: str
+
+
+def finish_folds(setup: RunSetup, fold_configs: Sequence[FinetuneModelConfig], fold_data: Sequence[FoldData],
+                 calibration: SourceData | None = None, in_training: Sequence[int] = ()) \
+        -> tuple[list[float], dict[str, Any], dict[str, Any]]:
+    """Every fold's step after training, a fold at a time (one fold's shard, members and predictions in memory),
+    each in a task on this (the driver's) node; prints what each printed. ``calibration``: the --calibration_path
+    file (put once for every fold's task), ``in_training`` each fold's count of its molecules in the fold's
+    training split. Returns each fold's score, and the calibration and report records by fold name."""
+    rule = run_width_rule(setup, len(fold_data))
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    task = _finish_fold.options(num_cpus=0, scheduling_strategy=here)
+    source = None if calibration is None else ray.put(calibration)
+    scores, calibrations, folds = [], {}, {}
+    for fold, (config, data) in enumerate(zip(fold_configs, fold_data)):
+        outcome: FoldOutcome = ray.get(task.remote(setup.without_inputs(), fold, config, data, source,
+                                                   in_training[fold] if calibration is not None else None, rule,
+                                                   torch.get_num_threads()))
+        print(outcome.output, end="", flush=True)
+        scores.append(outcome.score)
+        calibrations[fold_name(fold)], folds[fold_name(fold)] = outcome.calibration, outcome.record
+    return scores, calibrations, folds
+
+
+@ray.remote(num_cpus=0)
+def _finish_fold(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: FoldData,
+                 calibration: SourceData | None, in_training: int | None, rule: WidthRule, threads: int) \
+        -> FoldOutcome:
+    torch.set_num_threads(threads)  # the driver's: the predictions are made as it made them
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        outcome = finish_fold(setup, fold, config, data, calibration, in_training, rule)
+    return FoldOutcome(outcome.score, outcome.calibration, outcome.record, out.getvalue())
+
+
+def finish_fold(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: FoldData,
+                calibration: SourceData | None = None, in_training: int | None = None,
+                rule: WidthRule | None = None) -> FoldOutcome:
+    """One fold's step after training, in this process, from its shards (what the task runs; it prints as it
+    goes, and the outcome's ``output`` is empty)."""
+    c = setup.config
+    on = CalibrationSet(None, label_units(data.val.targets(), data.target_scaler), validation_source(fold)) \
+        if calibration is None else file_set(calibration, data.features_scaler, in_training or 0)
+    on_parts = (lambda: data.val.sets()) if on.molecules is None else (lambda: iter([on.molecules]))
+    member_preds, member_cal, member_cal_variances, distances, test_distances = [], [], [], None, None
+    test_smiles: list[str] = []
+    for member in range(c.ensemble_size):
+        found = finished_member(setup.layout.member(fold, member), setup.run_id, config)
+        assert found is not None, "train_members leaves every member in save_dir"
+        predict = partial(predict_molecules, found[0], target_scaler=data.target_scaler,
+                          batch_size=c.step_batch_size, use_gpu=c.use_gpu, precision=c.precision, rule=rule)
+        member_preds.append(_joined(predict(part) for part in _noting_smiles(data.test.sets(), test_smiles,
+                                                                              member == 0))[0])
+        if is_calibrated(setup):
+            preds, variances = _joined(predict(part) for part in on_parts())
+            member_cal.append(preds)
+            member_cal_variances.append(variances)
+        if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
+            index = write_fold_domain(setup, fold, data, found[0], rule)
+            if needs_distance(setup):  # a mondrian_domain calibration: its molecules' distances, the test's
+                distances, test_distances = (domain_distances(setup, index, parts, found[0], rule)
+                                             for parts in (on_parts(), data.test.sets()))
+    value = score_test_split(setup, fold, test_smiles, data.test_targets_raw, member_preds)
+    calibrated = calibrate_fold(setup, fold, None, member_cal, member_cal_variances, on, distances)
+    targets = {"train": data.train.targets(), "val": data.val.targets(), "test": data.test_targets_raw}
+    return FoldOutcome(value, calibrated, fold_record(setup, fold, targets, test_smiles, member_preds,
+                                                      test_distances), "")
+
+
+def score_test_split(setup: RunSetup, fold: int, test_smiles: Sequence[str], test_targets_raw: np.ndarray,
+               member_preds: list[np.ndarray]) -> float:
+    """Ensemble mean (summed in member order, as upstream) -> fold_k/test_result.csv; returns the fold's score."""
+    c = setup.config
+    ensemble = ensemble_mean(member_preds)
+    blinded = len(setup.task_names) == 0 or bool(np.isnan(test_targets_raw).all())
+    outputs.atomic_write_text(setup.layout.test_result(fold), outputs.test_result_csv(
+        test_smiles, setup.task_names, ensemble, None if blinded else test_targets_raw))
+    if blinded or len(test_smiles) == 0:
+        return float("nan")
+    value, per_task = score(ensemble, test_targets_raw, setup.metric, setup.dataset_type, None)
+    print(f"Seed {c.seed + fold} ==> test {setup.metric} = {value:.6f}", flush=True)
+    note = unscored_note(setup.task_names, ensemble, test_targets_raw, per_task, setup.dataset_type)
+    if note:
+        print(f"Seed {c.seed + fold} ==> {note}", flush=True)
+    if c.show_individual_scores:
+        for name, task_score in zip(setup.task_names, per_task):
+            print(f"Seed {c.seed + fold} ==> test {name} {setup.metric} = {task_score:.6f}", flush=True)
+    return value
+
+
+def run_width_rule(setup: RunSetup, folds: int) -> WidthRule:
+    """The width rule `kermt predict` applies to the run's saved members (all folds: its --checkpoint_dir ensemble),
+    so test_result.csv, the calibration and the domain index are computed as predict computes."""
+    return width_rule([saved_spec(RunLayout(setup.layout.member(fold, member)).model) for fold in range(folds)
+                       for member in range(setup.config.ensemble_size)])
+
+
+def _noting_smiles(parts: Iterator[MoleculeSet], smiles: list[str], note: bool) -> Iterator[MoleculeSet]:
+    """``parts``, each one's SMILES appended to ``smiles`` on the way when ``note``."""
+    for part in parts:
+        if note:
+            smiles.extend(part.smiles)
+        yield part
+
+
+def _joined(pairs) -> tuple[np.ndarray, np.ndarray | None]:
+    """(predictions, variances or None) of a split's parts, joined in order."""
+    preds, variances = zip(*pairs)
+    return np.concatenate(preds), None if variances[0] is None else np.concatenate(variances)
+
+
+__all__ = ["FoldOutcome", "finish_fold", "finish_folds", "run_width_rule", "score_test_split"]

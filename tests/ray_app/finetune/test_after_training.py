@@ -1,0 +1,68 @@
+"""The step after training reads the fold's shards, not the fold's object: on a finished run's fold, cut again and
+written as shards, the task's score, member scores, test predictions and domain threshold equal what the fold's
+object gives when computed here, as the driver computed them before (ray_app.finetune.after_training)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import ray
+
+from kermt.inference.columns import ensemble_mean
+from kermt.metrics import task_scores
+from kermt.train.step import score
+from kermt.uncertainty.domain import embedding_identity, fit_domain, load_domain, training_rows
+from ray_app.finetune.after_training import finish_folds, run_width_rule
+from ray_app.finetune.config import resolve
+from ray_app.finetune.domain import _featurized, split_embeddings
+from ray_app.finetune.fold_data import write_folds
+from ray_app.finetune.members import member_test_predictions
+from ray_app.finetune.resume import finished_member
+from ray_app.finetune.run import put_folds
+from ray_app.finetune.run_setup import resolve_setup
+from ray_app.report.results import read_test_result
+from tests.conftest import FIXTURE_DIR
+
+# Runs with -m slow (~10 s): every finetune test runs this step end to end; this one checks it against the object.
+pytestmark = pytest.mark.slow
+
+
+def test_the_fold_task_reads_shards_and_equals_the_computation_on_the_folds_object(regression_run, tmp_path,
+                                                                                     capsys):
+    run = shutil.copytree(regression_run[0], tmp_path / "run", ignore=shutil.ignore_patterns("ray_results"))
+    config, sources = resolve([  # regression_run's command (tests/ray_app/conftest.py), into the copy
+        "--data_path", str(regression_run[0].parent / "data.csv"), "--checkpoint_path",
+        str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"), "--save_dir", str(run), "--epochs", "1", "--batch_size", "16",
+        "--ffn_hidden_size", "8", "--ensemble_size", "2", "--split_sizes", "0.4", "0.4", "0.2"])
+    setup = resolve_setup(config, sources)
+    refs, configs, _, _ = put_folds(setup)
+    setup = replace(setup, run_id=json.loads((run / "run.json").read_text())["summary"]["run_id"]).without_inputs()
+    data = write_folds(str(tmp_path / "storage"), setup.run_id, refs)
+    assert data[0].test is not None and sum(data[0].test.manifest.rows) == len(data[0].test_targets_raw)
+
+    capsys.readouterr()
+    scores, calibrations, folds = finish_folds(setup, configs, data)
+    printed = capsys.readouterr().out
+    assert "fold 0: applicability domain" in printed and "fold 0: calibrated" in printed
+    assert folds == json.loads((regression_run[0] / "run.json").read_text())["folds"]  # the run's own record
+
+    splits, rule = ray.get(refs[0]), run_width_rule(setup, 1)  # the fold's object, as the driver read it before
+    models = [finished_member(setup.layout.member(0, m), setup.run_id, configs[0])[0] for m in range(2)]
+    preds = [member_test_predictions(m, splits, config.step_batch_size, rule=rule) for m in models]
+    assert scores[0] == score(ensemble_mean(preds), splits.test_targets_raw, setup.metric, setup.dataset_type,
+                              None)[0]
+    assert folds["fold_0"]["member_test_scores"] == [
+        dict(zip(setup.task_names, task_scores(p, splits.test_targets_raw, setup.metric, setup.dataset_type)))
+        for p in preds]
+    written = run / "fold_0" / "test_result.csv"
+    assert written.read_text() == (regression_run[0] / "fold_0" / "test_result.csv").read_text()
+    np.testing.assert_allclose(read_test_result(written).preds, ensemble_mean(preds), rtol=1e-5)
+    train, val = (split_embeddings(models[0], _featurized(part), config.step_batch_size, False, rule)
+                  for part in (splits.train.take(training_rows(len(splits.train))), splits.val))
+    here = fit_domain(train, val, embedding_identity(models[0].state_dict()), n_training_total=len(splits.train))
+    assert load_domain(str(run / "fold_0")).threshold == pytest.approx(here.threshold, rel=1e-6)
+    assert calibrations == json.loads((regression_run[0] / "run.json").read_text())["calibration"]
