@@ -21,8 +21,10 @@ the moment each of the exploration's files is written, which splits a round into
   explored.csv).
 
 ``--acquisition_rows R`` (with ``--n`` and no sizes: only this) also measures the driver's part of a round alone on
-R predictions: reading a predictions file's mean and std, the acquisition values and the batch (greedy and ucb),
-its time and peak RSS a molecule.
+R predictions (``--acquisitions``, default greedy and ucb), each in a fresh process, two ways: ``whole`` (the way
+before kermt.explore.blocks: the file's mean and std read whole, acquisition_values and top_batch on whole-library
+arrays) and ``blocks`` (the driver's way now: prediction_blocks into acquire_in_blocks); their time, peak RSS a
+molecule, and a digest of the rows chosen (the two ways must print the same).
 
 Figures depend on the machine and what else runs on it: the load average is printed beside them.
 """
@@ -159,44 +161,76 @@ def explore(n: int, args: argparse.Namespace) -> None:
           f"{RunLayout(save_dir).round_predictions(1).stat().st_size / n:.1f} bytes a molecule", flush=True)
 
 
-def acquisition_memory(n: int, acquisition: str, save_dir: Path) -> None:
-    """The driver's part of a round at ``n`` library rows, alone: read a predictions file (mean, std) as
-    ``predict_library`` does, then ``acquisition_values`` and ``top_batch`` with 1 % excluded; its peak RSS over the
-    process's before it (the file is written by another process, so its high-water mark is not counted)."""
-    path = save_dir / f"predictions_{n}.parquet"
+def acquisition_memory(n: int, acquisition: str, way: str, save_dir: Path) -> None:
+    """The driver's part of a round at ``n`` library rows, alone: a predictions file (mean, std), 1 % of its rows
+    explored, a batch of 1 % chosen ``way`` (whole or blocks); its peak RSS over the process's before it (the file
+    is written by another process, so its high-water mark is not counted)."""
+    path = save_dir / f"predictions_{n}_in_blocks.parquet"
     if not path.exists():
         subprocess.run([sys.executable, __file__, "--child_write", str(n), str(path)], check=True)
-    subprocess.run([sys.executable, __file__, "--child_acquire", acquisition, str(path)], check=True)
+    subprocess.run([sys.executable, __file__, "--child_acquire", acquisition, way, str(path)], check=True)
 
 
 def _child_write(n: int, path: str) -> None:
+    """A predictions file of ``n`` rows written as run_predict writes a round's (its TableWriter, one row group per
+    block of rows_per_block(PREDICT_BATCH_SIZE) rows)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from kermt.presets import PREDICT_BATCH_SIZE
+    from ray_app.screening.files import TableWriter
+    from ray_app.screening.stream import rows_per_block
 
     rng = np.random.default_rng(0)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"smiles": pa.array(["C"] * n), "score": rng.normal(size=n),
-                             "score_std": rng.random(n)}), path)
+    writer, block = TableWriter(path), rows_per_block(PREDICT_BATCH_SIZE)
+    for start in range(0, n, block):
+        rows = min(block, n - start)
+        writer.write(pa.table({"smiles": pa.array(["C"] * rows), "score": rng.normal(size=rows),
+                               "score_std": rng.random(rows)}))
+    writer.commit()
 
 
-def _child_acquire(acquisition: str, path: str) -> None:
+def _chosen_whole(acquisition: str, path: str, explored: np.ndarray, size: int, rng: np.random.Generator):
     import pyarrow.parquet as pq
 
-    from kermt.explore.acquisition import Surrogate, acquisition_values, round_rng, top_batch
-    from ray_app.explore.surrogate import _floats
+    from kermt.explore.acquisition import Surrogate, acquisition_values, top_batch
 
-    before, started = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
     table = pq.read_table(path, columns=["score", "score_std"])
-    n = table.num_rows
-    surrogate = Surrogate(*(_floats(table.column(i)) for i in range(2)))
+    surrogate = Surrogate(*(table.column(i).to_numpy().astype(np.float64) for i in range(2)))
     del table
-    excluded = np.zeros(n, dtype=bool)
-    excluded[np.random.default_rng(1).choice(n, n // 100, replace=False)] = True
-    top_batch(acquisition_values(acquisition, surrogate, 3.0, round_rng(0, 1)), excluded, n // 100)
+    excluded = np.zeros(len(surrogate.mean), dtype=bool)
+    excluded[explored] = True
+    return top_batch(acquisition_values(acquisition, surrogate, 3.0, rng), excluded, size)
+
+
+def _chosen_blocks(acquisition: str, path: str, explored: np.ndarray, size: int, rng: np.random.Generator):
+    import pyarrow.parquet as pq
+
+    from kermt.explore.blocks import acquire_in_blocks
+    from ray_app.explore.surrogate import prediction_blocks
+
+    rows = pq.ParquetFile(path).metadata.num_rows
+    return acquire_in_blocks(acquisition, prediction_blocks(Path(path), rows), explored, size, 3.0, rng).rows
+
+
+def _child_acquire(acquisition: str, way: str, path: str) -> None:
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from kermt.explore.acquisition import round_rng
+    from ray_app.explore.surrogate import prediction_blocks  # noqa: F401 - its imports before the baseline
+
+    n = pq.ParquetFile(path).metadata.num_rows
+    explored = np.random.default_rng(1).choice(n, n // 100, replace=False)
+    before, started = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    chosen = (_chosen_whole if way == "whole" else _chosen_blocks)(acquisition, path, explored, n // 100,
+                                                                   round_rng(0, 1))
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
-    print(f"acquisition {acquisition} on {n:,} predictions: {time.perf_counter() - started:.1f} s, peak RSS "
-          f"{grown / 2**20:,.0f} MiB over the process's before ({grown / n:.0f} bytes a molecule), load average "
-          f"{os.getloadavg()[0]:.1f}", flush=True)
+    digest = hashlib.sha256(np.asarray(chosen, np.int64).tobytes()).hexdigest()[:12]
+    print(f"acquisition {acquisition:8s} {way:6s} on {n:,} predictions: {time.perf_counter() - started:5.1f} s, "
+          f"peak RSS {grown / 2**20:,.0f} MiB over the process's before ({grown / n:.1f} bytes a molecule), "
+          f"{len(chosen):,} rows chosen (sha256 {digest}), load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def main() -> None:
@@ -209,9 +243,13 @@ def main() -> None:
     parser.add_argument("--save_dir", default="runs/bench_explore_scale")
     parser.add_argument("--timeout", type=float, default=6 * 3600, help="seconds per exploration")
     parser.add_argument("--acquisition_rows", type=int, help="also measure the acquisition alone on this many "
-                        "predictions (greedy and ucb), e.g. 10000000")
+                        "predictions, e.g. 10000000")
+    parser.add_argument("--acquisitions", nargs="+", default=["greedy", "ucb"],
+                        help="the acquisitions --acquisition_rows measures")
+    parser.add_argument("--ways", nargs="+", default=["whole", "blocks"], choices=["whole", "blocks"],
+                        help="--acquisition_rows: the whole-array way (before) and the blocks (now)")
     parser.add_argument("--child_write", nargs=2, help=argparse.SUPPRESS)
-    parser.add_argument("--child_acquire", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child_acquire", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_write:
         return _child_write(int(args.child_write[0]), args.child_write[1])
@@ -220,8 +258,9 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     for n in args.n:
         explore(n, args)
-    for acquisition in ("greedy", "ucb") if args.acquisition_rows else ():
-        acquisition_memory(args.acquisition_rows, acquisition, Path(args.save_dir))
+    for acquisition in args.acquisitions if args.acquisition_rows else ():
+        for way in args.ways:
+            acquisition_memory(args.acquisition_rows, acquisition, way, Path(args.save_dir))
 
 
 if __name__ == "__main__":
