@@ -136,21 +136,14 @@ def _ensemble_run(demo_csv, save_dir, concurrency: int) -> dict:
     return run_finetune(config, sources)
 
 
-# Two module fixtures, each set up by the first test that needs it, so that each run gets a test's time limit.
 @pytest.fixture(scope="module")
 def parallel_run(ray_cluster, demo_csv, tmp_path_factory) -> tuple[Path, dict, str]:
-    """2 folds x 2 members trained 2 at a time: (save_dir, summary, the run's output)."""
+    """2 folds x 2 members trained 2 at a time: (save_dir, summary, the run's output). The earlier run of the
+    rerun, new-run and overwrite tests below."""
     save_dir = tmp_path_factory.mktemp("ensemble") / "parallel"
     with contextlib.redirect_stdout(io.StringIO()) as out:
         summary = _ensemble_run(demo_csv, save_dir, 2)
     return save_dir, summary, out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def sequential_run(ray_cluster, demo_csv, tmp_path_factory) -> tuple[Path, dict]:
-    """The same members trained one after another: (save_dir, summary)."""
-    save_dir = tmp_path_factory.mktemp("ensemble") / "sequential"
-    return save_dir, _ensemble_run(demo_csv, save_dir, 1)
 
 
 def _member_trials(save_dir: Path, run_id: str) -> list:
@@ -171,75 +164,53 @@ def test_four_members_train_two_at_a_time_and_each_fold_is_put_once(parallel_run
     assert objects[0, 0] == objects[0, 1] and objects[1, 0] == objects[1, 1] and objects[0, 0] != objects[1, 0]
 
 
-def test_ensemble_and_folds_in_parallel_equal_sequential(parallel_run, sequential_run):
+def test_a_member_trained_beside_others_equals_the_same_member_trained_alone(parallel_run, run_after_the_ensemble):
+    """fold 0's member 0 of the 2 x 2 run, trained two at a time beside the others, and the only member of a one-model
+    run of the same settings: the same weights and epochs, since a member is seeded from (seed, fold, member) and
+    fold k is split with seed + k, whatever else trains. The run's folds and members are distinct and its score is
+    the mean of its folds'."""
     from safetensors.numpy import load_file
 
-    (parallel_dir, parallel, _), (sequential_dir, sequential) = parallel_run, sequential_run
-    assert parallel["fold_scores"] == sequential["fold_scores"] and not np.isnan(parallel["fold_scores"]).any()
+    (parallel_dir, parallel, _), alone_dir = parallel_run, run_after_the_ensemble[0]
+    assert not np.isnan(parallel["fold_scores"]).any()
     assert parallel["overall_random_test_rmse"] == pytest.approx(np.mean(parallel["fold_scores"]), abs=1e-12)
-    for fold in (0, 1):
-        fold_dir = f"fold_{fold}"
-        assert (parallel_dir / fold_dir / "test_result.csv").read_text() == (
-            sequential_dir / fold_dir / "test_result.csv").read_text()
-        members = []
-        for member in (0, 1):
-            weights = [load_file(run / fold_dir / f"model_{member}" / "model" / "model.safetensors")
-                       for run in (parallel_dir, sequential_dir)]
-            assert weights[0].keys() == weights[1].keys()
-            assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0])
-            assert (parallel_dir / fold_dir / f"model_{member}" / "model.pt").exists()
-            members.append(weights[0])
-        # ensemble members differ by seed: different heads
+    member = "fold_0/model_0"
+    beside, by_itself = (load_file(run / member / "model" / "model.safetensors") for run in (parallel_dir, alone_dir))
+    assert beside.keys() == by_itself.keys() and all(np.array_equal(beside[k], by_itself[k]) for k in beside)
+    assert _epochs(parallel_dir / member) == _epochs(alone_dir / member)
+    for fold in (0, 1):  # ensemble members differ by seed: different heads
+        members = [load_file(parallel_dir / f"fold_{fold}/model_{m}/model/model.safetensors") for m in (0, 1)]
         assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])
+        assert (parallel_dir / f"fold_{fold}/model_1/model.pt").exists()
     splits = json.loads((parallel_dir / "splits.json").read_text())
     assert splits["fold_0"]["test"] != splits["fold_1"]["test"]  # fold k is split with seed + k
-    # every other output too: the same files, byte for byte, but for what names the run or the clock
-    assert _outputs(parallel_dir) == _outputs(sequential_dir)
-    records = [json.loads((run / "run.json").read_text()) for run in (parallel_dir, sequential_dir)]
-    for key in ("summary", "calibration", "folds"):  # what the report shows of the members
-        assert {**records[0][key], "run_id": None} == {**records[1][key], "run_id": None}
 
 
-# A run's files that name its run id, the clock or --max_concurrent_trials; metrics.csv's columns of seconds
-RUN_SPECIFIC_FILES = ("run.json", "run_state.json", "config.yaml", "report.html")
-TIME_COLUMNS = ("train_time_s", "val_time_s")
+TIME_COLUMNS = ("train_time_s", "val_time_s")  # metrics.csv's columns of seconds
 
 
-def _outputs(run: Path) -> dict[str, object]:
-    """Each file a run wrote outside Ray Tune's folder: its bytes; a metrics.csv's rows less their seconds; a
-    member's model/config.json less its provenance (the run id)."""
-    found: dict[str, object] = {}
-    for path in sorted(p for p in run.rglob("*") if p.is_file() and "ray_results" not in p.parts):
-        name = path.relative_to(run).as_posix()
-        if name in RUN_SPECIFIC_FILES:
-            continue
-        if path.name == "metrics.csv":
-            found[name] = [{k: v for k, v in row.items() if k not in TIME_COLUMNS}
-                           for row in csv.DictReader(io.StringIO(path.read_text()))]
-        elif name.endswith("model/config.json"):
-            found[name] = {**json.loads(path.read_text()), "provenance": None}
-        else:
-            found[name] = path.read_bytes()
-    assert any(name.endswith("metrics.csv") for name in found) and "fold_1/test_result.csv" in found
-    return found
+def _epochs(member: Path) -> list[dict[str, str]]:
+    """A member's metrics.csv rows less their seconds."""
+    with open(member / "metrics.csv") as f:
+        return [{k: v for k, v in row.items() if k not in TIME_COLUMNS} for row in csv.DictReader(f)]
 
 
-def test_rerun_keeps_saved_members_and_takes_finished_ones_from_the_tune_run(sequential_run, demo_csv, capsys):
+def test_rerun_keeps_saved_members_and_takes_finished_ones_from_the_tune_run(parallel_run, demo_csv, capsys):
     """A driver that died after a trial finished but before it copied the member's files: the same command restores
     the Tune run, trains nothing again, copies the missing member from its trial and leaves the others as they
     were."""
-    save_dir, sequential = sequential_run
+    save_dir, earlier, _ = parallel_run
     missing = save_dir / "fold_1" / "model_1"
     weights = (missing / "model" / "model.safetensors").read_bytes()
     shutil.rmtree(missing)
     kept = {p: p.stat().st_mtime_ns for p in save_dir.glob("fold_*/model_*/**/*") if p.is_file()}
-    assert _ensemble_run(demo_csv, save_dir, 1) == sequential
+    assert _ensemble_run(demo_csv, save_dir, 2) == earlier
     out = capsys.readouterr().out
     assert "finished before with these settings" in out and "kept 3 of 4 model(s) this run already saved" in out
     assert (missing / "model" / "model.safetensors").read_bytes() == weights
     assert (missing / "metrics.csv").exists() and not (missing / "result.json").exists()
     assert {p: p.stat().st_mtime_ns for p in kept} == kept  # the kept members' files were not rewritten
-    assert len(_member_trials(save_dir, sequential["run_id"])) == 4  # the restored run added no trial
+    assert len(_member_trials(save_dir, earlier["run_id"])) == 4  # the restored run added no trial
 
 
 def _copy_run(run_dir: Path, target: Path) -> Path:
@@ -247,33 +218,33 @@ def _copy_run(run_dir: Path, target: Path) -> Path:
     return target
 
 
-def test_a_runs_members_are_its_own_fold_models_not_tunes_copies(sequential_run, tmp_path):
+def test_a_runs_members_are_its_own_fold_models_not_tunes_copies(parallel_run, tmp_path):
     from kermt.inference import find_checkpoints
 
-    save_dir, _ = sequential_run
+    save_dir = parallel_run[0]
     assert list(save_dir.glob("ray_results/**/checkpoint_*/model"))  # Tune's copies of the same models are there
     members = [p.relative_to(save_dir).as_posix() for p in find_checkpoints(save_dir)]
     assert members == [f"fold_{f}/model_{m}/model" for f in (0, 1) for m in (0, 1)]
 
 
 def _one_member_args(demo_csv: Path, save_dir: Path) -> list[str]:
-    """One member of one fold, one epoch."""
+    """One member of one fold, with the ensemble run's other settings."""
     return ["--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-            "--save_dir", str(save_dir), "--epochs", "1", "--batch_size", "16", "--ffn_hidden_size", "8"]
+            "--save_dir", str(save_dir), "--epochs", "2", "--batch_size", "16", "--ffn_hidden_size", "8"]
 
 
 @pytest.fixture(scope="module")
-def run_after_the_ensemble(sequential_run, demo_csv, tmp_path_factory) -> tuple[Path, dict, str]:
-    """One member (fp32) run in a copy of the sequential run's save_dir: (save_dir, summary, the run's output). The
-    new-run test checks what it did with the earlier run; the bf16 test compares its score with this one's (what a
-    save_dir held before changes no number of the run)."""
-    save_dir = _copy_run(sequential_run[0], tmp_path_factory.mktemp("after_ensemble") / "run")
+def run_after_the_ensemble(parallel_run, demo_csv, tmp_path_factory) -> tuple[Path, dict, str]:
+    """One member (fp32) run in a copy of the ensemble run's save_dir: (save_dir, summary, the run's output). The
+    new-run test checks what it did with the earlier run; the bf16 test compares its score with this one's, and the
+    ensemble test its member with the ensemble's (what a save_dir held before changes no number of the run)."""
+    save_dir = _copy_run(parallel_run[0], tmp_path_factory.mktemp("after_ensemble") / "run")
     with contextlib.redirect_stdout(io.StringIO()) as out:
         summary = run_finetune(*resolve(_one_member_args(demo_csv, save_dir)))
     return save_dir, summary, out.getvalue()
 
 
-def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members(sequential_run,
+def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members(parallel_run,
                                                                                     run_after_the_ensemble):
     """--ensemble_size 1 --num_folds 1 after 2 x 2 in the same save_dir: the earlier run's files go to
     earlier_runs/<its id>/ (a run of its own there), the new run holds one member, and a stale member put back by
@@ -281,11 +252,11 @@ def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members
     from kermt.errors import UserError
     from kermt.inference import find_checkpoints
 
-    earlier = sequential_run[1]
+    earlier = parallel_run[1]
     save_dir, summary, out = run_after_the_ensemble
     moved = save_dir / "earlier_runs" / earlier["run_id"]
     assert f"moved its outputs to {moved}" in out
-    assert "other settings (ensemble_size, epochs, num_folds, save_dir)" in out
+    assert "other settings (ensemble_size, num_folds, save_dir)" in out
     assert sorted(p.name for p in save_dir.iterdir()) == [
         "config.yaml", "earlier_runs", "fold_0", "invalid_smiles.csv", "ray_results", "report.html", "run.json",
         "run_state.json", "splits.json"]
@@ -300,10 +271,10 @@ def test_a_new_run_moves_the_earlier_one_aside_and_predict_refuses_stale_members
         find_checkpoints(save_dir)
 
 
-def test_overwrite_deletes_the_earlier_run_and_a_failed_check_keeps_it(sequential_run, demo_csv, tmp_path, capsys):
+def test_overwrite_deletes_the_earlier_run_and_a_failed_check_keeps_it(parallel_run, demo_csv, tmp_path, capsys):
     from kermt.checkpoint import ArchitectureConflictError
 
-    earlier_dir, earlier = sequential_run
+    earlier_dir, earlier, _ = parallel_run
     save_dir = _copy_run(earlier_dir, tmp_path / "run")
     before = sorted(p.relative_to(save_dir) for p in save_dir.rglob("*"))
     common = ["--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
