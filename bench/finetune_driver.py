@@ -1,5 +1,5 @@
 """What a finetune's driver holds of the data set, phase by phase (issue 41): featurise, split/scale/put each fold,
-write the folds' shards, then read each fold back as it does after training (test predictions, calibration, domain).
+write the folds' shards, then what it holds after training (test predictions, calibration, domain).
 
     nice -n 15 .venv/bin/python bench/finetune_driver.py [--n 20000 100000] [--folds 2] [--modes driver tasks]
 
@@ -9,6 +9,11 @@ write the folds' shards, then read each fold back as it does after training (tes
 * modes, the write of the folds' shards: "driver" is how it was (each fold read back into the driver, then its
   shards written there, the inputs released after); "tasks" is what ``kermt finetune`` does now (the inputs
   released first, each fold's shards written by a Ray task that reads the fold from the object store).
+* after training, without the predictions themselves (no model is trained): "driver" reads each fold's object back
+  and touches every array, as the driver did before; "readback" is "tasks" up to there, then reads the folds back
+  as "driver" does (the run between the two changes); "tasks" lets go of the folds and, as ``kermt finetune`` does
+  now (ray_app.finetune.after_training), a task per fold on the driver's node reads the fold's shards one at a
+  time (its highest RSS while it holds a shard is printed as well).
 * figures per phase: the driver's RSS at the phase's end and its peak within the phase (sampled every 20 ms), split
   into the process's own memory (RssAnon) and object-store pages it mapped (RssShmem), in bytes per molecule of
   the data file: what two sizes differ by, per molecule more (a fixed cost, such as the modules a phase imports
@@ -82,6 +87,7 @@ def child(path: str, mode: str, folds: int) -> None:
     from ray_app.finetune.fold_data import write_fold_data, write_folds
     from ray_app.finetune.run import put_folds
     from ray_app.finetune.run_setup import resolve_setup
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     sampler = PhaseSampler()
     sampler.start()
@@ -104,16 +110,37 @@ def child(path: str, mode: str, folds: int) -> None:
         setup = setup.without_inputs()
     else:
         setup = setup.without_inputs()
-        write_folds(setup.storage, setup.run_id, refs)
+        data = write_folds(setup.storage, setup.run_id, refs)
     gc.collect()
     sampler.mark("shards written, inputs released")
-    for ref in refs:  # as train_folds does after training: each fold read back, every array touched
-        parts = ray.get(ref)
-        touched = sum(float(part.targets.sum()) + int(part.graphs.atom_counts.sum()) + len(part.smiles)
-                      for part in (parts.train, parts.val, parts.test))
-        del parts, touched
-    sampler.mark("folds read back after training")
-    print(json.dumps({"n": n, "phases": sampler.phases}))
+    task_kb = None
+    if mode in ("driver", "readback"):  # as train_folds did after training: each fold read back, arrays touched
+        for ref in refs:
+            parts = ray.get(ref)
+            touched = sum(float(part.targets.sum()) + int(part.graphs.atom_counts.sum()) + len(part.smiles)
+                          for part in (parts.train, parts.val, parts.test))
+            del parts, touched
+    else:  # as finish_folds does: the driver lets go of the folds, a task per fold on its node reads the shards
+        del refs
+        gc.collect()
+        reader = ray.remote(num_cpus=0)(_read_fold_shards).options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False))
+        task_kb = max(ray.get(reader.remote(fold)) for fold in data)
+    sampler.mark("after training")
+    print(json.dumps({"n": n, "phases": sampler.phases, "task_peak_kb": task_kb}))
+
+
+def _read_fold_shards(data) -> int:
+    """What a fold's task after training reads (ray_app.finetune.after_training), every array touched; returns
+    the process's highest VmRSS (KB) seen after each shard, while it holds that shard and the targets."""
+    peak, targets = 0, [data.train.targets(), data.val.targets()]
+    for split in (data.test, data.val, data.train):
+        for part in split.sets():
+            touched = float(part.targets.sum()) + int(part.graphs.atom_counts.sum()) + len(part.smiles)
+            peak = max(peak, _status_kb()["VmRSS"])
+            del part, touched
+    del targets
+    return peak
 
 
 def report(n: int, mode: str, result: dict, smaller: tuple[int, dict] | None) -> None:
@@ -158,6 +185,9 @@ def main() -> None:
                                  capture_output=True, text=True, check=True, cwd=ROOT, env=env).stdout
             result = json.loads(out.strip().splitlines()[-1])
             report(n, mode, result, previous.get(mode))
+            if result.get("task_peak_kb"):
+                print(f"{n:>8} {mode:>7} the fold task's RSS, highest after a shard: "
+                      f"{result['task_peak_kb'] / 1024:.0f} MiB  {load_average()}", flush=True)
             previous[mode] = (n, result)
 
 
