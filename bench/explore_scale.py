@@ -26,6 +26,11 @@ before kermt.explore.blocks: the file's mean and std read whole, acquisition_val
 arrays) and ``blocks`` (the driver's way now: prediction_blocks into acquire_in_blocks); their time, peak RSS a
 molecule, and a digest of the rows chosen (the two ways must print the same).
 
+``--smiles_rows R`` times reading a batch's SMILES (1 % of R rows, then 1,000, drawn at random) two ways: from
+the library file (Library.smiles: one pass over its SMILES column, the way round 0 and --acquisition random still
+read them) and from the featurised library's shards (Shards.take: the SMILES column of the shards holding the rows;
+here shards of 1,024 rows holding only that column). The library is the first R MOSES SMILES as a CSV.
+
 Figures depend on the machine and what else runs on it: the load average is printed beside them.
 """
 
@@ -233,6 +238,47 @@ def _child_acquire(acquisition: str, way: str, path: str) -> None:
           f"{len(chosen):,} rows chosen (sha256 {digest}), load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
+def smiles_reads(n: int, save_dir: Path) -> None:
+    """A 1 % batch's SMILES from an ``n``-row library CSV and from its shards: seconds each, the same list."""
+    import gzip
+    import json
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from ray_app.explore.library import open_library
+    from ray_app.screening.shards import Shards
+    from ray_app.screening.stream import InputSpec
+
+    folder = save_dir / f"smiles_{n}"
+    if not (folder / "library.csv").exists():
+        with gzip.open(ROOT / "data" / "moses" / "train.csv.gz", "rt") as f:
+            smiles = [line.strip() for _, line in zip(range(n + 1), f)][1:]
+        (folder / "shards").mkdir(parents=True, exist_ok=True)
+        pacsv.write_csv(pa.table({"smiles": smiles}), folder / "library.csv")
+        files = [f"shard_{i:06d}.parquet" for i in range(0, (n + 1023) // 1024)]
+        for i, name in enumerate(files):
+            pq.write_table(pa.table({"smiles": smiles[i * 1024:(i + 1) * 1024]}), folder / "shards" / name)
+        (folder / "shards" / "files.json").write_text(json.dumps(files))
+    files = json.loads((folder / "shards" / "files.json").read_text())
+    shards = Shards(folder / "shards", n, tuple(files), InputSpec("smiles"),
+                    tuple(min(1024, n - i * 1024) for i in range(len(files))))
+    library = open_library(str(folder / "library.csv"), None)
+    for size in (n // 100, 1000):
+        rows = np.random.default_rng(0).choice(n, size, replace=False)
+        started = time.perf_counter()
+        from_file = library.smiles(rows)
+        middle = time.perf_counter()
+        from_shards = shards.take(rows, "smiles")
+        ended = time.perf_counter()
+        assert from_file == from_shards, "the two reads disagree"
+        touched = len(np.unique(rows // 1024))
+        print(f"SMILES of {size:,} rows of {n:,}: from the library CSV {middle - started:.2f} s, from {touched:,} of "
+              f"{len(files):,} shards {ended - middle:.2f} s (the same SMILES), load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="*", default=[100_000],
@@ -248,6 +294,8 @@ def main() -> None:
                         help="the acquisitions --acquisition_rows measures")
     parser.add_argument("--ways", nargs="+", default=["whole", "blocks"], choices=["whole", "blocks"],
                         help="--acquisition_rows: the whole-array way (before) and the blocks (now)")
+    parser.add_argument("--smiles_rows", type=int, help="also time a 1 %% batch's SMILES read from a library CSV of "
+                        "this many rows and from its shards, e.g. 1000000")
     parser.add_argument("--child_write", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--child_acquire", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -258,6 +306,8 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     for n in args.n:
         explore(n, args)
+    if args.smiles_rows:
+        smiles_reads(args.smiles_rows, Path(args.save_dir))
     for acquisition in args.acquisitions if args.acquisition_rows else ():
         for way in args.ways:
             acquisition_memory(args.acquisition_rows, acquisition, way, Path(args.save_dir))

@@ -1,13 +1,14 @@
 """The library an exploration draws from: its SMILES column, row by row (row i of the file is molecule i).
 
 The driver never holds the library. It counts the rows once, when the exploration starts (a Parquet file's footer
-says; a CSV is read through once), and reads the SMILES of the rows a batch acquires by streaming the column again,
-one block at a time, keeping only those rows (:meth:`Library.smiles`): a pass over the SMILES column per round, with
-the reader of the in-process featurisation (``ray_app.screening.local.read_blocks``), whose rows are the file's data
-rows in order, as Ray Data's are. The molecules' graphs and features
-are computed once, by the first round that predicts, into ``DIR/library/`` (:func:`featurised_library`,
-:mod:`ray_app.screening.shards`), which every round's prediction reads (``ray_app.explore.surrogate``), a resumed
-exploration's too.
+says; a CSV is read through once). The molecules' graphs and features are computed once, by the first round that
+predicts, into ``DIR/library/`` (:func:`featurised_library`, :mod:`ray_app.screening.shards`), which every round's
+prediction reads (``ray_app.explore.surrogate``), a resumed exploration's too. A batch's SMILES
+(:func:`batch_smiles`) come from those shards' SMILES column, reading only the shards that hold the batch's rows;
+before they exist (round 0) or without them (--acquisition random), from the file: :meth:`Library.smiles` streams
+its SMILES column once, one block at a time, keeping only the rows asked for, with the reader of the in-process
+featurisation (``ray_app.screening.local.read_blocks``), whose rows are the file's data rows in order, as Ray Data's
+are.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     from ray_app.screening.shards import Shards
 
 READ_ROWS = 65_536  # rows of the SMILES column held at once while the file is read through
+SHARD_SMILES = "smiles"  # a shard's column of the library's SMILES as written (featurize_block names it)
+# Opening a shard for its SMILES costs what 2,000-20,000 rows of a pass over the library file cost (2.3-6.6 ms a
+# shard of 1,024 rows, 0.3-1.3 us a row of a 10^6-row CSV: bench/explore_scale.py --smiles_rows 1000000, load
+# 23-27), so a batch's SMILES come from the shards only where it touches few of them: a fixed-size batch of a big
+# library (1,000 rows of 10^9: 1,000 shards, not a pass over 10^9 rows), not 1 % of any library (every shard).
+ROWS_PER_SHARD_READ = 10_000
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,24 @@ def featurised_library(config: ExploreConfig, layout: RunLayout, library: Librar
                         engine)
 
 
-__all__ = ["Library", "featurised_library", "open_library", "smiles_column_of", "write_lookup_scores"]
+def batch_smiles(layout: RunLayout, library: Library, rows: np.ndarray,
+                 rows_per_shard_read: int = ROWS_PER_SHARD_READ) -> list[str]:
+    """The SMILES of library rows ``rows`` ("" for an empty cell), in that order: from the featurised library
+    (``DIR/library/``, the SMILES column of only the shards that hold those rows) when it exists and the batch
+    touches at most one shard per ``rows_per_shard_read`` library rows; else from the library file
+    (:meth:`Library.smiles`: round 0, --acquisition random, a batch spread over most shards, shards whose manifest
+    predates its rows per shard)."""
+    from ray_app.screening.shards import read_shards  # torch: as every round that trains a surrogate
+
+    shards = read_shards(layout.explore_library)
+    if shards is None or shards.rows != library.rows or len(shards.shard_rows) != len(shards.files) or \
+            len(np.unique(shards.holding(rows))) * rows_per_shard_read > library.rows:
+        return library.smiles(rows)
+    return [cell or "" for cell in shards.take(rows, SHARD_SMILES)]
+
+
+__all__ = ["Library", "batch_smiles", "featurised_library", "open_library", "smiles_column_of",
+           "write_lookup_scores"]
 
 
 def write_lookup_scores(spec: ObjectiveSpec, layout: RunLayout, library: Library) -> None:

@@ -30,7 +30,7 @@ from kermt.explore.sizes import check_plan
 from kermt.run_layout import RunLayout
 from ray_app.common.settings import to_yaml
 from ray_app.explore.config import ExploreConfig
-from ray_app.explore.library import Library, open_library, write_lookup_scores
+from ray_app.explore.library import Library, batch_smiles, open_library, write_lookup_scores
 from ray_app.explore.objectives import Scorer, make_scorer
 
 # Settings that may change when an exploration resumes: they change where and how long it runs, not its choices
@@ -88,19 +88,19 @@ def acquire_batch(config: ExploreConfig, layout: RunLayout, library: Library, ex
     if round_index == 0 or config.acquisition == "random":
         rows = random_rows(explored_rows, library.rows, size, rng)
         nan = np.full(len(rows), math.nan)
-        return _batch(library, rows, round_index, nan, nan, nan)
+        return _batch(layout, library, rows, round_index, nan, nan, nan)
     train_surrogate(config, layout, round_index, explored)
     predictions = predict_library(config, layout, round_index, library)
     chosen = acquire_in_blocks(config.acquisition, prediction_blocks(predictions, library.rows), explored_rows, size,
                                best_score(explored.score, config.minimize), rng, beta=config.beta,
                                minimize=config.minimize)
-    return _batch(library, chosen.rows, round_index, chosen.mean, chosen.std, chosen.values)
+    return _batch(layout, library, chosen.rows, round_index, chosen.mean, chosen.std, chosen.values)
 
 
-def _batch(library: Library, rows: np.ndarray, round_index: int, mean: np.ndarray, std: np.ndarray,
-           values: np.ndarray) -> Explored:
+def _batch(layout: RunLayout, library: Library, rows: np.ndarray, round_index: int, mean: np.ndarray,
+           std: np.ndarray, values: np.ndarray) -> Explored:
     n = len(rows)
-    return Explored(library.smiles(rows), np.full(n, math.nan), np.full(n, round_index, dtype=np.int64),
+    return Explored(batch_smiles(layout, library, rows), np.full(n, math.nan), np.full(n, round_index, dtype=np.int64),
                     np.asarray(mean, np.float64), np.asarray(std, np.float64), np.asarray(values, np.float64),
                     np.asarray(rows, np.int64), [""] * n)
 
