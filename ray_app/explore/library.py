@@ -35,10 +35,11 @@ if TYPE_CHECKING:
 
 READ_ROWS = 65_536  # rows of the SMILES column held at once while the file is read through
 SHARD_SMILES = "smiles"  # a shard's column of the library's SMILES as written (featurize_block names it)
-# Opening a shard for its SMILES costs what 2,000-20,000 rows of a pass over the library file cost (2.3-6.6 ms a
-# shard of 1,024 rows, 0.3-1.3 us a row of a 10^6-row CSV: bench/explore_scale.py --smiles_rows 1000000, load
-# 23-27), so a batch's SMILES come from the shards only where it touches few of them: a fixed-size batch of a big
-# library (1,000 rows of 10^9: 1,000 shards, not a pass over 10^9 rows), not 1 % of any library (every shard).
+# Opening a shard for its SMILES costs what 2,000-20,000 rows of a pass over the library file cost (a shard of 1,024
+# rows 0.4-0.5 ms, a row of a 10^6-row CSV 0.08-0.19 us at load 7; 2.3-6.6 ms and 0.3-1.3 us at load 23-27:
+# bench/explore_scale.py --smiles_rows 1000000), so a batch's SMILES come from the shards only where it touches few
+# of them: a fixed-size batch of a big library (1,000 rows of 10^9: 1,000 shards, not a pass over 10^9 rows), not
+# 1 % of any library (every shard).
 ROWS_PER_SHARD_READ = 10_000
 
 
