@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kermt.checkpoint import load_finetune_model, read_checkpoint
+from kermt.chem.standardize import MoleculePrep
 from kermt.data.featurize import featurize_smiles
 from kermt.uncertainty.domain import DOMAIN_ARRAYS_FILE, DOMAIN_FILE, DomainSearch, load_domain, model_embeddings
 from tests.ray_app.screening.engines import main_predict
@@ -49,13 +50,21 @@ def test_finetune_writes_the_fold_domain_and_predict_serves_it(run_with_domain, 
     assert main_predict(["--data_path", str(query), "--output_path", str(output), "--checkpoint_dir", str(save_dir),
                          "--applicability_domain", "--batch_size", "32"]) == 0
     frame = pq.read_table(output).to_pandas()
-    model, _ = load_finetune_model(read_checkpoint(fold / "model_0" / "model"))
+    checkpoint = read_checkpoint(fold / "model_0" / "model")
+    model, _ = load_finetune_model(checkpoint)
     index = load_domain(str(fold))
-    embeddings = model_embeddings(model, featurize_smiles(smiles), 32)
+    # the model's own standardisation (every new finetune's parent, 8c565f3): ferrocene's largest organic fragment,
+    # the cyclopentadienyl anion, uncharges to 'c1cccc1', which does not parse, so that row is invalid, NaN distance
+    assert checkpoint.spec.features.standardize == "parent"
+    prep = MoleculePrep(checkpoint.spec.features.standardize)
+    embeddings = model_embeddings(model, featurize_smiles(smiles, prep=prep), 32)
     np.testing.assert_allclose(frame.domain_distance, DomainSearch(index).distances(embeddings), rtol=1e-6)
+    ferrocene = smiles.index("[CH-]1C=CC=C1.[CH-]1C=CC=C1.[Fe+2]")
+    assert frame.valid.tolist() == [row != ferrocene for row in range(len(smiles))]
+    assert frame.model_smiles[ferrocene] == "c1cccc1" and np.isnan(frame.domain_distance[ferrocene])
     n_test = len(splits["test"])
     inside = frame.in_domain.to_numpy(bool)
     assert inside[:n_test].mean() >= 0.7 and inside[n_test:n_test + 5].all() and not inside[n_test + 5:].any()
-    train = model_embeddings(model, featurize_smiles(data.smiles.iloc[splits["train"]].tolist()), 16)
+    train = model_embeddings(model, featurize_smiles(data.smiles.iloc[splits["train"]].tolist(), prep=prep), 16)
     near = DomainSearch(index).neighbour_distances(train)
     assert near[:, 0].max() <= 1e-3 * near[:, 1].min()  # the finetune's batches of 16: the same embeddings
