@@ -12,8 +12,6 @@ import warnings
 from typing import Callable
 
 import numpy as np
-from scipy.stats import spearmanr as _spearmanr
-from sklearn import metrics as skm
 
 from kermt.registry import LOWER_IS_BETTER, MetricDirection
 
@@ -21,48 +19,59 @@ MetricFn = Callable[[np.ndarray, np.ndarray], float]
 THRESHOLD = 0.5
 
 
+def _sklearn_metrics():
+    """scikit-learn's metrics module, imported on first use. Importing it (with scipy.stats and pandas under it)
+    costs about a CPU-second, and every Ray process that imports kermt paid it at start, though prediction actors,
+    Serve replicas and featurising tasks never score anything (bench/import_cost.py)."""
+    from sklearn import metrics
+
+    return metrics
+
+
 def _hard(preds: np.ndarray) -> np.ndarray:
     return (preds > THRESHOLD).astype(int)
 
 
 def prc_auc(targets: np.ndarray, preds: np.ndarray) -> float:
-    precision, recall, _ = skm.precision_recall_curve(targets, preds)
-    return float(skm.auc(recall, precision))
+    precision, recall, _ = _sklearn_metrics().precision_recall_curve(targets, preds)
+    return float(_sklearn_metrics().auc(recall, precision))
 
 
 def rmse(targets: np.ndarray, preds: np.ndarray) -> float:
-    return math.sqrt(skm.mean_squared_error(targets, preds))
+    return math.sqrt(_sklearn_metrics().mean_squared_error(targets, preds))
 
 
 def accuracy(targets: np.ndarray, preds: np.ndarray) -> float:
-    return float(skm.accuracy_score(targets, _hard(preds)))
+    return float(_sklearn_metrics().accuracy_score(targets, _hard(preds)))
 
 
 def recall(targets: np.ndarray, preds: np.ndarray) -> float:
-    return float(skm.recall_score(targets, _hard(preds)))
+    return float(_sklearn_metrics().recall_score(targets, _hard(preds)))
 
 
 def specificity(targets: np.ndarray, preds: np.ndarray) -> float:
-    tn, fp, _, _ = skm.confusion_matrix(targets, _hard(preds), labels=[0, 1]).ravel()
+    tn, fp, _, _ = _sklearn_metrics().confusion_matrix(targets, _hard(preds), labels=[0, 1]).ravel()
     return tn / float(tn + fp)
 
 
 def matthews_corrcoef(targets: np.ndarray, preds: np.ndarray) -> float:
     """Matthews correlation of the thresholded predictions (upstream lists it but raises)."""
-    return float(skm.matthews_corrcoef(targets, _hard(preds)))
+    return float(_sklearn_metrics().matthews_corrcoef(targets, _hard(preds)))
 
 
 def spearman(targets: np.ndarray, preds: np.ndarray) -> float:
-    return float(_spearmanr(targets, preds).statistic)
+    from scipy.stats import spearmanr  # imported on first use: _sklearn_metrics says why
+
+    return float(spearmanr(targets, preds).statistic)
 
 
 # One function per name of kermt.registry.METRIC_TABLE (which also says the dataset type and direction).
 METRICS: dict[str, MetricFn] = {
-    "auc": lambda t, p: float(skm.roc_auc_score(t, p)),
+    "auc": lambda t, p: float(_sklearn_metrics().roc_auc_score(t, p)),
     "prc-auc": prc_auc,
     "rmse": rmse,
-    "mae": lambda t, p: float(skm.mean_absolute_error(t, p)),
-    "r2": lambda t, p: float(skm.r2_score(t, p)),
+    "mae": lambda t, p: float(_sklearn_metrics().mean_absolute_error(t, p)),
+    "r2": lambda t, p: float(_sklearn_metrics().r2_score(t, p)),
     "accuracy": accuracy,
     "recall": recall,
     "sensitivity": recall,

@@ -15,7 +15,6 @@ same depths.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 TRUNCATION_SDS = 3.0
 
@@ -24,6 +23,8 @@ def draw_depths(depth: int, count: int, rng: np.random.Generator | None = None) 
     """``count`` train-mode depths for encoders of nominal ``depth`` (each in [depth-3, depth+3])."""
     if count == 0:
         return []
+    from scipy import stats  # on first use: only training draws depths (kermt.metrics._sklearn_metrics says why)
+
     dist = stats.truncnorm(-TRUNCATION_SDS, TRUNCATION_SDS, loc=depth, scale=1.0)
     samples = np.atleast_1d(dist.rvs(size=count, random_state=rng))
     return [int(value) for value in samples]

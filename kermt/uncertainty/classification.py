@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import expit, logit
-from sklearn.isotonic import IsotonicRegression
-from sklearn.linear_model import LogisticRegression
 
 from kermt.errors import UserError
 from kermt.registry import CLASS_CALIBRATION_METHODS, DEFAULT_CLASS_CALIBRATION_METHOD
@@ -82,6 +80,10 @@ def fit_class_calibration(task: str, p: np.ndarray, y: np.ndarray, method: str =
         raise UserError(f"classification calibration method {method!r} is not one of "
                         f"{', '.join(CLASSIFICATION_METHODS)}")
     p, y = _labelled(task, p, y, source, split_flag)
+    # scikit-learn on first use, as kermt.metrics imports it: predicting with a fitted calibration never needs it
+    from sklearn.isotonic import IsotonicRegression
+    from sklearn.linear_model import LogisticRegression
+
     if method == PLATT:
         fit = LogisticRegression(C=1e6).fit(logit(np.clip(p, PROBABILITY_CLIP, 1 - PROBABILITY_CLIP))[:, None], y)
         params = ((float(fit.coef_[0, 0]), float(fit.intercept_[0])),)

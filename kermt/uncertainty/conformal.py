@@ -36,7 +36,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from kermt.errors import UserError
 from kermt.registry import CALIBRATION_METHODS, DEFAULT_CALIBRATION_METHOD
@@ -195,6 +194,8 @@ def intervals(calibration: Calibration, mu: np.ndarray, sigma: np.ndarray | None
             half = calibration.bin_quantiles(level)[bins] * floored
         else:
             check_level(level)
+            from scipy.stats import norm  # on first use, as kermt.metrics imports scikit-learn (it says why)
+
             half = norm.ppf(0.5 + level / 2) * calibration.calibrated_sigma(spread)
     return mu - half, mu + half
 

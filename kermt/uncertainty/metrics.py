@@ -9,8 +9,8 @@ so a spread that is right up to a constant factor scores badly until it is z-sca
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import norm, spearmanr
-from sklearn.metrics import brier_score_loss
+
+# scipy.stats and scikit-learn are imported where they are used, on first use: kermt.metrics._sklearn_metrics says why
 
 
 def _kept(*arrays: np.ndarray) -> list[np.ndarray]:
@@ -46,6 +46,8 @@ def miscalibration_area(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray, levels
         return float("nan")
     expected = np.linspace(0.0, 1.0, levels)
     z = np.abs(y - mu) / np.maximum(sigma, np.finfo(np.float64).tiny)
+    from scipy.stats import norm
+
     observed = np.array([np.mean(z <= norm.ppf(0.5 + p / 2)) for p in expected])
     return float(np.trapezoid(np.abs(observed - expected), expected))
 
@@ -70,6 +72,8 @@ def error_sigma_spearman(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> fl
     y, mu, sigma = _kept(y, mu, sigma)
     if len(y) < 2 or np.ptp(sigma) == 0:
         return float("nan")
+    from scipy.stats import spearmanr
+
     return float(spearmanr(np.abs(y - mu), sigma).statistic)
 
 
@@ -78,6 +82,8 @@ def gaussian_nll(y: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> float:
     y, mu, sigma = _kept(y, mu, sigma)
     if not len(y) or (sigma <= 0).any():
         return float("nan")
+    from scipy.stats import norm
+
     return float(-np.mean(norm.logpdf(y, loc=mu, scale=sigma)))
 
 
@@ -113,6 +119,8 @@ def expected_calibration_error(y: np.ndarray, p: np.ndarray, bins: int = 10) -> 
 def brier_score(y: np.ndarray, p: np.ndarray) -> float:
     """Mean squared difference of p and the label (scikit-learn's brier_score_loss; 0 best, 0.25 a coin flip)."""
     y, p = _kept(y, p)
+    from sklearn.metrics import brier_score_loss
+
     return float(brier_score_loss(y.astype(int), p, pos_label=1)) if len(y) else float("nan")
 
 
