@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from kermt.checkpoint import load_finetune_model, read_checkpoint
+from kermt.chem.standardize import MoleculePrep
 from kermt.data.dataset import MoleculeSet
 from kermt.data.featurize import featurize_smiles
 from kermt.errors import UserError
@@ -71,12 +72,13 @@ def test_calibration_features_need_the_calibration_file():
 
 
 def _member_predictions(save_dir, smiles: list[str], members: int, batch_size: int = 16) -> np.ndarray:
-    """[K, N, T] each saved member's predictions of ``smiles`` in label units, as the finetune makes them."""
-    done = featurize_smiles(smiles)
-    molecules = MoleculeSet(done.graphs, None, np.zeros((len(smiles), 1), np.float32), done.smiles)
+    """[K, N, T] each saved member's predictions of ``smiles`` in label units, as the finetune makes them: each
+    molecule standardised as the member records (every new finetune's parent: a carboxylate is its acid)."""
     found = []
     for member in range(members):
         checkpoint = read_checkpoint(save_dir / "fold_0" / f"model_{member}" / "model")
+        done = featurize_smiles(smiles, prep=MoleculePrep(checkpoint.spec.features.standardize))
+        molecules = MoleculeSet(done.graphs, None, np.zeros((len(smiles), 1), np.float32), done.smiles)
         model, _ = load_finetune_model(checkpoint)
         preds = predict(model, molecules, np.arange(len(smiles)), batch_size)
         scaler = checkpoint.spec.data_scaler
@@ -138,6 +140,9 @@ def test_isotonic_classification_calibration_on_the_file(ray_cluster, tmp_path):
     assert "fold 0: calibrated (isotonic probabilities, conformal sets) on --calibration_path" in printed
     assert "warning: --calibration_path" not in printed  # no molecule of the file is in the training data
     frame = pd.read_csv(calib)
+    # the file's one salt form (demo row 377, a penicillin's carboxylate), scored as its parent acid
+    assert [s for s in featurize_smiles(frame["smiles"].tolist(), prep=MoleculePrep("parent")).model_smiles if s] == [
+        "Cc1onc(-c2ccccc2)c1C(=O)NC1C(=O)N2C1SC(C)(C)C2C(=O)O"]
     labels = frame[["lipophilic"]].to_numpy(float)
     members = _member_predictions(save_dir, frame["smiles"].tolist(), 2)
     by_hand = fit_class_calibrations(["lipophilic"], members, labels, "isotonic")["lipophilic"]
