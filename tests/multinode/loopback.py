@@ -188,6 +188,8 @@ class LoopbackCluster:
 
     def stop(self) -> None:
         kill_tree(str(self.root))
+        # the head's Ray client server (started by `ray start --head`) names the head's address, not the lane's folder
+        kill_tree(f"--address={self.address} ")
         self.s3.stop()
 
     def _ray_start(self, args: list[str], env: dict[str, str], wrap=lambda command: command) -> None:
