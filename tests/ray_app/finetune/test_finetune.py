@@ -127,12 +127,10 @@ def test_bf16_finetune_stays_close_to_fp32(run_after_the_ensemble, demo_csv, tmp
     assert bf16 == pytest.approx(fp32, rel=0.05)
 
 
-def _ensemble_run(demo_csv, save_dir, concurrency: int) -> dict:
-    config, sources = resolve([
-        "--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
-        "--save_dir", str(save_dir), "--ensemble_size", "2", "--num_folds", "2", "--epochs", "2",
-        "--batch_size", "16", "--ffn_hidden_size", "8", "--max_concurrent_trials", str(concurrency),
-    ])
+def _ensemble_run(demo_csv, save_dir) -> dict:
+    """2 folds x 2 members, 2 at a time, with the one-member runs' other settings (``_one_member_args``)."""
+    config, sources = resolve([*_one_member_args(demo_csv, save_dir), "--ensemble_size", "2", "--num_folds", "2",
+                               "--max_concurrent_trials", "2"])
     return run_finetune(config, sources)
 
 
@@ -142,7 +140,7 @@ def parallel_run(ray_cluster, demo_csv, tmp_path_factory) -> tuple[Path, dict, s
     rerun, new-run and overwrite tests below."""
     save_dir = tmp_path_factory.mktemp("ensemble") / "parallel"
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        summary = _ensemble_run(demo_csv, save_dir, 2)
+        summary = _ensemble_run(demo_csv, save_dir)
     return save_dir, summary, out.getvalue()
 
 
@@ -204,7 +202,7 @@ def test_rerun_keeps_saved_members_and_takes_finished_ones_from_the_tune_run(par
     weights = (missing / "model" / "model.safetensors").read_bytes()
     shutil.rmtree(missing)
     kept = {p: p.stat().st_mtime_ns for p in save_dir.glob("fold_*/model_*/**/*") if p.is_file()}
-    assert _ensemble_run(demo_csv, save_dir, 2) == earlier
+    assert _ensemble_run(demo_csv, save_dir) == earlier
     out = capsys.readouterr().out
     assert "finished before with these settings" in out and "kept 3 of 4 model(s) this run already saved" in out
     assert (missing / "model" / "model.safetensors").read_bytes() == weights
@@ -228,7 +226,7 @@ def test_a_runs_members_are_its_own_fold_models_not_tunes_copies(parallel_run, t
 
 
 def _one_member_args(demo_csv: Path, save_dir: Path) -> list[str]:
-    """One member of one fold, with the ensemble run's other settings."""
+    """One member of one fold, 2 epochs (the ensemble run adds its members and folds to these)."""
     return ["--data_path", str(demo_csv), "--checkpoint_path", str(FIXTURE_DIR / "ckpt_pretrain_vocab.pt"),
             "--save_dir", str(save_dir), "--epochs", "2", "--batch_size", "16", "--ffn_hidden_size", "8"]
 
