@@ -116,7 +116,7 @@ def finish_fold(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: F
                 distances, test_distances = (domain_distances(setup, index, parts, found[0], rule)
                                              for parts in (on_parts(), data.test.sets()))
     value = score_test_split(setup, fold, test_smiles, data.test_targets_raw, member_preds)
-    calibrated = calibrate_fold(setup, fold, None, member_cal, member_cal_variances, on, distances)
+    calibrated = calibrate_fold(setup, fold, on, member_cal, member_cal_variances, distances)
     targets = {"train": data.train.targets(), "val": data.val.targets(), "test": data.test_targets_raw}
     return FoldOutcome(value, calibrated, fold_record(setup, fold, targets, test_smiles, member_preds,
                                                       test_distances), "")

@@ -119,14 +119,14 @@ def needs_distance(setup: RunSetup) -> bool:
     return setup.dataset_type == "regression" and setup.config.calibration_method == MONDRIAN_DOMAIN
 
 
-def calibrate_fold(setup: RunSetup, fold: int, splits: ScaledSplits, member_preds: list[np.ndarray],
+def calibrate_fold(setup: RunSetup, fold: int, on: CalibrationSet, member_preds: list[np.ndarray],
                    member_variances: list[np.ndarray | None] | None = None,
-                   on: CalibrationSet | None = None, distances: np.ndarray | None = None) -> dict[str, Any]:
-    """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json. ``member_preds``: each
-    member's predictions of ``on``'s molecules (default: the fold's validation split); ``member_variances``: each
-    member's predicted variances in label units (None for a plain member; None: all plain); ``distances``: the
-    molecules' applicability-domain distances (:func:`needs_distance`; None: the fold has no domain index)."""
-    on = on or validation_set(fold, splits)
+                   distances: np.ndarray | None = None) -> dict[str, Any]:
+    """Fit and save ``fold_F/calibration.json``; returns the fold's record for run.json. ``on``: the molecules
+    calibrated on (the fold's validation split, :func:`validation_set`, or the --calibration_path file's,
+    :func:`file_set`); ``member_preds``: each member's predictions of them; ``member_variances``: each member's
+    predicted variances in label units (None for a plain member; None: all plain); ``distances``: the molecules'
+    applicability-domain distances (:func:`needs_distance`; None: the fold has no domain index)."""
     if not is_calibrated(setup):
         return _skipped(setup, fold, on, f"{setup.dataset_type} models are not calibrated")
     if setup.dataset_type == "classification":

@@ -115,14 +115,7 @@ def member_test_predictions(model: KermtFinetuneModel, splits: ScaledSplits, bat
     :class:`~kermt.inference.widths.WidthRule`; default: the model's padding with the default reference width);
     with ``use_gpu`` computed by a task on a GPU node (the driver usually sits on a head without one), else here on
     the CPU."""
-    return member_test_predictions_with_variance(model, splits, batch_size, use_gpu, precision, rule)[0]
-
-
-def member_test_predictions_with_variance(model: KermtFinetuneModel, splits: ScaledSplits, batch_size: int,
-                                          use_gpu: bool = False, precision: str = "fp32",
-                                          rule: WidthRule | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`member_test_predictions` and a variance head's predicted variances in label units (None without)."""
-    return predict_molecules(model, splits.test, splits.target_scaler, batch_size, use_gpu, precision, rule)
+    return predict_molecules(model, splits.test, splits.target_scaler, batch_size, use_gpu, precision, rule)[0]
 
 
 def predict_molecules(model: KermtFinetuneModel, molecules: MoleculeSet, target_scaler: StandardScaler | None,

@@ -11,7 +11,7 @@ import pytest
 from kermt.run_layout import RunLayout
 from kermt.data.scalers import StandardScaler
 from kermt.uncertainty import load_calibrations
-from ray_app.finetune.calibrate import calibrate_fold
+from ray_app.finetune.calibrate import calibrate_fold, validation_set
 from ray_app.finetune.config import FinetuneConfig
 
 
@@ -30,7 +30,7 @@ def _fold_inputs(tmp_path, rows: int):
 
 def test_two_members_normalised_on_label_units(tmp_path, capsys):
     setup, splits, raw, members = _fold_inputs(tmp_path, rows=40)
-    record = calibrate_fold(setup, 0, splits, members)
+    record = calibrate_fold(setup, 0, validation_set(0, splits), members)
     calibration = load_calibrations(str(tmp_path / "fold_0" / "calibration.json"))["logS"]
     mu, sigma = np.mean(members, axis=0)[:, 0], np.std(members, axis=0)[:, 0]
     expected = np.sort(np.abs(raw[:, 0] - mu) / np.maximum(sigma, calibration.sigma_floor))
@@ -42,7 +42,7 @@ def test_two_members_normalised_on_label_units(tmp_path, capsys):
 def test_one_variance_head_member_keeps_normalised_with_its_own_sigma(tmp_path, capsys):
     setup, splits, raw, members = _fold_inputs(tmp_path, rows=40)
     variance = np.random.default_rng(1).uniform(0.1, 1.0, size=raw.shape)  # label units, as predicted by an MVE head
-    record = calibrate_fold(setup, 0, splits, members[:1], [variance])
+    record = calibrate_fold(setup, 0, validation_set(0, splits), members[:1], [variance])
     calibration = load_calibrations(str(tmp_path / "fold_0" / "calibration.json"))["logS"]
     sigma = np.sqrt(variance[:, 0])  # one member: the total std is its own predicted std
     expected = np.sort(np.abs(raw[:, 0] - members[0][:, 0]) / np.maximum(sigma, calibration.sigma_floor))
@@ -52,10 +52,10 @@ def test_one_variance_head_member_keeps_normalised_with_its_own_sigma(tmp_path, 
 
 def test_one_member_falls_back_to_plain_and_a_small_split_is_skipped(tmp_path, capsys):
     setup, splits, _, members = _fold_inputs(tmp_path, rows=40)
-    assert calibrate_fold(setup, 0, splits, members[:1])["method"] == "plain"
+    assert calibrate_fold(setup, 0, validation_set(0, splits), members[:1])["method"] == "plain"
     assert "one model per fold has no spread, so its intervals use plain conformal" in capsys.readouterr().out
     setup, splits, _, members = _fold_inputs(tmp_path, rows=10)
-    record = calibrate_fold(setup, 1, splits, members)
+    record = calibrate_fold(setup, 1, validation_set(1, splits), members)
     assert record["file"] is None and "has 10 labelled molecule(s)" in record["reason"]
     assert not (tmp_path / "fold_1" / "calibration.json").exists()
     assert "fold 1: no calibration (" in capsys.readouterr().out
@@ -63,9 +63,10 @@ def test_one_member_falls_back_to_plain_and_a_small_split_is_skipped(tmp_path, c
 
 def test_a_small_split_names_the_flag_of_the_command_that_sized_it(tmp_path):
     setup, splits, _, members = _fold_inputs(tmp_path, rows=10)
-    assert "use a larger validation split (--split_sizes)" in calibrate_fold(setup, 0, splits, members)["reason"]
+    reason = calibrate_fold(setup, 0, validation_set(0, splits), members)["reason"]
+    assert "use a larger validation split (--split_sizes)" in reason
     setup.config = FinetuneConfig(data_path="d.csv").with_split_flag("--validation_share")  # an explore surrogate
-    reason = calibrate_fold(setup, 0, splits, members)["reason"]
+    reason = calibrate_fold(setup, 0, validation_set(0, splits), members)["reason"]
     assert "use a larger validation split (--validation_share)" in reason and "--split_sizes" not in reason
 
 
@@ -84,7 +85,7 @@ def test_a_classification_fold_gets_calibrated_probabilities_and_set_scores(tmp_
                                   save_dir=tmp_path, layout=RunLayout(tmp_path),
                                   config=FinetuneConfig(data_path="d.csv", class_calibration_method=method))
     splits = types.SimpleNamespace(val=types.SimpleNamespace(targets=labels), target_scaler=None)
-    record = calibrate_fold(setup, 0, splits, members)
+    record = calibrate_fold(setup, 0, validation_set(0, splits), members)
     saved = load_class_calibrations(str(tmp_path / "fold_0" / "classification_calibration.json"))
     expected = fit_class_calibrations(["c1", "c2"], np.stack(members), labels, method)
     assert saved == expected and record["method"] == method and record["source"] == "fold_0 validation split"
@@ -97,10 +98,10 @@ def test_a_classification_fold_gets_calibrated_probabilities_and_set_scores(tmp_
 
 def test_a_fold_recalibrated_without_success_keeps_no_earlier_calibration_file(tmp_path, capsys):
     setup, splits, _, members = _fold_inputs(tmp_path, rows=40)
-    calibrate_fold(setup, 0, splits, members)
+    calibrate_fold(setup, 0, validation_set(0, splits), members)
     assert (tmp_path / "fold_0" / "calibration.json").exists()
     setup, splits, _, members = _fold_inputs(tmp_path, rows=10)  # the same fold, recalibrated on too few molecules
-    assert calibrate_fold(setup, 0, splits, members)["file"] is None
+    assert calibrate_fold(setup, 0, validation_set(0, splits), members)["file"] is None
     assert not (tmp_path / "fold_0" / "calibration.json").exists()  # it would describe other settings
 
 
