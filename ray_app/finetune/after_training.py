@@ -3,9 +3,10 @@
 For each fold: the members' test predictions (``fold_k/test_result.csv``, ``test_spread.csv``, the scores), the
 calibration (``ray_app.finetune.calibrate``) and the applicability-domain index (``ray_app.finetune.domain``). The
 task reads the fold's shards a shard at a time (ray_app.finetune.fold_data: train, val and test, with the raw test
-labels and the scalers in :class:`FoldData`) and keeps only predictions, embeddings of the at most 50,000 training
-molecules of the index and per-molecule distances; the driver, which made all this from the fold's object before,
-holds no fold after training. The task runs on the driver's node at 0 CPUs, as ``write_folds`` pins its writers:
+labels and the scalers in :class:`FoldData`), every member's predictions of a test or validation shard from one
+read of it (the fold's members are loaded together), and keeps only predictions, embeddings of the at most 50,000
+training molecules of the index and per-molecule distances; the driver, which made all this from the fold's object
+before, holds no fold after training. The task runs on the driver's node at 0 CPUs, as ``write_folds`` pins its writers:
 it reads the members from save_dir and writes ``fold_k/`` there (the driver's disk, a staging directory when
 --save_dir is a URI), with the driver's torch thread count, so the numbers are the ones the driver computed. What
 it printed comes back with its results, for the driver to print, so the run's output is as it was.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -31,6 +32,7 @@ from kermt.data.dataset import MoleculeSet
 from kermt.inference.columns import ensemble_mean
 from kermt.inference.widths import WidthRule, width_rule
 from kermt.metrics import unscored_note
+from kermt.nn.finetune import KermtFinetuneModel
 from kermt.run_layout import RunLayout, fold_name
 from kermt.train.step import score
 from ray_app.common import outputs
@@ -43,6 +45,8 @@ from ray_app.finetune.members import predict_molecules
 from ray_app.finetune.prepare import SourceData
 from ray_app.finetune.resume import finished_member
 from ray_app.finetune.run_setup import RunSetup
+
+Prediction = tuple[np.ndarray, np.ndarray | None]  # a member's predictions of molecules, and variances or None
 
 
 @dataclass(frozen=True)
@@ -97,29 +101,43 @@ def finish_fold(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: F
     on = CalibrationSet(None, label_units(data.val.targets(), data.target_scaler), validation_source(fold)) \
         if calibration is None else file_set(calibration, data.features_scaler, in_training or 0)
     on_parts = (lambda: data.val.sets()) if on.molecules is None else (lambda: iter([on.molecules]))
-    member_preds, member_cal, member_cal_variances, distances, test_distances = [], [], [], None, None
+    # every member at once (a model is small beside a split), so that each shard is read once, not once a member
+    models = [_member_model(setup, fold, member, config) for member in range(c.ensemble_size)]
+    predicts = [partial(predict_molecules, model, target_scaler=data.target_scaler, batch_size=c.step_batch_size,
+                        use_gpu=c.use_gpu, precision=c.precision, rule=rule) for model in models]
     test_smiles: list[str] = []
-    for member in range(c.ensemble_size):
-        found = finished_member(setup.layout.member(fold, member), setup.run_id, config)
-        assert found is not None, "train_members leaves every member in save_dir"
-        predict = partial(predict_molecules, found[0], target_scaler=data.target_scaler,
-                          batch_size=c.step_batch_size, use_gpu=c.use_gpu, precision=c.precision, rule=rule)
-        member_preds.append(_joined(predict(part) for part in _noting_smiles(data.test.sets(), test_smiles,
-                                                                              member == 0))[0])
-        if is_calibrated(setup):
-            preds, variances = _joined(predict(part) for part in on_parts())
-            member_cal.append(preds)
-            member_cal_variances.append(variances)
-        if member == 0:  # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
-            index = write_fold_domain(setup, fold, data, found[0], rule)
-            if needs_distance(setup):  # a mondrian_domain calibration: its molecules' distances, the test's
-                distances, test_distances = (domain_distances(setup, index, parts, found[0], rule)
-                                             for parts in (on_parts(), data.test.sets()))
+    member_preds = [preds for preds, _ in _each_member(predicts, _noting_smiles(data.test.sets(), test_smiles))]
+    member_cal, member_cal_variances = [], []
+    if is_calibrated(setup):
+        member_cal, member_cal_variances = (list(column) for column in zip(*_each_member(predicts, on_parts())))
+    # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
+    index, distances, test_distances = write_fold_domain(setup, fold, data, models[0], rule), None, None
+    if needs_distance(setup):  # a mondrian_domain calibration: its molecules' distances, the test's
+        distances, test_distances = (domain_distances(setup, index, parts, models[0], rule)
+                                     for parts in (on_parts(), data.test.sets()))
     value = score_test_split(setup, fold, test_smiles, data.test_targets_raw, member_preds)
     calibrated = calibrate_fold(setup, fold, on, member_cal, member_cal_variances, distances)
     targets = {"train": data.train.targets(), "val": data.val.targets(), "test": data.test_targets_raw}
     return FoldOutcome(value, calibrated, fold_record(setup, fold, targets, test_smiles, member_preds,
                                                       test_distances), "")
+
+
+def _member_model(setup: RunSetup, fold: int, member: int, config: FinetuneModelConfig) -> KermtFinetuneModel:
+    found = finished_member(setup.layout.member(fold, member), setup.run_id, config)
+    assert found is not None, "train_members leaves every member in save_dir"
+    return found[0]
+
+
+def _each_member(predicts: Sequence[Callable[[MoleculeSet], Prediction]], parts: Iterable[MoleculeSet]) \
+        -> list[Prediction]:
+    """Each member's (predictions, variances or None) of a split, joined in order: every part (a shard) read once
+    and predicted by every member in turn. A member predicts a part as it would alone, so the numbers are those of
+    predicting the split a member at a time."""
+    per_member: list[list[Prediction]] = [[] for _ in predicts]
+    for part in parts:
+        for mine, predict in zip(per_member, predicts):
+            mine.append(predict(part))
+    return [_joined(pairs) for pairs in per_member]
 
 
 def score_test_split(setup: RunSetup, fold: int, test_smiles: Sequence[str], test_targets_raw: np.ndarray,
@@ -150,15 +168,14 @@ def run_width_rule(setup: RunSetup, folds: int) -> WidthRule:
                        for member in range(setup.config.ensemble_size)])
 
 
-def _noting_smiles(parts: Iterator[MoleculeSet], smiles: list[str], note: bool) -> Iterator[MoleculeSet]:
-    """``parts``, each one's SMILES appended to ``smiles`` on the way when ``note``."""
+def _noting_smiles(parts: Iterator[MoleculeSet], smiles: list[str]) -> Iterator[MoleculeSet]:
+    """``parts``, each one's SMILES appended to ``smiles`` on the way."""
     for part in parts:
-        if note:
-            smiles.extend(part.smiles)
+        smiles.extend(part.smiles)
         yield part
 
 
-def _joined(pairs) -> tuple[np.ndarray, np.ndarray | None]:
+def _joined(pairs: Sequence[Prediction]) -> Prediction:
     """(predictions, variances or None) of a split's parts, joined in order."""
     preds, variances = zip(*pairs)
     return np.concatenate(preds), None if variances[0] is None else np.concatenate(variances)

@@ -97,23 +97,26 @@ def fold_data_dir(storage: str, run_id: str, fold: int) -> str:
     return join(run_data_dir(storage, run_id), fold_name(fold))
 
 
-def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef]) -> list[FoldData]:
+def write_folds(storage: str, run_id: str, fold_refs: Sequence[ray.ObjectRef],
+                shard_rows: int = SHARD_ROWS) -> list[FoldData]:
     """Every fold's shards, each written by a Ray task from the fold's object (called on the driver, connected,
     which reads no fold: it gets back what each member needs, :class:`FoldData`). A local storage on a multi-node
     cluster is the driver's disk: the tasks then run on its node, at 0 CPUs (a head may have none); elsewhere Ray's
-    locality-aware scheduling prefers the node that holds the fold's object (the driver's)."""
+    locality-aware scheduling prefers the node that holds the fold's object (the driver's). ``shard_rows``: molecules
+    a shard (smaller in tests and benches, for splits of several shards)."""
     node = reading_node([run_data_dir(storage, run_id)])
     writer = _write_fold if node is None else _write_fold.options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-    return ray.get([writer.remote(storage, run_id, fold, ref, node) for fold, ref in enumerate(fold_refs)])
+    return ray.get([writer.remote(storage, run_id, fold, ref, node, shard_rows) for fold, ref in enumerate(fold_refs)])
 
 
 @ray.remote(num_cpus=1)
-def _write_fold(storage: str, run_id: str, fold: int, splits: ScaledSplits, node: str | None) -> FoldData:
+def _write_fold(storage: str, run_id: str, fold: int, splits: ScaledSplits, node: str | None,
+                shard_rows: int) -> FoldData:
     # ``splits``: the fold's object, its arrays read zero-copy from this node's object store
-    data = _write_splits(fold_data_dir(storage, run_id, fold), splits.train, splits.val, SHARD_ROWS, node)
+    data = _write_splits(fold_data_dir(storage, run_id, fold), splits.train, splits.val, shard_rows, node)
     test = join(fold_data_dir(storage, run_id, fold), "test")
-    return replace(data, test=SplitShards(test, write_split(test, splits.test, SHARD_ROWS), node),
+    return replace(data, test=SplitShards(test, write_split(test, splits.test, shard_rows), node),
                    test_targets_raw=np.asarray(splits.test_targets_raw, dtype=np.float64),
                    target_scaler=splits.target_scaler, features_scaler=splits.features_scaler)
 

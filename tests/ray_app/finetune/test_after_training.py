@@ -1,6 +1,8 @@
 """The step after training reads the fold's shards, not the fold's object: on a finished run's fold, cut again and
-written as shards, the task's score, member scores, test predictions and domain threshold equal what the fold's
-object gives when computed here, as the driver computed them before (ray_app.finetune.after_training)."""
+written as shards (several a split), the task's score, member scores, test predictions and domain threshold equal
+what the fold's object gives when computed here, as the driver computed them before, and its test predictions are
+bit for bit those of each member predicting the shards alone, one member after the other (the task reads each shard
+once and predicts it with every member: ray_app.finetune.after_training)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ from kermt.inference.columns import ensemble_mean
 from kermt.metrics import task_scores
 from kermt.train.step import score
 from kermt.uncertainty.domain import embedding_identity, fit_domain, load_domain, training_rows
+from ray_app.common import outputs
 from ray_app.finetune.after_training import finish_folds, run_width_rule
 from ray_app.finetune.config import resolve
 from ray_app.finetune.domain import _featurized, split_embeddings
 from ray_app.finetune.fold_data import write_folds
-from ray_app.finetune.members import member_test_predictions
+from ray_app.finetune.members import member_test_predictions, predict_molecules
 from ray_app.finetune.resume import finished_member
 from ray_app.finetune.run import put_folds
 from ray_app.finetune.run_setup import resolve_setup
@@ -41,8 +44,9 @@ def test_the_fold_task_reads_shards_and_equals_the_computation_on_the_folds_obje
     setup = resolve_setup(config, sources)
     refs, configs, _, _ = put_folds(setup)
     setup = replace(setup, run_id=json.loads((run / "run.json").read_text())["summary"]["run_id"]).without_inputs()
-    data = write_folds(str(tmp_path / "storage"), setup.run_id, refs)
+    data = write_folds(str(tmp_path / "storage"), setup.run_id, refs, shard_rows=16)
     assert data[0].test is not None and sum(data[0].test.manifest.rows) == len(data[0].test_targets_raw)
+    assert [len(s.manifest.files) for s in (data[0].train, data[0].val, data[0].test)] == [3, 3, 2]
 
     capsys.readouterr()
     scores, calibrations, folds = finish_folds(setup, configs, data)
@@ -59,8 +63,11 @@ def test_the_fold_task_reads_shards_and_equals_the_computation_on_the_folds_obje
         dict(zip(setup.task_names, task_scores(p, splits.test_targets_raw, setup.metric, setup.dataset_type)))
         for p in preds]
     written = run / "fold_0" / "test_result.csv"
-    assert written.read_text() == (regression_run[0] / "fold_0" / "test_result.csv").read_text()
     np.testing.assert_allclose(read_test_result(written).preds, ensemble_mean(preds), rtol=1e-5)
+    alone = [np.concatenate([predict_molecules(m, part, splits.target_scaler, config.step_batch_size, rule=rule)[0]
+                             for part in data[0].test.sets()]) for m in models]  # a member at a time
+    assert written.read_text() == outputs.test_result_csv(splits.test.smiles, setup.task_names, ensemble_mean(alone),
+                                                          splits.test_targets_raw)
     train, val = (split_embeddings(models[0], _featurized(part), config.step_batch_size, False, rule)
                   for part in (splits.train.take(training_rows(len(splits.train))), splits.val))
     here = fit_domain(train, val, embedding_identity(models[0].state_dict()), n_training_total=len(splits.train))
