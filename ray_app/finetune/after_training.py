@@ -38,7 +38,7 @@ from kermt.train.step import score
 from ray_app.common import outputs
 from ray_app.finetune.calibrate import CalibrationSet, calibrate_fold, file_set, is_calibrated, label_units, \
     needs_distance, validation_source
-from ray_app.finetune.domain import domain_distances, write_fold_domain
+from ray_app.finetune.domain import FoldDomain
 from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.fold_record import fold_record
 from ray_app.finetune.members import predict_molecules
@@ -96,28 +96,30 @@ def finish_fold(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: F
                 calibration: SourceData | None = None, in_training: int | None = None,
                 rule: WidthRule | None = None) -> FoldOutcome:
     """One fold's step after training, in this process, from its shards (what the task runs; it prints as it
-    goes, and the outcome's ``output`` is empty)."""
-    c = setup.config
-    on = CalibrationSet(None, label_units(data.val.targets(), data.target_scaler), validation_source(fold)) \
+    goes, and the outcome's ``output`` is empty). Each shard is read once: a validation or test shard gives every
+    member's predictions of it and member 0's domain distances in that one read."""
+    c, val_targets = setup.config, data.val.targets()
+    on = CalibrationSet(None, label_units(val_targets, data.target_scaler), validation_source(fold)) \
         if calibration is None else file_set(calibration, data.features_scaler, in_training or 0)
-    on_parts = (lambda: data.val.sets()) if on.molecules is None else (lambda: iter([on.molecules]))
     # every member at once (a model is small beside a split), so that each shard is read once, not once a member
     models = [_member_model(setup, fold, member, config) for member in range(c.ensemble_size)]
     predicts = [partial(predict_molecules, model, target_scaler=data.target_scaler, batch_size=c.step_batch_size,
                         use_gpu=c.use_gpu, precision=c.precision, rule=rule) for model in models]
+    calibrating = predicts if is_calibrated(setup) else []
+    domain = FoldDomain(setup, fold, data, models[0], rule)  # fold_k/domain.json (ray_app.finetune.domain)
+    fitted = domain.distances if domain.index is not None else None
+    val_cal, val_distances = _read_once(data.val.sets(), calibrating if on.molecules is None else [], fitted)
+    index = domain.finish(val_distances)
+    # a mondrian_domain calibration reads its molecules' distances, the fold's record the test's
+    distance = fitted if needs_distance(setup) and index is not None else None
     test_smiles: list[str] = []
-    member_preds = [preds for preds, _ in _each_member(predicts, _noting_smiles(data.test.sets(), test_smiles))]
-    member_cal, member_cal_variances = [], []
-    if is_calibrated(setup):
-        member_cal, member_cal_variances = (list(column) for column in zip(*_each_member(predicts, on_parts())))
-    # fold_k/domain.json: member 0's embedding of the train split (ray_app.finetune.domain)
-    index, distances, test_distances = write_fold_domain(setup, fold, data, models[0], rule), None, None
-    if needs_distance(setup):  # a mondrian_domain calibration: its molecules' distances, the test's
-        distances, test_distances = (domain_distances(setup, index, parts, models[0], rule)
-                                     for parts in (on_parts(), data.test.sets()))
+    test, test_distances = _read_once(_noting_smiles(data.test.sets(), test_smiles), predicts, distance)
+    cal, distances = (val_cal, None if distance is None else val_distances) if on.molecules is None \
+        else _read_once([on.molecules], calibrating, distance)
+    member_preds = [preds for preds, _ in test]
     value = score_test_split(setup, fold, test_smiles, data.test_targets_raw, member_preds)
-    calibrated = calibrate_fold(setup, fold, on, member_cal, member_cal_variances, distances)
-    targets = {"train": data.train.targets(), "val": data.val.targets(), "test": data.test_targets_raw}
+    calibrated = calibrate_fold(setup, fold, on, [preds for preds, _ in cal], [v for _, v in cal], distances)
+    targets = {"train": data.train.targets(), "val": val_targets, "test": data.test_targets_raw}
     return FoldOutcome(value, calibrated, fold_record(setup, fold, targets, test_smiles, member_preds,
                                                       test_distances), "")
 
@@ -128,16 +130,21 @@ def _member_model(setup: RunSetup, fold: int, member: int, config: FinetuneModel
     return found[0]
 
 
-def _each_member(predicts: Sequence[Callable[[MoleculeSet], Prediction]], parts: Iterable[MoleculeSet]) \
-        -> list[Prediction]:
-    """Each member's (predictions, variances or None) of a split, joined in order: every part (a shard) read once
-    and predicted by every member in turn. A member predicts a part as it would alone, so the numbers are those of
-    predicting the split a member at a time."""
+def _read_once(parts: Iterable[MoleculeSet], predicts: Sequence[Callable[[MoleculeSet], Prediction]],
+               distance: Callable[[MoleculeSet], np.ndarray] | None = None) \
+        -> tuple[list[Prediction], np.ndarray | None]:
+    """Each member's (predictions, variances or None) of a split, and its molecules' ``distance`` (None: not
+    wanted), joined in order: every part (a shard) read once and predicted by every member in turn. A member
+    predicts a part as it would alone, so the numbers are those of reading the split once a member."""
     per_member: list[list[Prediction]] = [[] for _ in predicts]
+    distances: list[np.ndarray] = []
     for part in parts:
         for mine, predict in zip(per_member, predicts):
             mine.append(predict(part))
-    return [_joined(pairs) for pairs in per_member]
+        if distance is not None:
+            distances.append(distance(part))
+    joined = None if distance is None else np.concatenate(distances or [np.zeros(0)])
+    return [_joined(pairs) for pairs in per_member], joined
 
 
 def score_test_split(setup: RunSetup, fold: int, test_smiles: Sequence[str], test_targets_raw: np.ndarray,

@@ -11,18 +11,22 @@ import shutil
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 import ray
 
-from kermt.inference.columns import ensemble_mean
+from kermt.data.molecule_shards import write_split
+from kermt.inference.columns import DISTANCE_COLUMN, ensemble_mean
 from kermt.metrics import task_scores
 from kermt.train.step import score
-from kermt.uncertainty.domain import embedding_identity, fit_domain, load_domain, training_rows
+from kermt.uncertainty.conformal import MONDRIAN_DOMAIN
+from kermt.uncertainty.domain import DomainSearch, embedding_identity, fit_domain, load_domain, training_rows
 from ray_app.common import outputs
-from ray_app.finetune.after_training import finish_folds, run_width_rule
+from ray_app.finetune.after_training import finish_fold, finish_folds, run_width_rule
 from ray_app.finetune.config import resolve
 from ray_app.finetune.domain import _featurized, split_embeddings
-from ray_app.finetune.fold_data import write_folds
+from ray_app.finetune.calibrate import calibrate_fold, validation_set
+from ray_app.finetune.fold_data import SplitShards, write_folds
 from ray_app.finetune.members import member_test_predictions, predict_molecules
 from ray_app.finetune.resume import finished_member
 from ray_app.finetune.run import put_folds
@@ -30,12 +34,13 @@ from ray_app.finetune.run_setup import resolve_setup
 from ray_app.report.results import read_test_result
 from tests.conftest import FIXTURE_DIR
 
-# Runs with -m slow (~10 s): every finetune test runs this step end to end; this one checks it against the object.
+# Runs with -m slow (~10 s each): every finetune test runs this step end to end; these check it against the object.
 pytestmark = pytest.mark.slow
 
 
-def test_the_fold_task_reads_shards_and_equals_the_computation_on_the_folds_object(regression_run, tmp_path,
-                                                                                     capsys):
+def _refolded(regression_run, tmp_path):
+    """(the run's copy, its config and setup, each fold's object and model config, each fold's shards: 16 molecules
+    a shard, so train 3, val 3 and test 2 shards)."""
     run = shutil.copytree(regression_run[0], tmp_path / "run", ignore=shutil.ignore_patterns("ray_results"))
     config, sources = resolve([  # regression_run's command (tests/ray_app/conftest.py), into the copy
         "--data_path", str(regression_run[0].parent / "data.csv"), "--checkpoint_path",
@@ -47,7 +52,12 @@ def test_the_fold_task_reads_shards_and_equals_the_computation_on_the_folds_obje
     data = write_folds(str(tmp_path / "storage"), setup.run_id, refs, shard_rows=16)
     assert data[0].test is not None and sum(data[0].test.manifest.rows) == len(data[0].test_targets_raw)
     assert [len(s.manifest.files) for s in (data[0].train, data[0].val, data[0].test)] == [3, 3, 2]
+    return run, config, setup, refs, configs, data
 
+
+def test_the_fold_task_reads_shards_and_equals_the_computation_on_the_folds_object(regression_run, tmp_path,
+                                                                                     capsys):
+    run, config, setup, refs, configs, data = _refolded(regression_run, tmp_path)
     capsys.readouterr()
     scores, calibrations, folds = finish_folds(setup, configs, data)
     printed = capsys.readouterr().out
@@ -73,3 +83,38 @@ def test_the_fold_task_reads_shards_and_equals_the_computation_on_the_folds_obje
     here = fit_domain(train, val, embedding_identity(models[0].state_dict()), n_training_total=len(splits.train))
     assert load_domain(str(run / "fold_0")).threshold == pytest.approx(here.threshold, rel=1e-6)
     assert calibrations == json.loads((regression_run[0] / "run.json").read_text())["calibration"]
+
+
+def test_a_mondrian_domain_fold_gets_its_distances_in_the_reads_that_predict_and_a_tiny_val_split_no_domain(
+        regression_run, tmp_path, capsys):
+    """With --calibration_method mondrian_domain the validation and test shards are embedded in the read that gives
+    the members' predictions (each shard read once): the test molecules' distances (test_spread.csv) and the
+    calibration equal what the whole splits give; a validation split too small for a domain leaves the fold without
+    one (and its mondrian_domain calibration without distances), in one line each, not a failed run."""
+    run, config, setup, refs, configs, data = _refolded(regression_run, tmp_path)
+    setup = replace(setup, config=setup.config.model_copy(update={"calibration_method": MONDRIAN_DOMAIN}))
+    splits, rule = ray.get(refs[0]), run_width_rule(setup, 1)
+    capsys.readouterr()
+    outcome = finish_fold(setup, 0, configs[0], data[0], rule=rule)
+    assert "fold 0: applicability domain" in capsys.readouterr().out
+    models = [finished_member(setup.layout.member(0, m), setup.run_id, configs[0])[0] for m in range(2)]
+    search = DomainSearch(load_domain(str(run / "fold_0")))
+    test, val = (search.distances(split_embeddings(models[0], _featurized(part), config.step_batch_size, False, rule))
+                 for part in (splits.test, splits.val))
+    spread = pd.read_csv(run / "fold_0" / "test_spread.csv", index_col=0)
+    np.testing.assert_allclose(spread[DISTANCE_COLUMN].to_numpy(), test, rtol=1e-6)
+    cal = [predict_molecules(m, splits.val, splits.target_scaler, config.step_batch_size, rule=rule)[0]
+           for m in models]
+    whole = calibrate_fold(setup, 0, validation_set(0, splits), cal, None, val)  # rewrites calibration.json
+    assert outcome.calibration["method"] == whole["method"] == MONDRIAN_DOMAIN
+    for task, fitted in whole["tasks"].items():
+        assert outcome.calibration["tasks"][task] == pytest.approx(fitted, rel=1e-5)
+
+    tiny = str(tmp_path / "tiny_val")  # 5 validation molecules, in 3 shards
+    few = replace(data[0], val=SplitShards(tiny, write_split(tiny, splits.val.take(np.arange(5)), 2)))
+    outcome = finish_fold(setup, 0, configs[0], few, rule=rule)
+    printed = capsys.readouterr().out
+    assert "fold 0: no applicability domain (48 training and 5 validation molecule(s): a domain needs" in printed
+    assert outcome.calibration["file"] is None and f"fold 0: no calibration ({outcome.calibration['reason']})" \
+        in printed
+    assert DISTANCE_COLUMN not in pd.read_csv(run / "fold_0" / "test_spread.csv", index_col=0).columns
