@@ -60,17 +60,26 @@ class MoleculePrep:
         return self.standardize != UNRECORDED_STANDARDIZATION
 
 
-def standardize(mol: Chem.Mol, how: Standardization) -> tuple[Chem.Mol | None, str]:
-    """(the molecule the model sees, its SMILES when it differs from ``mol``'s, else ""). None when the
-    standardised molecule does not parse back (then the row is invalid)."""
+def standardize(mol: Chem.Mol, how: Standardization) -> tuple[Chem.Mol, str]:
+    """(the molecule the model sees, its SMILES when it differs from ``mol``'s, else "").
+
+    The parent is the largest organic fragment, neutralised. Where the neutral form is no molecule RDKit can read
+    back (ferrocene's cyclopentadienide uncharges to 'c1cccc1', which cannot be kekulised), the charged fragment is
+    the parent, and where that does not parse either, the molecule as given: standardisation never turns a valid
+    row into an invalid one."""
     if how == "none" or not _needs_parent(mol):
         return mol, ""
     with quiet_rdkit():
         before = Chem.MolToSmiles(mol)
-        after = Chem.MolToSmiles(_UNCHARGER.uncharge(_CHOOSER.choose(mol)))
-        if after == before:
-            return mol, ""
-        return Chem.MolFromSmiles(after), after
+        fragment = _CHOOSER.choose(mol)
+        for parent in (_UNCHARGER.uncharge(fragment), fragment):
+            after = Chem.MolToSmiles(parent)
+            if after == before:
+                return mol, ""
+            parsed = Chem.MolFromSmiles(after)
+            if parsed is not None:
+                return parsed, after
+    return mol, ""
 
 
 def _needs_parent(mol: Chem.Mol) -> bool:

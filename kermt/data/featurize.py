@@ -143,8 +143,6 @@ def featurize_smiles(
     for row, mol in enumerate(mols):
         if mol is not None:
             mols[row], model_smiles[row] = standardize(mol, prep.standardize)
-            if mols[row] is None:
-                reasons[row] = f"{UNFEATURIZABLE}: its standardised SMILES {model_smiles[row]!r} does not parse"
     # features before graphs, so a row with an infinite feature is invalid like any other (no atoms, NaN features)
     generators = tuple(features_generator)
     features = _molecule_features(mols, generators)

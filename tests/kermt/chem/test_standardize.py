@@ -35,6 +35,16 @@ def test_a_salt_featurises_as_its_parent_and_says_what_the_model_saw():
             np.testing.assert_array_equal(done.select(range(len(parents))).to_arrays()[name], values, err_msg=name)
 
 
+def test_a_parent_with_no_readable_neutral_form_stays_charged_and_the_row_stays_valid():
+    # ferrocene's largest organic fragment, the cyclopentadienide, uncharges to 'c1cccc1', which RDKit cannot
+    # kekulise: the charged fragment is the parent. A lone metal has no organic fragment: it stays as given.
+    done = featurize_smiles(["[CH-]1C=CC=C1.[CH-]1C=CC=C1.[Fe+2]", "[Fe+2]", "CC(=O)[O-].[Na+]"], prep=PARENT)
+    assert done.valid.all() and done.model_smiles == ("c1cc[cH-]c1", "", "CC(=O)O")
+    anion = featurize_smiles(["c1cc[cH-]c1"])
+    for name in ("atom_codes", "atom_values", "bond_codes"):  # the model sees exactly the anion
+        np.testing.assert_array_equal(done.select([0]).to_arrays()[name], anion.to_arrays()[name], err_msg=name)
+
+
 def test_none_changes_nothing_and_is_the_library_default():
     plain = featurize_smiles(list(SALTS))
     assert plain.model_smiles == ("",) * len(SALTS)
