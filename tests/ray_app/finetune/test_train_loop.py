@@ -36,8 +36,9 @@ def _fit(plan: MemberPlan, workers: int, tmp_path, name: str, max_failures: int 
         return torch.load(f"{directory}/{STATE_FILE}", weights_only=True)
 
 
-# Runs with -m slow: the empty-share test below is the default suite's 1-vs-2-worker equality (with molecule
-# features, MTL's per-task global counts and a worker with nothing in the last batch on top of what this checks).
+# Runs with -m slow: the default suite's 1-vs-2-worker equality on Ray Train is tests/ray_app/finetune/
+# test_fold_data.py's (the workers reading a fold's shards, with molecule features, MTL's per-task global counts and a
+# worker with nothing in the last batch on top of what this checks).
 @pytest.mark.slow
 @pytest.mark.parametrize("use_mtl_loss", [False, True])
 def test_two_workers_equal_one_worker_with_double_batch(ray_cluster, tmp_path, use_mtl_loss):
@@ -60,6 +61,9 @@ def test_two_workers_equal_one_worker_with_a_variance_head(ray_cluster, tmp_path
     assert_same_training(single, double)
 
 
+# Runs with -m slow: the same plan on the same workers, its molecules read from a fold's shards, is the default
+# suite's test_fold_data.py test
+@pytest.mark.slow
 def test_a_worker_with_no_molecules_in_the_last_batch(ray_cluster, tmp_path):
     # 41 molecules, global batch 8: the last global batch holds ONE molecule, so worker 1 gets none and must still
     # run its forward (molecule features included), backward and collectives; MTL adds per-task label counts.

@@ -1,6 +1,6 @@
-"""`kermt pretrain` on the local Ray cluster: a 2-worker run that loses a worker and stops, re-run with the same
-command on 1 worker, ends with the weights of an uninterrupted 1-worker run with the same global batch;
-`kermt finetune` and `kermt embed` take the model.pt it writes."""
+"""`kermt pretrain` on the local Ray cluster: its files and report; a 2-worker run that loses a worker and stops,
+re-run with the same command on 1 worker, ends with the weights of an uninterrupted 1-worker run with the same global
+batch (slow lane); `kermt finetune` and `kermt embed` take the model.pt it writes."""
 
 from __future__ import annotations
 
@@ -131,6 +131,11 @@ def _kill_a_worker_after_a_checkpoint(storage: Path, done: threading.Event, kill
         time.sleep(0.05)
 
 
+# Runs with -m slow: its parts are in lanes CI runs. A pretraining run that loses workers and resumes from its
+# checkpoint to the uninterrupted run's weights is the multi-node lane's (tests/multinode/test_pretrain_cluster.py,
+# a node killed mid-run); 2 ranks x 8 equal to 1 x 16 step for step is tests/kermt/pretrain/test_step.py's (gloo, no
+# Ray); a run resumed on fewer workers is the multi-node lane's elastic finetune.
+@pytest.mark.slow
 def test_two_workers_killed_stopped_and_rerun_on_one_equal_the_uninterrupted_run(reference, corpus, tmp_path):
     """2 workers x 8 lose a worker (SIGKILL) after their first checkpoint, Ray Train restarts them from it; the
     run stops after step 10; the same command re-run with 1 worker x 16 (same global batch) continues to the end.
