@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-import ray
 from ray import tune
 
 from kermt.config import FinetuneModelConfig
@@ -55,12 +54,12 @@ def fetch_member(save_dir: Path, run_id: str, config: dict[str, Any], checkpoint
         download_files(checkpoint, target, keep_result=False)
 
 
-def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: Sequence[Job],
-                  model_configs: Sequence[FinetuneModelConfig], fold_data: Sequence[FoldData] | None = None) -> None:
+def train_members(setup: RunSetup, fold_data: Sequence[FoldData], jobs: Sequence[Job],
+                  model_configs: Sequence[FinetuneModelConfig]) -> None:
     """Train every (fold, member) of ``jobs`` that ``save_dir`` does not hold yet; afterwards each one's files are in
-    ``save_dir/fold_F/model_M``. ``fold_splits``: one object reference per fold, shared by all trials;
-    ``model_configs``: each fold's architecture (they size what a trial's coordinator asks for); ``fold_data``: each
-    fold's shards, which the members' workers read (ray_app.finetune.fold_data)."""
+    ``save_dir/fold_F/model_M``. ``fold_data``: each fold's shards, which the members' workers read, and its scalers
+    (ray_app.finetune.fold_data); ``model_configs``: each fold's architecture (they size what a trial's coordinator
+    asks for)."""
     kept = frozenset(job for job in jobs if saved_by_run(setup.layout.member(*job), setup.run_id))
     if kept:
         print(f"kept {len(kept)} of {len(jobs)} model(s) this run already saved; {len(jobs) - len(kept)} to go",
@@ -70,7 +69,7 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
         return
     with stopping_on_ctrl_c(f"finished models and each member's last epoch are kept in {setup.save_dir} and "
                             f"{setup.storage}; re-run the same command to resume"):
-        grid = _tuner(setup, fold_splits, to_train, kept, trial_actor_resources(*model_configs), fold_data).fit()
+        grid = _tuner(setup, fold_data, to_train, kept, trial_actor_resources(*model_configs)).fit()
     for result in grid:  # trials that finished while no driver was there to copy their files
         fetch_member(setup.save_dir, setup.run_id, result.config, result.checkpoint)
     failed = [result for result in grid if result.error is not None]
@@ -86,14 +85,12 @@ def train_members(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], jobs: S
                            f"directory to train them afresh")
 
 
-def _tuner(setup: RunSetup, fold_splits: Sequence[ray.ObjectRef], to_train: list[Job], kept: frozenset[Job],
-           resources: dict[str, float], fold_data: Sequence[FoldData] | None = None):
-    # The fold references travel inside one small object (tune.with_parameters puts each argument once); Ray passes
-    # references nested in an argument on unresolved, so a trial fetches only its own fold.
+def _tuner(setup: RunSetup, fold_data: Sequence[FoldData], to_train: list[Job], kept: frozenset[Job],
+           resources: dict[str, float]):
+    # Each fold's FoldData (where its shards are, its manifests and scalers) travels inside one small object
+    # (tune.with_parameters puts each argument once); no trial gets a fold's object.
     trainable = tune.with_resources(tune.with_parameters(
-        train_member, setup=setup.without_inputs(), fold_splits=list(fold_splits), trial=MemberTrial(kept),
-        fold_data=None if fold_data is None else list(fold_data)),
-        resources)
+        train_member, setup=setup.without_inputs(), fold_data=list(fold_data), trial=MemberTrial(kept)), resources)
     experiment = atomic_files.join(setup.storage, experiment_name(setup))  # keeps a URI's ?endpoint_override=...
     if tune.Tuner.can_restore(experiment):  # its grid, concurrency and callbacks are the interrupted run's
         print(f"resuming the Tune run in {experiment}: finished trials are kept, unfinished ones restart", flush=True)

@@ -29,35 +29,33 @@ from ray_app.common.trainer import KermtTrainer
 from ray_app.common.worker_loop import STATE_FILE
 from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.prepare import ScaledSplits, fold_count
-from ray_app.finetune.run_setup import RunSetup, StartingWeights, features_width, member_seed, model_config
+from ray_app.finetune.run_setup import RunSetup, StartingWeights, member_seed, model_config
 from ray_app.finetune.train_loop import MemberPlan, train_loop_per_worker
 
 
-def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef, fold: int, member: int,
-               callbacks: Sequence[Any] = (), label: str | None = None, data: FoldData | None = None) \
-        -> tuple[KermtFinetuneModel, list]:
+def run_member(setup: RunSetup, data: FoldData, fold: int, member: int, callbacks: Sequence[Any] = (),
+               label: str | None = None) -> tuple[KermtFinetuneModel, list]:
     """Train one member with a TorchTrainer; returns the best-epoch model (on CPU) and the epoch history.
 
     ``data``: the fold's shards in the run's storage (ray_app.finetune.fold_data), which each worker reads as its
-    batches need them; without them the workers read ``splits_ref`` (``splits`` in the object store, put once per
-    fold) instead of a copy inside the member's plan. ``callbacks`` go to the Train RunConfig (Tune passes its
-    TuneReportCallback to see every epoch's metrics); ``label`` names the run in log lines (default "fold F model
-    M")."""
+    batches need them, with the fold's scalers and feature width (so no process of the member holds the fold's
+    object). ``callbacks`` go to the Train RunConfig (Tune passes its TuneReportCallback to see every epoch's
+    metrics); ``label`` names the run in log lines (default "fold F model M")."""
     label = label or f"fold {fold} model {member}"
     c = setup.config
-    config = model_config(setup, features_width(splits))
+    config = model_config(setup, data.features_width)
     seed = member_seed(c.seed + fold, member)  # also the seed of save_member's width histogram
     # the workers build the starting model from the shared checkpoint: this process never holds one before the end
     plan = MemberPlan(
         model_config=config, initial_state=StartingWeights(setup.without_inputs(), seed, member), train=None, val=None,
-        target_scaler=splits.target_scaler, seed=seed, epochs=c.epochs, global_batch_size=c.step_batch_size,
+        target_scaler=data.target_scaler, seed=seed, epochs=c.epochs, global_batch_size=c.step_batch_size,
         init_lr=c.init_lr, max_lr=c.max_lr, final_lr=c.final_lr, warmup_epochs=c.warmup_epochs,
         weight_decay=c.weight_decay, fine_tune_coff=c.fine_tune_coff, dist_coff=c.dist_coff,
         bond_drop_rate=c.bond_drop_rate, metric=setup.metric, select_by_loss=c.select_by_loss,
         early_stop_epoch=c.early_stop_epoch, label=label, precision=c.precision, dropout_draws=c.dropout_draws)
     trainer = KermtTrainer(  # ray_app.common.trainer: Ray's TorchTrainer, cheaper to start, elastic on live nodes
         train_loop_per_worker,
-        train_loop_config={"plan": plan, **({"data": data} if data is not None else {"splits": splits_ref})},
+        train_loop_config={"plan": plan, "data": data},
         scaling_config=ScalingConfig(num_workers=c.worker_range if c.elastic else c.min_workers, use_gpu=c.use_gpu),
         run_config=RunConfig(
             name=f"{setup.run_id}-fold{fold}-model{member}",
@@ -79,20 +77,20 @@ def run_member(setup: RunSetup, splits: ScaledSplits, splits_ref: ray.ObjectRef,
     return model, history
 
 
-def save_member(setup: RunSetup, model: KermtFinetuneModel, splits: ScaledSplits, directory: Path,
-                history: list, fold: int, member: int, data: FoldData | None = None) -> None:
+def save_member(setup: RunSetup, model: KermtFinetuneModel, data: FoldData, directory: Path, history: list,
+                fold: int, member: int) -> None:
     """Native checkpoint + upstream-compatible model.pt + metrics.csv (+ TensorBoard) of one member.
 
     The checkpoint records the neighbour widths of the member's training batches over its planned epochs and their
     most frequent one, the reference width its molecules are predicted at (kermt.inference.widths), which its
     validation used too (kermt.train.loop.validation_rule)."""
     c = setup.config
-    features = FeatureSettings(tuple(c.features_generator or ()), splits.features_scaler is not None,
+    features = FeatureSettings(tuple(c.features_generator or ()), data.features_scaler is not None,
                                None, False, standardize=c.standardize)
-    trained_on = data.train_source() if data is not None else splits.train  # the plan its workers drew
-    widths = training_width_histogram(trained_on, member_seed(c.seed + fold, member), c.epochs, c.step_batch_size)
+    widths = training_width_histogram(data.train_source(), member_seed(c.seed + fold, member), c.epochs,
+                                      c.step_batch_size)  # over the plan its workers drew
     spec = CheckpointSpec.for_finetune_model(model.config, task_names=tuple(setup.task_names), features=features,
-                                             data_scaler=splits.target_scaler, features_scaler=splits.features_scaler,
+                                             data_scaler=data.target_scaler, features_scaler=data.features_scaler,
                                              reference_width=most_frequent_width(widths), training_widths=widths)
     passthrough = unbuilt_encoder_tensors(setup.source_checkpoint()) if setup.checkpoint else None
     started = c.member_checkpoints[member] if c.member_checkpoints else setup.checkpoint.path if setup.checkpoint \

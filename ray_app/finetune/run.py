@@ -1,10 +1,11 @@
 """`kermt finetune`: upstream's `main.py finetune`, each ensemble member of each fold trained by a Ray TorchTrainer.
 
 Driver flow: resolve settings -> featurise every file once on the cluster -> per fold: split, scale, put in the
-object store once, and written as shards -> one Ray Tune run whose trials are the (fold, member)s (``ensemble``):
-each builds its initial model (pretrained encoder + fresh head), trains it data-parallel and keeps the best epoch ->
-per fold, a Ray task reads the fold's shards for the ensemble-average test predictions, the calibration and the
-domain index (``after_training``) -> upstream's outputs and summary lines.
+object store once, written as shards by a Ray task, and let go of -> one Ray Tune run whose trials are the
+(fold, member)s (``ensemble``): each builds its initial model (pretrained encoder + fresh head), trains it
+data-parallel from the fold's shards and keeps the best epoch -> per fold, a Ray task reads the fold's shards for
+the ensemble-average test predictions, the calibration and the domain index (``after_training``) -> upstream's
+outputs and summary lines.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def put_folds(setup: RunSetup) \
             overlaps.append(in_training_split(setup.calibration.featurized.smiles, splits.train.smiles))
         # built here so that a flag contradicting the checkpoint fails on the driver, not in a trial
         fold_configs.append(model_config(setup, features_width(splits)))
-        fold_refs.append(ray.put(splits))  # the one copy of the fold's data, shared by every member and worker
+        fold_refs.append(ray.put(splits))  # the one copy of the fold's data, which its shards are written from
         del splits  # from here on the driver reads the object store's copy (zero-copy)
     warning = overlap_line(setup.calibration, overlaps) if setup.calibration is not None else None
     if warning:
@@ -89,10 +90,12 @@ def run_finetune(config: FinetuneConfig, sources: dict[str, Source],
     # graph arrays plus the SMILES) for the rest of the run; it keeps the calibration file's molecules.
     calibration, setup = setup.calibration, setup.without_inputs()
     fold_data = write_folds(setup.storage, setup.run_id, fold_refs)  # by Ray tasks: what the training workers read
+    # the driver's hold on the folds' objects: from here on every step reads the shards (the members take the
+    # scalers from fold_data), so the object store lets go of the folds before training
+    del fold_refs
     try:
-        train_members(setup, fold_refs, [(fold, member) for fold in range(len(fold_refs))
-                                         for member in range(config.ensemble_size)], fold_configs, fold_data)
-        del fold_refs  # the driver's hold on the folds' objects: what follows reads their shards
+        train_members(setup, fold_data, [(fold, member) for fold in range(len(fold_data))
+                                         for member in range(config.ensemble_size)], fold_configs)
         scores, calibrations, folds = finish_folds(setup, fold_configs, fold_data, calibration, in_training)
         remove_folds(setup.storage, setup.run_id)
     except (Interrupted, RuntimeError):  # stopped, or a member failed: the report shows the members that finished

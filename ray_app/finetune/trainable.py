@@ -4,9 +4,10 @@ A trial builds the member's TorchTrainer (``members.run_member``), writes the me
 and reports them as its final Tune checkpoint. It may run on any node: the experiment storage is the one place that
 every node and the driver reach, and the driver copies the files from there into ``--save_dir``.
 
-Data: the driver puts each fold's ``ScaledSplits`` in the object store once; every trial receives the list of
-those references (``tune.with_parameters``), never a copy in its config, and hands its fold's reference on to its
-training workers, so each node holds one copy, read zero-copy by every member, fold and trial running there.
+Data: each fold's shards in the run's storage (``ray_app.finetune.fold_data``); every trial receives the list of
+each fold's :class:`FoldData` (``tune.with_parameters``: where the shards are, the manifests and the scalers) and
+hands its fold's on to its training workers, which read the shards themselves. A `kermt tune` trial also gets the
+reference to fold 0's object, put once by its driver, to score its model on the test split.
 
 What differs between finetune members and tune trials (which settings, which fold, what else is reported) is a
 :class:`MemberTrial`; ``ray_app.tune`` subclasses it.
@@ -88,18 +89,21 @@ class MemberTrial:
         """Ray Train callbacks of the member's TorchTrainer."""
         return []
 
-    def finish(self, member: Member, model, splits: ScaledSplits, history: list, directory: Path) -> dict[str, Any]:
-        """Extra files into ``directory`` (the member's files are already there); returns the trial's final result."""
+    def finish(self, member: Member, model, splits: ScaledSplits | None, history: list, directory: Path) \
+            -> dict[str, Any]:
+        """Extra files into ``directory`` (the member's files are already there); returns the trial's final result.
+        ``splits``: the fold's object, when the driver passed the trials their folds' references (None: not)."""
         return {"fold": member.fold, "member": member.member, "epochs_run": len(history)}
 
 
-def train_member(params: dict[str, Any], setup: RunSetup, fold_splits: Sequence[ray.ObjectRef],
-                 trial: MemberTrial, fold_data: Sequence[FoldData] | None = None) -> None:
+def train_member(params: dict[str, Any], setup: RunSetup, fold_data: Sequence[FoldData], trial: MemberTrial,
+                 fold_splits: Sequence[ray.ObjectRef] = ()) -> None:
     """Tune function trainable: train the member ``trial`` makes of ``params``; report its files as a checkpoint.
 
-    ``fold_splits``: one object reference per fold (put once by the driver); ``fold_data``: each fold's shards,
-    which the member's workers read (without them, they read the fold's object). A trial that Tune restarts after an
-    interruption gets the same Train run name, so Ray Train resumes it from its last epoch checkpoint."""
+    ``fold_data``: each fold's shards, which the member's workers read; ``fold_splits``: one object reference per
+    fold, for a trial whose :meth:`MemberTrial.finish` reads the fold's object (`kermt tune`'s; a finetune passes
+    none, so its driver lets go of the folds' objects once their shards are written). A trial that Tune restarts
+    after an interruption gets the same Train run name, so Ray Train resumes it from its last epoch checkpoint."""
     # the member's epochs already print; Ray's line for the checkpoint reported below is noise to users
     logging.getLogger(CHECKPOINT_PERSIST_LOGGER).setLevel(logging.WARNING)
     previous = tune.get_checkpoint()
@@ -112,15 +116,16 @@ def train_member(params: dict[str, Any], setup: RunSetup, fold_splits: Sequence[
     if trial.skip(member):
         tune.report({"kept": True})
         return
-    splits_ref = fold_splits[member.fold]
-    splits: ScaledSplits = ray.get(splits_ref)
-    data = fold_data[member.fold] if fold_data is not None else None
-    model, history = run_member(member.setup, splits, splits_ref, member.fold, member.member,
-                                callbacks=trial.callbacks(member), label=member.label, data=data)
+    data = fold_data[member.fold]
+    model, history = run_member(member.setup, data, member.fold, member.member, callbacks=trial.callbacks(member),
+                                label=member.label)
     with tempfile.TemporaryDirectory(prefix="kermt-member-") as staging:
         directory = Path(staging)
-        save_member(member.setup, model, splits, directory, history, member.fold, member.member, data)
-        result = {**trial.finish(member, model, splits, history, directory), "splits_object": splits_ref.hex()}
+        save_member(member.setup, model, data, directory, history, member.fold, member.member)
+        splits = ray.get(fold_splits[member.fold]) if fold_splits else None
+        # what it read: the same shards (and object) for every member of a fold, each written (and put) once
+        result = {**trial.finish(member, model, splits, history, directory), "fold_shards": data.train.directory,
+                  **({"splits_object": fold_splits[member.fold].hex()} if fold_splits else {})}
         outputs.atomic_write_text(directory / RESULT_FILE, json.dumps(result) + "\n")
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(staging))
 

@@ -146,16 +146,17 @@ def _member_trials(save_dir: Path, run_id: str) -> list:
     return tune.ExperimentAnalysis(str(save_dir / "ray_results" / f"{run_id}-members")).trials
 
 
-def test_four_members_train_two_at_a_time_and_each_fold_is_put_once(parallel_run):
-    """The 2 folds x 2 members train 2 at a time, and each fold's splits are put in the object store once: both
-    members of a fold report the same object (their workers read the fold's shards; a member takes its scalers from
-    the object), the two folds different objects."""
+def test_four_members_train_two_at_a_time_from_their_folds_shards_and_no_folds_object(parallel_run):
+    """The 2 folds x 2 members train 2 at a time from their fold's shards, written once: both members of a fold
+    report the same shards, the two folds different ones; and no trial got a fold's object (a member takes the
+    fold's scalers from its FoldData, so the driver lets go of the folds' objects once their shards are written)."""
     save_dir, summary, out = parallel_run
     assert "training 4 models (2 fold(s) x 2 member(s)), 2 at a time" in out
     trials = _member_trials(save_dir, summary["run_id"])
-    objects = {(t.config["job"]["fold"], t.config["job"]["member"]): t.last_result["splits_object"] for t in trials}
-    assert sorted(objects) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert objects[0, 0] == objects[0, 1] and objects[1, 0] == objects[1, 1] and objects[0, 0] != objects[1, 0]
+    shards = {(t.config["job"]["fold"], t.config["job"]["member"]): t.last_result["fold_shards"] for t in trials}
+    assert sorted(shards) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert shards[0, 0] == shards[0, 1] and shards[1, 0] == shards[1, 1] and shards[0, 0] != shards[1, 0]
+    assert shards[0, 0].endswith("fold_0/train") and not any("splits_object" in t.last_result for t in trials)
 
 
 def test_a_member_trained_beside_others_equals_the_same_member_trained_alone(parallel_run, run_after_the_ensemble):
