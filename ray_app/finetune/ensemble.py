@@ -7,6 +7,8 @@ and kept); the re-run retries only what failed or did not finish. The experiment
 (``--storage_path``, else ``save_dir/ray_results``) under the run id, so re-running the same command after the
 driver died restores it: finished trials are kept, unfinished ones restart and their Ray Train runs resume from
 their last epoch checkpoint. Members already in ``save_dir`` are never trained again (``resume.saved_by_run``).
+A run with one model to train and no interrupted Tune run to resume trains it from the driver, without Tune
+(``one_model``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kermt.run_layout import RunLayout
 from ray_app.common.interrupt import stopping_on_ctrl_c
 from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.members import member_concurrency
+from ray_app.finetune.one_model import train_one_model
 from ray_app.finetune.resume import saved_by_run
 from ray_app.finetune.run_setup import RunSetup
 from ray_app.finetune.trainable import MemberTrial, download_files, train_member, trial_actor_resources
@@ -31,6 +34,10 @@ Job = tuple[int, int]  # (fold, member)
 
 def experiment_name(setup: RunSetup) -> str:
     return f"{setup.run_id}-members"
+
+
+def experiment_path(setup: RunSetup) -> str:
+    return atomic_files.join(setup.storage, experiment_name(setup))  # keeps a URI's ?endpoint_override=...
 
 
 class MemberFiles(tune.Callback):
@@ -67,8 +74,14 @@ def train_members(setup: RunSetup, fold_data: Sequence[FoldData], jobs: Sequence
     to_train = [job for job in jobs if job not in kept]
     if not to_train:
         return
-    with stopping_on_ctrl_c(f"finished models and each member's last epoch are kept in {setup.save_dir} and "
-                            f"{setup.storage}; re-run the same command to resume"):
+    advice = (f"finished models and each member's last epoch are kept in {setup.save_dir} and {setup.storage}; "
+              "re-run the same command to resume")
+    if len(to_train) == 1 and not tune.Tuner.can_restore(experiment_path(setup)):  # else an ensemble's to resume
+        (fold, member), = to_train
+        with stopping_on_ctrl_c(advice, tune=False):
+            train_one_model(setup, fold_data[fold], fold, member)
+        return
+    with stopping_on_ctrl_c(advice):
         grid = _tuner(setup, fold_data, to_train, kept, trial_actor_resources(*model_configs)).fit()
     for result in grid:  # trials that finished while no driver was there to copy their files
         fetch_member(setup.save_dir, setup.run_id, result.config, result.checkpoint)
@@ -91,7 +104,7 @@ def _tuner(setup: RunSetup, fold_data: Sequence[FoldData], to_train: list[Job], 
     # (tune.with_parameters puts each argument once); no trial gets a fold's object.
     trainable = tune.with_resources(tune.with_parameters(
         train_member, setup=setup.without_inputs(), fold_data=list(fold_data), trial=MemberTrial(kept)), resources)
-    experiment = atomic_files.join(setup.storage, experiment_name(setup))  # keeps a URI's ?endpoint_override=...
+    experiment = experiment_path(setup)
     if tune.Tuner.can_restore(experiment):  # its grid, concurrency and callbacks are the interrupted run's
         print(f"resuming the Tune run in {experiment}: finished trials are kept, unfinished ones restart", flush=True)
         return tune.Tuner.restore(experiment, trainable, resume_unfinished=True, resume_errored=True)

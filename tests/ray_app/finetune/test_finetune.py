@@ -102,6 +102,9 @@ def test_finetune_writes_upstream_layout(run_after_the_ensemble, demo_csv):
 
     started = {a.class_name for a in list_actors(address=ray.get_runtime_context().gcs_address, limit=10_000)}
     assert "RayTrainWorker" in started and "DatasetManager" not in started
+    # one model: the driver coordinated its TorchTrainer, no Tune run (ray_app.finetune.one_model)
+    assert not (save_dir / "ray_results" / f"{summary['run_id']}-members").exists()
+    assert (save_dir / "ray_results" / f"{summary['run_id']}-fold0-model0").is_dir()
 
     report = subprocess.run([sys.executable, "-m", "ray_app.cli", "inspect", str(save_dir / "fold_0/model_0/model")],
                             capture_output=True, text=True, check=True)
