@@ -65,6 +65,8 @@ TUNE_EXPERIMENT_DIR = "tune"  # a sweep's Ray Tune experiment, in its save_dir u
 # round's surrogate, a finetune run of its own (round_k/, with the file it trained on and its library predictions)
 EXPLORE_SETTINGS_FILE = "explore_config.yaml"
 EXPLORED_FILE = "explored.csv"  # every acquired molecule, its score and round (kermt.explore.explored)
+# explored.csv's length in bytes and rows of its whole rounds: readers stop there, an append first cuts back to it
+EXPLORED_RECORD_FILE = "explored.rounds.json"
 # a lookup objective's score of every library row (NaN: none), written once by the exploration: the report's exact
 # random baseline reads it, so the report never reads the library itself (ray_app.report imports no explore code)
 EXPLORE_LOOKUP_SCORES_FILE = "library_lookup_scores.npy"
@@ -222,6 +224,10 @@ class RunLayout:
         return self.root / EXPLORED_FILE
 
     @property
+    def explored_record(self) -> Path:
+        return self.root / EXPLORED_RECORD_FILE
+
+    @property
     def explore_library(self) -> Path:
         return self.root / EXPLORE_LIBRARY_DIR
 
@@ -274,7 +280,8 @@ __all__ = [
     "ALL_TRIALS_FILE", "ATTRIBUTIONS_FILE_SUFFIX", "BESIDE_OUTPUT_SUFFIXES", "BEST_CONFIG_FILE", "BEST_MODEL_DIR",
     "BEST_REPLAY_DIR", "CALIBRATION_FILE", "CHECKPOINT_STATE_FILE", "CLASS_CALIBRATION_FILE", "COMPLETE_MEMBER_FILE",
     "CORPUS_RECORD_FILE", "DOMAIN_ARRAYS_FILE", "DOMAIN_FILE", "DOMAIN_SCORES_SUFFIX", "EARLIER_RUNS_DIR",
-    "EXPLORED_FILE", "EXPLORE_SETTINGS_FILE", "FOLD_PREFIX", "INVALID_SMILES_FILE", "IN_TRAINING_SPLIT_KEY",
+    "EXPLORED_FILE", "EXPLORED_RECORD_FILE", "EXPLORE_SETTINGS_FILE", "FOLD_PREFIX", "INVALID_SMILES_FILE",
+    "IN_TRAINING_SPLIT_KEY",
     "MEMBER_PREFIX", "METRICS_FILE", "MODEL_DIR", "MODEL_VOCAB_FILES", "REPORT_FILE", "REPORT_SUFFIX", "ROUND_LOGS",
     "ROUND_PREDICTIONS_FILE", "ROUND_PREFIX", "ROUND_TRAINING_FILE", "RUN_CONFIG_FILE", "RUN_RECORD_FILE",
     "RUN_STATE_FILE", "RunLayout", "SPLITS_FILE", "STORAGE_DIR", "SWEEP_FILE", "SWEEP_RECORD_FILE",

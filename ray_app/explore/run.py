@@ -24,7 +24,7 @@ from kermt.data.atomic_files import write_text
 from kermt.errors import Interrupted, UserError
 from kermt.explore.acquisition import best_score, round_rng
 from kermt.explore.blocks import acquire_in_blocks, random_rows
-from kermt.explore.explored import Explored, read_explored, write_explored
+from kermt.explore.explored import Explored, append_round, read_explored
 from kermt.explore.scorers import Scores
 from kermt.explore.sizes import check_plan
 from kermt.run_layout import RunLayout
@@ -57,12 +57,12 @@ def run_explore(config: ExploreConfig) -> Explored:
         started = time.perf_counter()
         size = (init if round_index == 0 else acquire).molecules(library.rows)
         try:
-            batch = acquire_batch(config, layout, library, explored, round_index, size)
-            explored = explored.extended(_scored(batch, scorer))
+            batch = _scored(acquire_batch(config, layout, library, explored, round_index, size), scorer)
         except KeyboardInterrupt as stop:  # Ctrl-C, or a finetune's graceful stop
             kept = f"{layout.explored} keeps rounds 0 to {round_index - 1}" if round_index else "nothing was scored"
             raise Interrupted(f"{kept}; the same command resumes at round {round_index}") from stop
-        write_explored(str(layout.explored), explored)  # the round is kept before the next one starts
+        append_round(str(layout.explored), batch)  # the round is kept before the next one starts
+        explored = explored.extended(batch)
         print(round_line(config, explored, round_index, time.perf_counter() - started), flush=True)
         write_round_report(layout)
     return explored
