@@ -37,6 +37,7 @@ Figures depend on the machine and what else runs on it: the load average is prin
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -70,7 +71,8 @@ def cpu_s_by_pid(root: int) -> dict[int, float]:
 
 class FileClock(threading.Thread):
     """When each watched file is first seen (with the tree's CPU seconds then), and every new modification time of
-    explored.csv (one per round)."""
+    explored.csv's record that counts one more round (the csv is also touched when it is made and while a round is
+    appended; the record is also written when the file is made)."""
 
     def __init__(self, layout: RunLayout, iterations: int, root: int) -> None:
         super().__init__(daemon=True)
@@ -86,7 +88,7 @@ class FileClock(threading.Thread):
                              f"r{k} finetuned": RunLayout(layout.round(k)).run_record,
                              f"r{k} predicted": layout.round_predictions(k)}
         self.seen: dict[str, float] = {}
-        self.rounds: list[float] = []  # explored.csv's modification times: each round's end
+        self.rounds: list[float] = []  # explored.rounds.json's modification times: each round's end
         self.load = [os.getloadavg()[0]] * 2
 
     def run(self) -> None:
@@ -96,11 +98,18 @@ class FileClock(threading.Thread):
                 if name not in self.seen and path.exists():
                     self.seen[name] = path.stat().st_mtime
                     self.cpu[name] = sum(self.last_cpu.values())  # up to half a second late
-            explored = self.layout.explored
-            if explored.exists() and (not self.rounds or explored.stat().st_mtime > self.rounds[-1]):
-                self.rounds.append(explored.stat().st_mtime)
+            self.note_round()
             load = os.getloadavg()[0]
             self.load = [min(self.load[0], load), max(self.load[1], load)]
+
+    def note_round(self) -> None:
+        record = self.layout.explored_record
+        try:
+            modified, rounds = record.stat().st_mtime, json.loads(record.read_text())["rounds"]
+        except (OSError, ValueError):  # not there yet (it is replaced whole, never half written)
+            return
+        if rounds > len(self.rounds):
+            self.rounds.append(modified)
 
 
 CPU_STEPS = {"featurise the library once": ("r1 finetuned", "featurised"),

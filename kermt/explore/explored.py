@@ -38,6 +38,7 @@ ROWS_AT_ONCE = 1024  # rows a chunk: ~0.4 MB of Python cells, and no slower than
 
 EXPLORED_COLUMNS = ("smiles", "score", "round", "predicted_mean", "predicted_std", "acquisition_value",
                     "library_row", "error")
+_HEADER = ",".join(EXPLORED_COLUMNS) + "\n"
 
 
 @dataclass
@@ -85,9 +86,7 @@ class Explored:
 def append_round(path: str, batch: Explored) -> None:
     """Appends one scored round's rows to explored.csv (made, header only, if absent); the round is recorded when
     its rows are flushed and fsync'ed and the record names the new length, never before."""
-    if not os.path.exists(path):
-        write_explored(path, Explored())
-    record = _record_of(path)
+    record = _record_of(path) if os.path.exists(path) else _header_only(path)
     _cut_to(path, record)  # rows of a round stopped mid-append: never recorded, that round is acquired again
     with open(path, "a", newline="", encoding="utf-8") as out:
         _write_rows(out, batch)
@@ -109,7 +108,7 @@ def write_explored(path: str, explored: Explored) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", newline="", encoding="utf-8") as out:
-            out.write(",".join(EXPLORED_COLUMNS) + "\n")
+            out.write(_HEADER)
             _write_rows(out, explored)
             out.flush()
             os.fsync(out.fileno())
@@ -149,6 +148,15 @@ def _record_of(path: str) -> dict[str, int]:
         return _read_record(record, path)
     whole = read_explored(path)
     recorded = {"bytes": os.path.getsize(path), "rows": len(whole), "rounds": whole.rounds_done}
+    _write_record(path, recorded)
+    return recorded
+
+
+def _header_only(path: str) -> dict[str, int]:
+    """A new explored.csv, its header only, and its record, written before any row: without it, a stop in round 0's
+    append would leave a file of part of a round that reads as whole."""
+    write_text(path, _HEADER)
+    recorded = {"bytes": len(_HEADER.encode("utf-8")), "rows": 0, "rounds": 0}
     _write_record(path, recorded)
     return recorded
 

@@ -81,6 +81,17 @@ def test_a_round_stopped_mid_append_is_never_read_and_the_next_append_cuts_it(tm
     assert read_explored(str(stopped)).rounds_done == 3
 
 
+def test_a_first_round_stopped_mid_append_leaves_no_rows(tmp_path):
+    stopped, straight = _files(tmp_path, "stopped", "straight")
+    append_round(str(straight), _round(0, 5))
+    append_round(str(stopped), Explored())  # the file and its record made, no rows yet: as a stop would find it
+    with open(stopped, "ab") as out:
+        out.write(straight.read_bytes()[len(stopped.read_bytes()):][:40])
+    assert len(read_explored(str(stopped))) == 0
+    append_round(str(stopped), _round(0, 5))
+    assert stopped.read_bytes() == straight.read_bytes()
+
+
 def test_a_file_without_its_record_is_read_whole_and_appended_to(tmp_path):
     path = tmp_path / "explored.csv"
     rounds = _rounds(3)
