@@ -1,4 +1,4 @@
-"""`kermt tune` on a real local Ray cluster: a 4-trial sweep, its outputs, replay of the best trial, resume."""
+"""`kermt tune` on a real local Ray cluster: a 3-trial sweep, its outputs, replay of the best trial, resume."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def inputs(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def sweep(tune_sweep) -> tuple[Path, list[str]]:
-    """The session's 4-trial sweep (tests/ray_app/conftest.py; the report tests read it too)."""
+    """The session's 3-trial sweep (tests/ray_app/conftest.py; the report tests read it too)."""
     return tune_sweep.save_dir, tune_sweep.argv
 
 
