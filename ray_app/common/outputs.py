@@ -8,9 +8,11 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,17 @@ def atomic_write_text(path: Path, text: str) -> None:
     staging = path.with_name(f".{path.name}.tmp")
     staging.write_text(text)
     os.replace(staging, path)
+
+
+@contextmanager
+def replacing_directory(target: Path) -> Iterator[Path]:
+    """A hidden sibling of ``target`` (not yet created) for the block to fill; when the block ends, it replaces
+    ``target``, renamed into place, so no reader sees half a folder. If the block raises, ``target`` is untouched."""
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    yield staging
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
 
 
 def _cell(value: float) -> str:

@@ -76,13 +76,14 @@ def train_members(setup: RunSetup, fold_data: Sequence[FoldData], jobs: Sequence
         return
     advice = (f"finished models and each member's last epoch are kept in {setup.save_dir} and {setup.storage}; "
               "re-run the same command to resume")
-    if len(to_train) == 1 and not tune.Tuner.can_restore(experiment_path(setup)):  # else an ensemble's to resume
+    restorable = tune.Tuner.can_restore(experiment_path(setup))  # an interrupted run's Tune run, resumed as such
+    if len(to_train) == 1 and not restorable:
         (fold, member), = to_train
         with stopping_on_ctrl_c(advice, tune=False):
             train_one_model(setup, fold_data[fold], fold, member)
         return
     with stopping_on_ctrl_c(advice):
-        grid = _tuner(setup, fold_data, to_train, kept, trial_actor_resources(*model_configs)).fit()
+        grid = _tuner(setup, fold_data, to_train, kept, trial_actor_resources(*model_configs), restorable).fit()
     for result in grid:  # trials that finished while no driver was there to copy their files
         fetch_member(setup.save_dir, setup.run_id, result.config, result.checkpoint)
     failed = [result for result in grid if result.error is not None]
@@ -99,13 +100,13 @@ def train_members(setup: RunSetup, fold_data: Sequence[FoldData], jobs: Sequence
 
 
 def _tuner(setup: RunSetup, fold_data: Sequence[FoldData], to_train: list[Job], kept: frozenset[Job],
-           resources: dict[str, float]):
+           resources: dict[str, float], restorable: bool):
     # Each fold's FoldData (where its shards are, its manifests and scalers) travels inside one small object
     # (tune.with_parameters puts each argument once); no trial gets a fold's object.
     trainable = tune.with_resources(tune.with_parameters(
         train_member, setup=setup.without_inputs(), fold_data=list(fold_data), trial=MemberTrial(kept)), resources)
     experiment = experiment_path(setup)
-    if tune.Tuner.can_restore(experiment):  # its grid, concurrency and callbacks are the interrupted run's
+    if restorable:  # its grid, concurrency and callbacks are the interrupted run's
         print(f"resuming the Tune run in {experiment}: finished trials are kept, unfinished ones restart", flush=True)
         return tune.Tuner.restore(experiment, trainable, resume_unfinished=True, resume_errored=True)
     concurrency = member_concurrency(setup, len(to_train))

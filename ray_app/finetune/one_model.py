@@ -10,8 +10,7 @@ checkpoint in the run's storage, as a restarted trial does.
 
 from __future__ import annotations
 
-import shutil
-
+from ray_app.common import outputs
 from ray_app.finetune.fold_data import FoldData
 from ray_app.finetune.members import run_member, save_member
 from ray_app.finetune.run_setup import RunSetup
@@ -22,10 +21,6 @@ def train_one_model(setup: RunSetup, data: FoldData, fold: int, member: int) -> 
     their folder and renamed into place, so a run stopped meanwhile leaves no half-written member."""
     setup = setup.without_inputs()  # what a trial gets: the workers' plan carries no input molecules
     model, history = run_member(setup, data, fold, member)
-    target = setup.layout.member(fold, member)
-    staging = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    save_member(setup, model, data, staging, history, fold, member)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    with outputs.replacing_directory(setup.layout.member(fold, member)) as staging:
+        staging.mkdir(parents=True)
+        save_member(setup, model, data, staging, history, fold, member)

@@ -136,11 +136,8 @@ def write_best(save_dir: Path, best: TrialRow) -> FinetuneConfig:
         config = FinetuneConfig(**yaml.safe_load(f))
     config = config.model_copy(update={"save_dir": str(layout.best_replay)})
     outputs.atomic_write_text(layout.best_config, to_yaml(config))
-    staging = layout.best_model.with_name(f".{layout.best_model.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(trial.model, staging)
-    shutil.rmtree(layout.best_model, ignore_errors=True)
-    staging.rename(layout.best_model)
+    with outputs.replacing_directory(layout.best_model) as staging:
+        shutil.copytree(trial.model, staging)
     return config
 
 
