@@ -24,6 +24,7 @@ from typing import Any
 
 import ray
 
+from ray_app.common.orphans import release_orphans_now_and_at_exit
 from ray_app.common.ray_internals import (AUTH_TOKEN_SETUP_LOGGER, DATA_PROGRESS_LOGGER, GCS_PORT_VARIABLE,
                                           HEAD_NODE_RESOURCE, TRAIN_PREEMPTION_WATCHER_VARIABLE,
                                           TRAIN_PRINT_PATCH_VARIABLE, TUNE_NEW_OUTPUT_VARIABLE)
@@ -55,6 +56,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, object_stor
         kwargs: dict[str, Any] = {"log_to_driver": True, "configure_logging": True, "logging_level": "WARNING"}
         if address:
             ray.init(address=address, **kwargs)
+            release_orphans_now_and_at_exit()  # what a killed driver left reserved there (orphans.py says why)
         else:
             # "local": always a new cluster here. A bare ray.init() would attach to any cluster that `ray start`
             # left running on this machine; `--address auto` asks for that explicitly.

@@ -34,6 +34,18 @@ GCS_PORT_VARIABLE = "RAY_GCS_SERVER_PORT"
 # with ray._private.services.canonicalize_bootstrap_address_or_die, which takes RAY_ADDRESS first and otherwise
 # looks for GCS processes on the machine ("Found multiple active Ray instances" with two of them).
 
+# The state API lists placement groups by hex id only, and ray.util.remove_placement_group takes a PlacementGroup,
+# which is built from Ray's ID type (ray._raylet.PlacementGroupID; ray_app/common/orphans.py removes by id).
+PLACEMENT_GROUP_ID_MODULE = "ray._raylet"
+
+
+def placement_group_by_hex(hex_id: str) -> object:
+    """The ``ray.util.placement_group.PlacementGroup`` whose id is ``hex_id``."""
+    from ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(importlib.import_module(PLACEMENT_GROUP_ID_MODULE).PlacementGroupID.from_hex(hex_id))
+
+
 # --- Logs -------------------------------------------------------------------------------------------------------
 
 # The driver folds worker lines that differ only in words holding digits ("[repeated 8x across cluster]") unless they

@@ -64,8 +64,8 @@ while True:
     time.sleep(1)
 actors = [f"{a.class_name} pid={a.pid} node={a.node_id} job={a.job_id}"
           for a in list_actors(filters=[("state", "=", "ALIVE")])]
-groups = [f"{g.placement_group_id} {g.state} {g.bundles}"
-          for g in list_placement_groups(filters=[("state", "!=", "REMOVED")])]
+groups = [f"{g.placement_group_id} {g.state} job={g.creator_job_id} detached={g.is_detached}"
+          for g in list_placement_groups(filters=[("state", "!=", "REMOVED")], detail=True)]
 print(json.dumps({"total_cpus": total.get("CPU", 0), "free_cpus": free.get("CPU", 0), "actors": actors,
                   "placement_groups": groups, "coordinator_requests": requests}))
 """

@@ -79,6 +79,20 @@ def test_serves_global_client_gives_the_running_instances_http_options():
     # what it returns on a running instance: tests/ray_app/serve/test_serve_command.py (a joining app's URL)
 
 
+def test_a_placement_group_is_found_again_by_its_hex_id(ray_cluster):
+    from ray.util.placement_group import placement_group, placement_group_table
+
+    group = placement_group([{"CPU": 0.01}])
+    ray.get(group.ready())
+    again = internals.placement_group_by_hex(group.id.hex())
+    assert again.id == group.id
+    ray.util.remove_placement_group(again)
+    deadline = time.monotonic() + 30
+    while placement_group_table(group)["state"] != "REMOVED":
+        assert time.monotonic() < deadline, f"not removed by its hex id; {UPGRADED}"
+        time.sleep(0.1)
+
+
 # --- Logs -------------------------------------------------------------------------------------------------------
 
 def test_serves_high_throughput_mode_is_the_variables_we_set():
