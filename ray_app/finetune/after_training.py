@@ -3,13 +3,14 @@
 For each fold: the members' test predictions (``fold_k/test_result.csv``, ``test_spread.csv``, the scores), the
 calibration (``ray_app.finetune.calibrate``) and the applicability-domain index (``ray_app.finetune.domain``). The
 task reads the fold's shards a shard at a time (ray_app.finetune.fold_data: train, val and test, with the raw test
-labels and the scalers in :class:`FoldData`), every member's predictions of a test or validation shard from one
-read of it (the fold's members are loaded together), and keeps only predictions, embeddings of the at most 50,000
-training molecules of the index and per-molecule distances; the driver, which made all this from the fold's object
-before, holds no fold after training. The task runs on the driver's node at 0 CPUs, as ``write_folds`` pins its writers:
-it reads the members from save_dir and writes ``fold_k/`` there (the driver's disk, a staging directory when
---save_dir is a URI), with the driver's torch thread count, so the numbers are the ones the driver computed. What
-it printed comes back with its results, for the driver to print, so the run's output is as it was.
+labels and the scalers in :class:`FoldData`): a test or validation shard is read once for a group of members, which
+all predict it (every member is in one group at this project's sizes: MEMBER_WEIGHTS_IN_MEMORY). It keeps only
+predictions, embeddings of the at most 50,000 training molecules of the index and per-molecule distances; the
+driver, which made all this from the fold's object before, holds no fold after training. The task runs on the
+driver's node at 0 CPUs, as ``write_folds`` pins its writers: it reads the members from save_dir and writes
+``fold_k/`` there (the driver's disk, a staging directory when --save_dir is a URI), with the driver's torch thread
+count, so the numbers are the ones the driver computed. What it printed comes back with its results, for the driver
+to print, so the run's output is as it was.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from ray_app.finetune.resume import finished_member
 from ray_app.finetune.run_setup import RunSetup
 
 Prediction = tuple[np.ndarray, np.ndarray | None]  # a member's predictions of molecules, and variances or None
+# The weights of a fold's members that the step after training holds at once. At this project's sizes (a few MB a
+# member) a fold's members all fit, and each shard is read once; five members of a release-size model (GROVER large,
+# ~100 M parameters: ~0.4 GB each) load in groups, each reading the shards again.
+MEMBER_WEIGHTS_IN_MEMORY = 2**30
 
 
 @dataclass(frozen=True)
@@ -94,40 +99,114 @@ def _finish_fold(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: 
 
 def finish_fold(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: FoldData,
                 calibration: SourceData | None = None, in_training: int | None = None,
-                rule: WidthRule | None = None) -> FoldOutcome:
+                rule: WidthRule | None = None, weights_in_memory: int = MEMBER_WEIGHTS_IN_MEMORY) -> FoldOutcome:
     """One fold's step after training, in this process, from its shards (what the task runs; it prints as it
-    goes, and the outcome's ``output`` is empty). Each shard is read once: a validation or test shard gives every
-    member's predictions of it and member 0's domain distances in that one read."""
-    c, val_targets = setup.config, data.val.targets()
+    goes, and the outcome's ``output`` is empty). The members are loaded a group at a time, as many as
+    ``weights_in_memory`` bytes of weights hold; each group reads each shard once: a validation or test shard gives
+    the group's predictions of it and, in the first group, member 0's domain distances in that one read."""
+    val_targets = data.val.targets()
     on = CalibrationSet(None, label_units(val_targets, data.target_scaler), validation_source(fold)) \
         if calibration is None else file_set(calibration, data.features_scaler, in_training or 0)
-    # every member at once (a model is small beside a split), so that each shard is read once, not once a member
-    models = [_member_model(setup, fold, member, config) for member in range(c.ensemble_size)]
-    predicts = [partial(predict_molecules, model, target_scaler=data.target_scaler, batch_size=c.step_batch_size,
-                        use_gpu=c.use_gpu, precision=c.precision, rule=rule) for model in models]
-    calibrating = predicts if is_calibrated(setup) else []
-    domain = FoldDomain(setup, fold, data, models[0], rule)  # fold_k/domain.json (ray_app.finetune.domain)
-    fitted = domain.distances if domain.index is not None else None
-    val_cal, val_distances = _read_once(data.val.sets(), calibrating if on.molecules is None else [], fitted)
-    index = domain.finish(val_distances)
-    # a mondrian_domain calibration reads its molecules' distances, the fold's record the test's
-    distance = fitted if needs_distance(setup) and index is not None else None
+    first, *rest = _member_groups(setup, fold, config, weights_in_memory)
+    reads = _GroupReads(setup, data, on, rule)
     test_smiles: list[str] = []
-    test, test_distances = _read_once(_noting_smiles(data.test.sets(), test_smiles), predicts, distance)
-    cal, distances = (val_cal, None if distance is None else val_distances) if on.molecules is None \
-        else _read_once([on.molecules], calibrating, distance)
-    member_preds = [preds for preds, _ in test]
+    test_distances, distances = _first_group(setup, fold, config, data, first, reads, test_smiles)
+    for group in rest:  # one group's models at a time: each list is gone before the next loads
+        reads.every_split(_member_models(setup, fold, config, group))
+    member_preds = [preds for preds, _ in reads.test_predictions]
     value = score_test_split(setup, fold, test_smiles, data.test_targets_raw, member_preds)
+    cal = reads.calibration_predictions
     calibrated = calibrate_fold(setup, fold, on, [preds for preds, _ in cal], [v for _, v in cal], distances)
     targets = {"train": data.train.targets(), "val": val_targets, "test": data.test_targets_raw}
     return FoldOutcome(value, calibrated, fold_record(setup, fold, targets, test_smiles, member_preds,
                                                       test_distances), "")
 
 
-def _member_model(setup: RunSetup, fold: int, member: int, config: FinetuneModelConfig) -> KermtFinetuneModel:
-    found = finished_member(setup.layout.member(fold, member), setup.run_id, config)
-    assert found is not None, "train_members leaves every member in save_dir"
-    return found[0]
+def _first_group(setup: RunSetup, fold: int, config: FinetuneModelConfig, data: FoldData, members: list[int],
+                 reads: "_GroupReads", test_smiles: list[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The first group's reads, in which member 0 also builds the fold's domain (``fold_k/domain.json``:
+    ray_app.finetune.domain) and measures the distances the fold needs; returns the test molecules' and the
+    calibration molecules' distances (None where not wanted). Notes the test SMILES in ``test_smiles``."""
+    models = _member_models(setup, fold, config, members)
+    domain = FoldDomain(setup, fold, data, models[0], reads.rule)
+    fitted = domain.distances if domain.index is not None else None
+    val_distances = reads.validation(models, fitted)
+    index = domain.finish(val_distances)
+    # a mondrian_domain calibration reads its molecules' distances, the fold's record the test's
+    distance = fitted if needs_distance(setup) and index is not None else None
+    return reads.test(models, distance, noting=test_smiles), reads.calibration(models, distance, val_distances)
+
+
+def _member_groups(setup: RunSetup, fold: int, config: FinetuneModelConfig, weights_in_memory: int) \
+        -> list[list[int]]:
+    """The fold's members in groups of as many as ``weights_in_memory`` bytes of weights hold (at least one); the
+    members of a fold share one architecture, so member 0's weights file tells the size of each."""
+    members = list(range(setup.config.ensemble_size))
+    weights = RunLayout(setup.layout.member(fold, 0)).model
+    size = sum(f.stat().st_size for f in weights.rglob("*") if f.is_file()) if weights.is_dir() \
+        else weights.stat().st_size
+    per_group = max(1, weights_in_memory // max(size, 1))
+    return [members[i:i + per_group] for i in range(0, len(members), per_group)]
+
+
+class _GroupReads:
+    """Each member's (predictions, variances or None) of the fold's validation, test and calibration molecules,
+    gathered a group of members at a time, in member order; every call reads its split once for the group."""
+
+    def __init__(self, setup: RunSetup, data: FoldData, on: CalibrationSet, rule: WidthRule | None):
+        self.setup, self.data, self.on, self.rule = setup, data, on, rule
+        self.val_predictions: list[Prediction] = []
+        self.test_predictions: list[Prediction] = []
+        self.file_predictions: list[Prediction] = []
+
+    def _predicts(self, models: Sequence[KermtFinetuneModel]) -> list[Callable[[MoleculeSet], Prediction]]:
+        c = self.setup.config
+        return [partial(predict_molecules, model, target_scaler=self.data.target_scaler,
+                        batch_size=c.step_batch_size, use_gpu=c.use_gpu, precision=c.precision, rule=self.rule)
+                for model in models]
+
+    def _calibrating(self, models: Sequence[KermtFinetuneModel]) -> list[Callable[[MoleculeSet], Prediction]]:
+        return self._predicts(models) if is_calibrated(self.setup) else []
+
+    def validation(self, models, distance=None) -> np.ndarray | None:
+        """The validation split's read: predictions only when they calibrate; returns ``distance`` of it."""
+        wanted = self._calibrating(models) if self.on.molecules is None else []
+        if not wanted and distance is None:
+            return None  # nothing to read it for
+        found, distances = _read_once(self.data.val.sets(), wanted, distance)
+        self.val_predictions += found
+        return distances
+
+    def test(self, models, distance=None, noting: list[str] | None = None) -> np.ndarray | None:
+        parts = self.data.test.sets() if noting is None else _noting_smiles(self.data.test.sets(), noting)
+        found, distances = _read_once(parts, self._predicts(models), distance)
+        self.test_predictions += found
+        return distances
+
+    def calibration(self, models, distance=None, val_distances=None) -> np.ndarray | None:
+        """The --calibration_path molecules' read (none without the file: the validation split calibrates);
+        returns the calibration molecules' ``distance`` (``val_distances`` without the file)."""
+        if self.on.molecules is None:
+            return None if distance is None else val_distances
+        found, distances = _read_once([self.on.molecules], self._calibrating(models), distance)
+        self.file_predictions += found
+        return distances
+
+    def every_split(self, models: Sequence[KermtFinetuneModel]) -> None:
+        self.validation(models)
+        self.test(models)
+        self.calibration(models)
+
+    @property
+    def calibration_predictions(self) -> list[Prediction]:
+        return self.val_predictions if self.on.molecules is None else self.file_predictions
+
+
+def _member_models(setup: RunSetup, fold: int, config: FinetuneModelConfig, members: Sequence[int]) \
+        -> list[KermtFinetuneModel]:
+    found = [finished_member(setup.layout.member(fold, member), setup.run_id, config) for member in members]
+    assert all(f is not None for f in found), "train_members leaves every member in save_dir"
+    return [f[0] for f in found]
 
 
 def _read_once(parts: Iterable[MoleculeSet], predicts: Sequence[Callable[[MoleculeSet], Prediction]],

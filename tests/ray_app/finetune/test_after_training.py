@@ -22,7 +22,8 @@ from kermt.train.step import score
 from kermt.uncertainty.conformal import MONDRIAN_DOMAIN
 from kermt.uncertainty.domain import DomainSearch, embedding_identity, fit_domain, load_domain, training_rows
 from ray_app.common import outputs
-from ray_app.finetune.after_training import finish_fold, finish_folds, run_width_rule
+from ray_app.finetune.after_training import MEMBER_WEIGHTS_IN_MEMORY, _member_groups, finish_fold, finish_folds, \
+    run_width_rule
 from ray_app.finetune.config import resolve
 from ray_app.finetune.domain import _featurized, split_embeddings
 from ray_app.finetune.calibrate import calibrate_fold, validation_set
@@ -34,8 +35,8 @@ from ray_app.finetune.run_setup import resolve_setup
 from ray_app.report.results import read_test_result
 from tests.conftest import FIXTURE_DIR
 
-# Runs with -m slow (~10 s each): every finetune test runs this step end to end; these check it against the object.
-pytestmark = pytest.mark.slow
+# In the default suite: each takes about a second on the session's regression_run (tests/ray_app/conftest.py),
+# which the report tests make anyway.
 
 
 def _refolded(regression_run, tmp_path):
@@ -118,3 +119,24 @@ def test_a_mondrian_domain_fold_gets_its_distances_in_the_reads_that_predict_and
     assert outcome.calibration["file"] is None and f"fold 0: no calibration ({outcome.calibration['reason']})" \
         in printed
     assert DISTANCE_COLUMN not in pd.read_csv(run / "fold_0" / "test_spread.csv", index_col=0).columns
+
+
+def test_members_loaded_a_group_at_a_time_give_the_same_fold(regression_run, tmp_path, capsys):
+    """A weights budget that holds one member at a time (two groups, each reading the shards): the same score,
+    calibration, record and fold files as both members at once, under a mondrian_domain calibration (the first
+    group also measures the distances)."""
+    run, config, setup, refs, configs, data = _refolded(regression_run, tmp_path)
+    setup = replace(setup, config=setup.config.model_copy(update={"calibration_method": MONDRIAN_DOMAIN}))
+    rule = run_width_rule(setup, 1)
+    assert _member_groups(setup, 0, configs[0], MEMBER_WEIGHTS_IN_MEMORY) == [[0, 1]]
+    assert _member_groups(setup, 0, configs[0], 1) == [[0], [1]]
+    together = finish_fold(setup, 0, configs[0], data[0], rule=rule)
+    written = _fold_files(run)
+    apart = finish_fold(setup, 0, configs[0], data[0], rule=rule, weights_in_memory=1)
+    assert (apart.score, apart.calibration, apart.record) == (together.score, together.calibration, together.record)
+    assert _fold_files(run) == written and len(written) >= 4  # test result and spread, calibration, domain
+    assert capsys.readouterr().out.count("fold 0: applicability domain") == 2  # once a run: the first group's
+
+
+def _fold_files(run) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (run / "fold_0").iterdir() if p.is_file()}
