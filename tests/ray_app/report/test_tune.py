@@ -1,4 +1,4 @@
-"""The report of a real tiny `kermt tune` sweep (the session's 3 trials of 2 epochs on 80 molecules that
+"""The report of a real tiny `kermt tune` sweep (the session's 2 trials of 2 epochs on 80 molecules that
 tests/ray_app/tune reads too: tests/ray_app/tune/sweeps.py), written at the end of the sweep and opened in headless
 Chromium."""
 

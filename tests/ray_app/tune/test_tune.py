@@ -1,4 +1,4 @@
-"""`kermt tune` on a real local Ray cluster: a 3-trial sweep, its outputs, replay of the best trial, resume."""
+"""`kermt tune` on a real local Ray cluster: the shared sweep, its outputs, replay of the best trial, resume."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ray_app.finetune.run import run_finetune
 from ray_app.tune.command import main
 from ray_app.tune.trial import trial_config
 from tests.conftest import DATA_DIR
-from tests.ray_app.tune.sweeps import SHARED_TRIALS, read_trials, sweep_argv, write_inputs
+from tests.ray_app.tune.sweeps import SHARED_CONCURRENCY, SHARED_TRIALS, read_trials, sweep_argv, write_inputs
 
 ROOT = DATA_DIR.parents[1]
 
@@ -34,7 +34,7 @@ def inputs(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def sweep(tune_sweep) -> tuple[Path, list[str]]:
-    """The session's 3-trial sweep (tests/ray_app/conftest.py; the report tests read it too)."""
+    """The session's shared sweep (tests/ray_app/conftest.py; the report tests read it too)."""
     return tune_sweep.save_dir, tune_sweep.argv
 
 
@@ -59,7 +59,7 @@ def test_sweep_records_every_trial_and_picks_the_best(sweep):
         assert [e.step for e in events.Scalars("rmse_val")] == [0, 1]
         assert min(e.value for e in events.Scalars("rmse_val")) == pytest.approx(float(row[objective]), abs=1e-6)
     assert read_checkpoint(save_dir / "best_model").spec.kind == "finetuned"
-    assert max_overlap(save_dir) <= 2
+    assert max_overlap(save_dir) <= SHARED_CONCURRENCY
     # fold 0's split was put in the object store once: every trial scored its test split from that one object
     objects = {json.loads((save_dir / "trials" / r["trial_id"] / "result.json").read_text())["splits_object"]
                for r in rows}
