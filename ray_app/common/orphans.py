@@ -6,7 +6,7 @@ detached. Ray 2.60 misses one case: a group that an actor of the job asks for af
 session), a Train controller that is still running while Ray kills the job's actors can be that actor: its workers
 die, it restarts its worker group and reserves a new group. Its CPUs or GPUs then stay reserved until the cluster
 stops: on an autoscaling cluster a GPU node that never scales in, on a fixed one a run that waits for them forever
-(tests/multinode's rerun test left one in 2 of 6 runs).
+(tests/multinode's rerun test left one in CI, and in 1 of 5 runs here).
 
 So every command that joins a running cluster releases such groups when it connects and when it exits: groups that
 are not detached and whose job has ended. Nothing alive can use one (a job's actors end with it), so releasing it

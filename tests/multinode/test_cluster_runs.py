@@ -212,6 +212,9 @@ def test_rerun_after_the_driver_died_keeps_finished_models_and_resumes_the_rest(
     assert first / "metrics.csv" in stamps and not (save_dir / "fold_0/model_1/metrics.csv").exists()
 
     out = run_driver(cluster, args).stdout
+    # for the record, never an assertion: whether the killed driver left a placement group that this run released
+    # (Ray 2.60 left one in 1 of 5 such kills here, and once in CI: ray_app/common/orphans.py)
+    print("\nreleased by the rerun:", [line for line in out.splitlines() if line.startswith("released ")] or "none")
     assert "resuming the run in" in out and "kept 1 of 2 model(s) this run already saved; 1 to go" in out
     assert re.search(r"\[fold 0 model 1\] resuming at epoch [1-5]", out), out[-4000:]
     assert {p: p.stat().st_mtime_ns for p in first.rglob("*") if p.is_file()} == stamps
