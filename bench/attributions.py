@@ -47,18 +47,18 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.chemprop_compare import chemprop_rows, run_chemprop  # noqa: E402
-from kermt.checkpoint import CheckpointSpec, read_checkpoint, save_native  # noqa: E402
-from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig  # noqa: E402
-from kermt.data.dataset import MoleculeSet  # noqa: E402
-from kermt.data.featurize import FeaturizedMolecules, featurize_smiles  # noqa: E402
-from kermt.data.scalers import StandardScaler  # noqa: E402
-from kermt.inference import Ensemble  # noqa: E402
-from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM  # noqa: E402
-from kermt.inference.attributions import Attributor, Baseline, PathRule  # noqa: E402
-from kermt.nn.finetune import KermtFinetuneModel  # noqa: E402
-from kermt.nn.heads import initialize_weights  # noqa: E402
-from kermt.train.loop import MemberPlan, fit  # noqa: E402
+from bench.chemprop_compare import chemprop_rows, run_chemprop
+from kermt.checkpoint import CheckpointSpec, read_checkpoint, save_native
+from kermt.config import EncoderConfig, FinetuneModelConfig, HeadConfig, ReadoutConfig
+from kermt.data.dataset import MoleculeSet
+from kermt.data.featurize import FeaturizedMolecules, featurize_smiles
+from kermt.data.scalers import StandardScaler
+from kermt.inference import Ensemble
+from kermt.chem.features import ATOM_FDIM, BOND_ONLY_FDIM
+from kermt.inference.attributions import Attributor, Baseline, PathRule
+from kermt.nn.finetune import KermtFinetuneModel
+from kermt.nn.heads import initialize_weights
+from kermt.train.loop import MemberPlan, fit
 
 DEMO = ROOT / "data/sample/admet_demo.csv"
 HALOGENS = frozenset({9, 17, 35, 53})

@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from scale import tree_cpu_s  # noqa: E402 - bench/ is put on sys.path above; CPU seconds of this process and its Ray processes
+from scale import tree_cpu_s  # CPU seconds of this process and its Ray processes
 
 MOSES = ROOT / "data/moses/train.csv.gz"
 

@@ -50,10 +50,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from explore import SURROGATE  # noqa: E402 - bench/ is put on sys.path above
-from scale import TreeMemory, _descendants, labelled_csv  # noqa: E402
+from explore import SURROGATE
+from scale import TreeMemory, _descendants, labelled_csv
 
-from kermt.run_layout import RunLayout  # noqa: E402
+from kermt.run_layout import RunLayout
 
 
 def cpu_s_by_pid(root: int) -> dict[int, float]:
