@@ -100,7 +100,7 @@ class NoamLR(torch.optim.lr_scheduler.LRScheduler):
         base = self.schedule.lr(self.current_step)
         return [base * factor for factor in self.factors]
 
-    def step(self, current_step: int | None = None) -> None:  # type: ignore[override]
+    def step(self, current_step: int | None = None) -> None:  # type: ignore[override]  # upstream NoamLR's signature
         """Advance one step (or jump to ``current_step``) and set every group's lr."""
         self.current_step = self.current_step + 1 if current_step is None else current_step
         self._step_count = getattr(self, "_step_count", 0) + 1

@@ -75,11 +75,11 @@ def test_model_smiles_survive_arrays_select_and_concat():
 
 def test_a_bad_setting_is_one_line_naming_it():
     with pytest.raises(UserError, match=r"^standardize 'tautomer' is not one of parent, none$"):
-        MoleculePrep("tautomer")  # type: ignore[arg-type]
+        MoleculePrep("tautomer")  # type: ignore[arg-type]  # the wrong value is the test
     with pytest.raises(UserError, match=r"^max_heavy_atoms 0: must be"):
         MoleculePrep(max_heavy_atoms=0)
     with pytest.raises(UserError, match=r"features.standardize 'yes' is not one of parent, none"):
-        FeatureSettings(standardize="yes")  # type: ignore[arg-type]
+        FeatureSettings(standardize="yes")  # type: ignore[arg-type]  # the wrong value is the test
 
 
 def standardizing_checkpoint(directory, name: str = "ckpt_ft_cls.pt"):
