@@ -24,6 +24,8 @@ from ray_app.common.ray_internals import placement_group_by_hex
 
 logger = logging.getLogger(__name__)
 
+_LISTED = 10_000  # jobs or groups asked of the state API (its default is 100)
+_STATE_API_TIMEOUT_S = 10  # a command waits at most this long for each answer (the default is 30 s)
 _LIVE_JOB_STATES = ("PENDING", "RUNNING")  # a str-valued enum (JobStatus) compares equal to these
 
 
@@ -33,10 +35,10 @@ def release_orphaned_placement_groups() -> list[str]:
     from ray.util.state import list_jobs, list_placement_groups
 
     address = ray.get_runtime_context().gcs_address
-    try:
-        jobs = list_jobs(address=address)
+    try:  # a job missing from a truncated answer is not counted as ended: its groups stay
         groups = list_placement_groups(address=address, detail=True, filters=[("state", "!=", "REMOVED")],
-                                       limit=10_000)
+                                       limit=_LISTED, timeout=_STATE_API_TIMEOUT_S)
+        jobs = list_jobs(address=address, limit=_LISTED, timeout=_STATE_API_TIMEOUT_S) if groups else []
     except Exception as error:  # the state API is a dashboard service: a cluster may run without it
         logger.debug("placement groups of ended runs not checked: %s", error)
         return []
