@@ -27,7 +27,7 @@ import ray
 import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from kermt.checkpoint.native import saved_spec
+from kermt.checkpoint.native import WEIGHTS_FILE, saved_spec
 from kermt.config import FinetuneModelConfig
 from kermt.data.dataset import MoleculeSet
 from kermt.inference.columns import ensemble_mean
@@ -142,9 +142,7 @@ def _member_groups(setup: RunSetup, fold: int, config: FinetuneModelConfig, weig
     """The fold's members in groups of as many as ``weights_in_memory`` bytes of weights hold (at least one); the
     members of a fold share one architecture, so member 0's weights file tells the size of each."""
     members = list(range(setup.config.ensemble_size))
-    weights = RunLayout(setup.layout.member(fold, 0)).model
-    size = sum(f.stat().st_size for f in weights.rglob("*") if f.is_file()) if weights.is_dir() \
-        else weights.stat().st_size
+    size = (RunLayout(setup.layout.member(fold, 0)).model / WEIGHTS_FILE).stat().st_size
     per_group = max(1, weights_in_memory // max(size, 1))
     return [members[i:i + per_group] for i in range(0, len(members), per_group)]
 
