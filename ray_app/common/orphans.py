@@ -26,7 +26,6 @@ logger = logging.getLogger(__name__)
 
 _LISTED = 10_000  # jobs or groups asked of the state API (its default is 100)
 _STATE_API_TIMEOUT_S = 10  # a command waits at most this long for each answer (the default is 30 s)
-_LIVE_JOB_STATES = ("PENDING", "RUNNING")  # a str-valued enum (JobStatus) compares equal to these
 
 
 def release_orphaned_placement_groups() -> list[str]:
@@ -42,7 +41,8 @@ def release_orphaned_placement_groups() -> list[str]:
     except Exception as error:  # the state API is a dashboard service: a cluster may run without it
         logger.debug("placement groups of ended runs not checked: %s", error)
         return []
-    live = {job.job_id for job in jobs if job.job_id and job.status in _LIVE_JOB_STATES}
+    # a job id may be listed twice (a submission and its driver): ended only if no entry of it is live
+    live = {job.job_id for job in jobs if job.job_id and not job.status.is_terminal()}
     ended = {job.job_id for job in jobs if job.job_id} - live
     released = []
     for group in groups:
