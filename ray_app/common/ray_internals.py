@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 import signal
+from dataclasses import dataclass
 
 CHECKED_ON = "2.60.0"
 
@@ -34,8 +35,52 @@ GCS_PORT_VARIABLE = "RAY_GCS_SERVER_PORT"
 # with ray._private.services.canonicalize_bootstrap_address_or_die, which takes RAY_ADDRESS first and otherwise
 # looks for GCS processes on the machine ("Found multiple active Ray instances" with two of them).
 
-# The state API lists placement groups by hex id only, and ray.util.remove_placement_group takes a PlacementGroup,
-# which is built from Ray's ID type (ray._raylet.PlacementGroupID; ray_app/common/orphans.py removes by id).
+# Who made a placement group is only in the GCS's own record of it (protobuf
+# ray.core.generated.gcs_pb2.PlacementGroupTableData, read through ray._private.state's GlobalStateAccessor):
+# creator_job_id and creator_actor_id (all 0xff bytes when a driver or a task made it). The state API lists the job
+# only. Its creator_actor_dead flag is no guide: it stayed False for a group whose actor Ray had killed.
+# ray_app/common/orphans.py reads the records, the GCS job table (ray._private.state.jobs(), "JobID" in hex and
+# "IsDead") and the actor table (GlobalState.actor_table(hex): {} once Ray dropped the actor, else "State").
+GLOBAL_STATE_MODULE = "ray._private.state"
+GCS_PROTOBUF_MODULE = "ray.core.generated.gcs_pb2"
+NO_ACTOR = "ff" * 16  # ray.ActorID.nil().hex()
+
+
+@dataclass(frozen=True)
+class PlacementGroupRecord:
+    """The GCS's record of one placement group, ids in hex."""
+
+    group_id: str
+    creator_job_id: str
+    creator_actor_id: str | None  # None when no actor made it (a driver or a task did)
+    state: str  # PENDING, PREPARED, CREATED, RESCHEDULING or REMOVED
+    detached: bool
+
+
+def placement_group_records() -> list[PlacementGroupRecord]:
+    """Every placement group the GCS knows of, removed ones included (needs ray.init)."""
+    table = importlib.import_module(GCS_PROTOBUF_MODULE).PlacementGroupTableData
+    accessor = importlib.import_module(GLOBAL_STATE_MODULE).state._connect_and_get_accessor()
+    records = [table.FromString(raw) for raw in accessor.get_placement_group_table()]
+    return [PlacementGroupRecord(group_id=r.placement_group_id.hex(), creator_job_id=r.creator_job_id.hex(),
+                                 creator_actor_id=None if r.creator_actor_id.hex() == NO_ACTOR
+                                 else r.creator_actor_id.hex(),
+                                 state=table.PlacementGroupState.Name(r.state), detached=r.is_detached)
+            for r in records]
+
+
+def ended_job_ids() -> set[str]:
+    """The hex ids of the jobs (drivers) the GCS has marked ended."""
+    return {job["JobID"] for job in importlib.import_module(GLOBAL_STATE_MODULE).jobs() if job["IsDead"]}
+
+
+def actor_ended(actor_id: str) -> bool:
+    """Whether the actor with this hex id is dead or no longer known to the GCS."""
+    actor = importlib.import_module(GLOBAL_STATE_MODULE).state.actor_table(actor_id)
+    return actor.get("State", "DEAD") == "DEAD"
+
+
+# Removing a group by id needs Ray's ID type to build the PlacementGroup that remove_placement_group takes.
 PLACEMENT_GROUP_ID_MODULE = "ray._raylet"
 
 

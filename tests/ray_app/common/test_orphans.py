@@ -1,5 +1,6 @@
 """ray_app.common.orphans on the session's cluster: the placement group that Ray leaves reserved when an actor of an
-ended job asks for one is released; the groups of a live job and a detached group of an ended job are kept."""
+ended job asks for one is released; the groups of a live job, the group of an ended job's live detached actor and a
+detached group of an ended job are kept."""
 
 from __future__ import annotations
 
@@ -10,20 +11,21 @@ import time
 import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.state import list_placement_groups
+from ray.util.state import list_actors
 
 from ray_app.common.orphans import release_orphaned_placement_groups
-from ray_app.common.ray_internals import placement_group_by_hex
+from ray_app.common.ray_internals import placement_group_by_hex, placement_group_records
 
-# A driver whose actor asks for a placement group the moment Ray has marked its job ended (as a Train controller
-# restarting its worker group while a killed driver's workers die does); it also leaves a detached group.
+# A driver whose actors ask for a placement group the moment the GCS has marked their job ended: two ordinary actors
+# (as a Train controller restarting its worker group while a killed driver's workers die does), which race Ray
+# killing them, and a detached one, which lives on. It also leaves a detached group.
 DRIVER = """
 import sys, threading, time
 import ray
 import ray._private.state as state
 from ray.util.placement_group import placement_group
 
-ray.init(address=sys.argv[1], logging_level="ERROR")
+ray.init(address=sys.argv[1], logging_level="ERROR", namespace="orphans-test")
 detached = placement_group([{"CPU": 0.01}], lifetime="detached")
 ray.get(detached.ready())
 
@@ -38,43 +40,71 @@ class LateReserver:
         threading.Thread(target=reserve_once_the_job_ended, daemon=True).start()
         return job
 
-reserver = LateReserver.remote()  # kept: an actor whose handle is dropped ends at once
-print(ray.get(reserver.start.remote()), detached.id.hex(), flush=True)
+racers = [LateReserver.remote() for _ in range(2)]  # kept: an actor whose handle is dropped ends at once
+keeper = LateReserver.options(name="keeper-" + ray.get_runtime_context().get_job_id(), lifetime="detached").remote()
+job = ray.get([actor.start.remote() for actor in [*racers, keeper]])[0]
+print(job, detached.id.hex(), flush=True)
 time.sleep(600)
 """
+ATTEMPTS = 5  # Ray may kill both racers before either reserves (one racer lost once in CI); a try takes ~6 s
 
 
-def _groups(address: str) -> dict[str, tuple[str, bool]]:
-    listed = list_placement_groups(address=address, detail=True, filters=[("state", "!=", "REMOVED")])
-    return {g.placement_group_id: (g.creator_job_id, g.is_detached) for g in listed}
+def _groups_of(job: str) -> list:
+    return [g for g in placement_group_records() if g.creator_job_id == job and g.state != "REMOVED"]
 
 
-def _wait_for_group_of(address: str, job: str, detached: bool, timeout: float = 60) -> str:
+def _wait_for(condition, what: str, timeout: float = 60):
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [pg for pg, owner in _groups(address).items() if owner == (job, detached)]
-        if found:
-            return found[0]
-        time.sleep(0.2)
-    pytest.fail(f"no {'detached ' if detached else ''}placement group of job {job} in {timeout} s")
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s")
+        time.sleep(0.1)
+    return found
+
+
+def _ended_job_with_groups(address: str) -> tuple[str, str, object, list, list]:
+    """Start and SIGKILL the driver until a racer reserved after its job ended; (job, detached group, keeper actor,
+    the keeper's groups, the racers' groups)."""
+    for _ in range(ATTEMPTS):
+        job, detached, keeper, kept, raced = _one_try(address)
+        if raced:
+            return job, detached, keeper, kept, raced
+        ray.kill(keeper)
+        remove_placement_group(placement_group_by_hex(detached))
+    pytest.fail(f"Ray killed both racers before they reserved in {ATTEMPTS} of {ATTEMPTS} tries")
+
+
+def _one_try(address: str) -> tuple[str, str, object, list, list]:
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, address], stdout=subprocess.PIPE, text=True)
+    job, detached = driver.stdout.readline().split()
+    driver.kill()  # as a driver dies: no goodbye, Ray ends its job and kills its ordinary actors
+    driver.wait()
+    keeper = ray.get_actor(f"keeper-{job}", namespace="orphans-test")
+    keeper_id = list_actors(address=address, filters=[("name", "=", f"keeper-{job}")])[0].actor_id
+    kept = _wait_for(lambda: [g for g in _groups_of(job) if g.creator_actor_id == keeper_id], "the keeper's group")
+    dead = [("job_id", "=", job), ("state", "=", "DEAD")]
+    _wait_for(lambda: len(list_actors(address=address, filters=dead)) == 2, "the racers' death")
+    time.sleep(2)  # a group asked for just before its actor died is created all the same
+    raced = [g for g in _groups_of(job) if not g.detached and g.creator_actor_id not in (keeper_id, None)]
+    return job, detached, keeper, kept, raced
 
 
 def test_the_group_an_ended_jobs_actor_reserved_is_released_and_no_other(ray_cluster):
     address = ray.get_runtime_context().gcs_address
     live = placement_group([{"CPU": 0.01}])  # this test's own job is alive: its group stays
     ray.get(live.ready())
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, address], stdout=subprocess.PIPE, text=True)
-    job, detached = driver.stdout.readline().split()
-    driver.kill()  # as a driver dies: no goodbye, Ray ends its job and kills its actor
-    driver.wait()
-    orphan = _wait_for_group_of(address, job, detached=False)
-    time.sleep(2)  # Ray has long killed the actor; the group is still there (the reason orphans.py exists)
-    assert orphan in _groups(address), "Ray now removes this group itself: ray_app/common/orphans.py can go"
+    job, detached, keeper, kept, orphans = _ended_job_with_groups(address)
+    kept, orphans = {g.group_id for g in kept}, {g.group_id for g in orphans}
     try:
+        time.sleep(2)  # Ray has long killed the racers; their groups are still there (the reason orphans.py exists)
+        still = {g.group_id for g in _groups_of(job)}
+        assert orphans <= still, "Ray now removes these groups itself: orphans.py can go"
         released = release_orphaned_placement_groups()
-        assert orphan in [line.split()[0] for line in released]
-        left = _groups(address)
-        assert orphan not in left and live.id.hex() in left and detached in left
+        assert {line.split()[0] for line in released} == orphans
+        left = {g.group_id for g in placement_group_records() if g.state != "REMOVED"}
+        assert {live.id.hex(), detached, *kept} <= left and not left & orphans
+        ray.kill(keeper)  # once its actor is dead, Ray itself removes the keeper's group (its job counts dead)
+        _wait_for(lambda: not kept & {g.group_id for g in _groups_of(job)}, "the keeper's group removed")
     finally:
         remove_placement_group(live)
         remove_placement_group(placement_group_by_hex(detached))

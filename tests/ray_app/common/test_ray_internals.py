@@ -93,6 +93,44 @@ def test_a_placement_group_is_found_again_by_its_hex_id(ray_cluster):
         time.sleep(0.1)
 
 
+
+@ray.remote(num_cpus=0)
+class _GroupMaker:
+    def reserve(self) -> tuple[str, str]:
+        from ray.util.placement_group import placement_group
+
+        group = placement_group([{"CPU": 0.01}])
+        ray.get(group.ready())
+        return group.id.hex(), ray.get_runtime_context().get_actor_id()
+
+
+def test_the_gcs_records_name_who_made_a_placement_group_and_whether_it_still_lives(ray_cluster):
+    from ray.util.placement_group import placement_group
+
+    job = ray.get_runtime_context().get_job_id()
+    mine = placement_group([{"CPU": 0.01}])
+    ray.get(mine.ready())
+    maker = _GroupMaker.remote()
+    theirs, maker_id = ray.get(maker.reserve.remote())
+    try:
+        records = {r.group_id: r for r in internals.placement_group_records()}
+        expected = internals.PlacementGroupRecord(group_id=mine.id.hex(), creator_job_id=job, creator_actor_id=None,
+                                                  state="CREATED", detached=False)
+        assert records[mine.id.hex()] == expected, UPGRADED
+        assert (records[theirs].creator_job_id, records[theirs].creator_actor_id) == (job, maker_id), UPGRADED
+        assert job not in internals.ended_job_ids() and not internals.actor_ended(maker_id), UPGRADED
+        assert internals.actor_ended("ab" * 16), UPGRADED  # unknown to the GCS
+        ray.kill(maker)
+        deadline = time.monotonic() + 30
+        while not internals.actor_ended(maker_id):
+            assert time.monotonic() < deadline, f"a killed actor is not seen as ended; {UPGRADED}"
+            time.sleep(0.1)
+    finally:
+        ray.util.remove_placement_group(mine)
+        ray.util.remove_placement_group(internals.placement_group_by_hex(theirs))  # this job lives: it would stay
+    # an ended job in ended_job_ids(): tests/ray_app/common/test_orphans.py (a killed driver's)
+
+
 # --- Logs -------------------------------------------------------------------------------------------------------
 
 def test_serves_high_throughput_mode_is_the_variables_we_set():
