@@ -174,6 +174,15 @@ def _scheduler(kind: str, objective: Objective, epochs: int):
                          grace_period=1, stop_last_trials=False)
 
 
+def _earlier_sessions_wall_s(save_dir: Path) -> float:
+    """What the sessions of this sweep before this one took, as the last of them recorded it (a sweep.json in
+    save_dir is this sweep's: ray_app.tune.resume moves another sweep's aside). A killed session recorded nothing."""
+    try:
+        return float(json.loads(RunLayout(save_dir).sweep_record.read_text())["wall_s"])
+    except (FileNotFoundError, KeyError, TypeError, ValueError):
+        return 0.0
+
+
 def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float) -> dict:
     save_dir: Path = setup.save_dir
     rows = trial_rows(trials, setup.config, setup.metric)
@@ -193,7 +202,8 @@ def _report(setup: RunSetup, objective: Objective, trials: list, seconds: float)
     counts = {status: sum(r.status == status for r in rows) for status in dict.fromkeys(r.status for r in rows)}
     summary = {"best_trial": best.trial_id, "objective": objective.key, "mode": objective.mode,
                "best_objective": best.objective, f"best_test_{setup.metric}": best.test_value,
-               "best_settings": best.settings, "trials": counts, "wall_s": round(seconds, 1)}
+               "best_settings": best.settings, "trials": counts,
+               "wall_s": round(_earlier_sessions_wall_s(save_dir) + seconds, 1)}
     outputs.atomic_write_text(RunLayout(save_dir).sweep_record, json.dumps(summary, indent=2, default=str) + "\n")
     print(f"best trial {best.trial_id}: {objective.key}={best.objective:.6f} test_{setup.metric}="
           f"{best.test_value:.6f}; replay: kermt finetune --config {RunLayout(save_dir).best_config}", flush=True)

@@ -84,7 +84,7 @@ def _one_try(address: str) -> tuple[str, str, object, list, list]:
     kept = _wait_for(lambda: [g for g in _groups_of(job) if g.creator_actor_id == keeper_id], "the keeper's group")
     dead = [("job_id", "=", job), ("state", "=", "DEAD")]
     _wait_for(lambda: len(list_actors(address=address, filters=dead)) == 2, "the racers' death")
-    time.sleep(2)  # a group asked for just before its actor died is created all the same
+    time.sleep(2)  # a group asked for just before its actor died is created all the same, and Ray keeps it
     raced = [g for g in _groups_of(job) if not g.detached and g.creator_actor_id not in (keeper_id, None)]
     return job, detached, keeper, kept, raced
 
@@ -96,7 +96,7 @@ def test_the_group_an_ended_jobs_actor_reserved_is_released_and_no_other(ray_clu
     job, detached, keeper, kept, orphans = _ended_job_with_groups(address)
     kept, orphans = {g.group_id for g in kept}, {g.group_id for g in orphans}
     try:
-        time.sleep(2)  # Ray has long killed the racers; their groups are still there (the reason orphans.py exists)
+        # 2 s after Ray killed the racers their groups are still there (the reason orphans.py exists)
         still = {g.group_id for g in _groups_of(job)}
         assert orphans <= still, "Ray now removes these groups itself: orphans.py can go"
         released = release_orphaned_placement_groups()

@@ -92,9 +92,12 @@ def test_best_config_replays_the_best_trial(sweep):
 def test_rerunning_a_finished_sweep_trains_nothing(sweep):
     save_dir, argv = sweep
     stamps = {p: p.stat().st_mtime_ns for p in (save_dir / "trials").glob("*/model.pt")}
+    wall_s = json.loads((save_dir / "sweep.json").read_text())["wall_s"]
     assert main(argv) == 0
     assert {p: p.stat().st_mtime_ns for p in (save_dir / "trials").glob("*/model.pt")} == stamps
     assert len(read_trials(save_dir)) == SHARED_TRIALS
+    # the sweep's wall time counts every session: this one's (seconds) adds to the training's, never replaces it
+    assert wall_s < json.loads((save_dir / "sweep.json").read_text())["wall_s"] < wall_s + 60
 
 
 def test_every_trial_failing_is_an_error_with_the_first_traceback(ray_cluster, inputs, tmp_path, capsys):
