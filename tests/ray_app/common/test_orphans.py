@@ -11,10 +11,9 @@ import time
 import pytest
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.state import list_actors
 
 from ray_app.common.orphans import release_orphaned_placement_groups
-from ray_app.common.ray_internals import placement_group_by_hex, placement_group_records
+from ray_app.common.ray_internals import actor_ended, placement_group_by_hex, placement_group_records
 
 # A driver whose actors ask for a placement group the moment the GCS has marked their job ended: two ordinary actors
 # (as a Train controller restarting its worker group while a killed driver's workers die does), which race Ray
@@ -38,12 +37,12 @@ class LateReserver:
                 time.sleep(0.001)
             placement_group([{"CPU": 0.01}])
         threading.Thread(target=reserve_once_the_job_ended, daemon=True).start()
-        return job
+        return job, ray.get_runtime_context().get_actor_id()
 
 racers = [LateReserver.remote() for _ in range(2)]  # kept: an actor whose handle is dropped ends at once
 keeper = LateReserver.options(name="keeper-" + ray.get_runtime_context().get_job_id(), lifetime="detached").remote()
-job = ray.get([actor.start.remote() for actor in [*racers, keeper]])[0]
-print(job, detached.id.hex(), flush=True)
+started = ray.get([actor.start.remote() for actor in [*racers, keeper]])
+print(started[0][0], detached.id.hex(), *[actor_id for _, actor_id in started], flush=True)
 time.sleep(600)
 """
 ATTEMPTS = 5  # Ray may kill both racers before either reserves (one racer lost once in CI); a try takes ~6 s
@@ -76,14 +75,12 @@ def _ended_job_with_groups(address: str) -> tuple[str, str, object, list, list]:
 
 def _one_try(address: str) -> tuple[str, str, object, list, list]:
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, address], stdout=subprocess.PIPE, text=True)
-    job, detached = driver.stdout.readline().split()
+    job, detached, *racers, keeper_id = driver.stdout.readline().split()
     driver.kill()  # as a driver dies: no goodbye, Ray ends its job and kills its ordinary actors
     driver.wait()
     keeper = ray.get_actor(f"keeper-{job}", namespace="orphans-test")
-    keeper_id = list_actors(address=address, filters=[("name", "=", f"keeper-{job}")])[0].actor_id
     kept = _wait_for(lambda: [g for g in _groups_of(job) if g.creator_actor_id == keeper_id], "the keeper's group")
-    dead = [("job_id", "=", job), ("state", "=", "DEAD")]
-    _wait_for(lambda: len(list_actors(address=address, filters=dead)) == 2, "the racers' death")
+    _wait_for(lambda: all(actor_ended(racer) for racer in racers), "the racers' death")
     time.sleep(2)  # a group asked for just before its actor died is created all the same, and Ray keeps it
     raced = [g for g in _groups_of(job) if not g.detached and g.creator_actor_id not in (keeper_id, None)]
     return job, detached, keeper, kept, raced
