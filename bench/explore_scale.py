@@ -186,8 +186,8 @@ def acquisition_memory(n: int, acquisition: str, way: str, save_dir: Path) -> No
 
 
 def _child_write(n: int, path: str) -> None:
-    """A predictions file of ``n`` rows written as run_predict writes a round's (its TableWriter, one row group per
-    block of rows_per_block(PREDICT_BATCH_SIZE) rows)."""
+    """A predictions file of ``n`` rows written as run_predict writes a round's (its TableWriter, given blocks of
+    rows_per_block(PREDICT_BATCH_SIZE) rows)."""
     import pyarrow as pa
 
     from kermt.presets import PREDICT_BATCH_SIZE

@@ -2,10 +2,10 @@
 prediction_blocks into kermt.explore.blocks) chooses exactly the rows the whole-array acquisition chose before it
 (the whole file read, acquisition_values, top_batch), for every acquisition, seed and direction, ties included.
 
-The file is written as run_predict writes a round's predictions (its TableWriter, one row group per write, the
-columns `kermt predict --uncertainty` names): the demo library's logP as the mean, tiled 40 times (80,000 rows:
-every value tied 40 times, enough rows for the running top to be cut back), empty where the demo has none (an
-invalid row's null), and a std on a coarse grid with zeros."""
+The file is written as run_predict writes a round's predictions (its TableWriter, whose row groups of at most
+65,536 rows the blocks cross; the columns `kermt predict --uncertainty` names): the demo library's logP as the
+mean, tiled 40 times (80,000 rows: every value tied 40 times, enough rows for the running top to be cut back),
+empty where the demo has none (an invalid row's null), and a std on a coarse grid with zeros."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def predictions(tmp_path_factory) -> Path:
     std = np.abs(np.round(np.random.default_rng(0).normal(0, 0.4, len(logp)), 1))
     path = tmp_path_factory.mktemp("round_1") / "library_predictions.parquet"
     writer = TableWriter(path)
-    for start in range(0, len(logp), 7_777):  # uneven row groups, as a prediction's blocks leave them
+    for start in range(0, len(logp), 7_777):  # uneven writes, as a prediction's blocks come
         block = slice(start, start + 7_777)
         writer.write(pa.table({"smiles": [""] * len(logp[block]),
                                "score": pa.array(logp[block], from_pandas=True),  # NaN -> null, as invalid rows
@@ -49,7 +49,9 @@ def _whole(path: Path) -> Surrogate:
 
 
 def test_the_file_holds_nulls_and_several_row_groups(predictions):
-    assert pq.ParquetFile(predictions).metadata.num_row_groups == 11
+    # 9 writes reach 65,536 rows: their 69,993 rows are written as 65,536 + 4,457, the last 10,007 at the commit
+    groups = pq.ParquetFile(predictions).metadata
+    assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] == [65_536, 4_457, 10_007]
     assert pq.read_table(predictions).column("score").null_count == 416 * TILES  # the demo's rows without logP
     assert sum(len(s.mean) for _, s in prediction_blocks(predictions, 2000 * TILES, 30_000)) == 2000 * TILES
 
