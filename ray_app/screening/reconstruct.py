@@ -40,8 +40,9 @@ from ray_app.common.remote_files import fetch_input
 from ray_app.screening.config import ReconstructConfig, log
 from ray_app.screening.files import Source, TableWriter
 from ray_app.screening.plan import source_columns
-from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _device, blocks_of, carried_columns,
-                                      connect_actors, drain, featurize_block, input_progress)
+from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StageFromObjectStore, StreamStats, _device, blocks_of,
+                                      carried_columns, connect_actors, drain, featurize_block, input_progress,
+                                      stage_arguments)
 
 ROW = "row::input"  # the input row number travelling with each row (prefixed: never a user column)
 SAMPLE_COLUMNS = ("generated_smiles", "generated_canonical_smiles", "generated_valid", "exact_match", "edit_distance")
@@ -193,9 +194,9 @@ def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
     ds = ds.repartition(target_num_rows_per_block=block, strict=True)
     stage_kwargs = {"checkpoint": plan.checkpoint, "vocab": plan.vocab, "settings": plan.settings,
                     "batch_size": config.batch_size, "use_gpu": config.use_gpu}
-    return ds.map_batches(ReconstructStage, fn_constructor_kwargs=stage_kwargs, batch_format="pyarrow",
-                          batch_size=block, compute=ray.data.ActorPoolStrategy(size=concurrency),
-                          num_cpus=config.cpus_per_actor,
+    return ds.map_batches(StageFromObjectStore, fn_constructor_kwargs=stage_arguments(ReconstructStage, stage_kwargs),
+                          batch_format="pyarrow", batch_size=block,
+                          compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=config.cpus_per_actor,
                           num_gpus=config.num_gpus_per_actor if config.use_gpu else None)
 
 
