@@ -40,9 +40,8 @@ from ray_app.common.remote_files import fetch_input
 from ray_app.screening.config import ReconstructConfig, log
 from ray_app.screening.files import Source, TableWriter
 from ray_app.screening.plan import source_columns
-from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StageFromObjectStore, StreamStats, _device, blocks_of,
-                                      carried_columns, connect_actors, drain, featurize_block, input_progress,
-                                      stage_arguments)
+from ray_app.screening.stream import (FEATURIZE_CPUS, InputSpec, StreamStats, _device, blocks_of, carried_columns,
+                                      connect_actors, drain, featurize_block, input_progress, model_stage)
 
 ROW = "row::input"  # the input row number travelling with each row (prefixed: never a user column)
 SAMPLE_COLUMNS = ("generated_smiles", "generated_canonical_smiles", "generated_valid", "exact_match", "edit_distance")
@@ -178,8 +177,6 @@ def training_reference(checkpoint_path: Path) -> tuple[np.ndarray | None, str]:
 
 def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
     """The lazy dataset of output blocks, one row per input row (see the module docstring); starts Ray."""
-    import ray
-
     from ray_app.screening.files import read_table_lazily
 
     concurrency = connect_actors(config)
@@ -194,10 +191,8 @@ def reconstruct_stream(config: ReconstructConfig, plan: ReconstructPlan):
     ds = ds.repartition(target_num_rows_per_block=block, strict=True)
     stage_kwargs = {"checkpoint": plan.checkpoint, "vocab": plan.vocab, "settings": plan.settings,
                     "batch_size": config.batch_size, "use_gpu": config.use_gpu}
-    return ds.map_batches(StageFromObjectStore, fn_constructor_kwargs=stage_arguments(ReconstructStage, stage_kwargs),
-                          batch_format="pyarrow", batch_size=block,
-                          compute=ray.data.ActorPoolStrategy(size=concurrency), num_cpus=config.cpus_per_actor,
-                          num_gpus=config.num_gpus_per_actor if config.use_gpu else None)
+    return model_stage(ds, ReconstructStage, stage_kwargs, block, concurrency, config.cpus_per_actor,
+                       config.num_gpus_per_actor if config.use_gpu else 0)
 
 
 def numbered(ds):
