@@ -33,10 +33,10 @@ def release_orphaned_placement_groups() -> list[str]:
     """Remove the placement groups whose job has ended and whose creator actor, if any, is dead; returns what it
     removed (one line each). Never fails a run: a Ray whose tables read differently (the test of ray_internals
     names it) releases nothing."""
-    try:
-        ended = ended_job_ids()
-        orphans = [group for group in placement_group_records() if group.state != "REMOVED" and not group.detached
-                   and group.creator_job_id in ended
+    try:  # the job table is read only when a group could be an orphan (every command reads this at connect and exit)
+        candidates = [group for group in placement_group_records() if group.state != "REMOVED" and not group.detached]
+        ended = ended_job_ids() if candidates else set()
+        orphans = [group for group in candidates if group.creator_job_id in ended
                    and (group.creator_actor_id is None or actor_ended(group.creator_actor_id))]
     except Exception as error:
         logger.warning("placement groups of ended runs not checked: %s", error)
